@@ -1,0 +1,92 @@
+"""The `roll` command: `roll train`, `roll baselines`, `roll plot`, `roll config`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from roll_pipeline.launcher import ConfigError, compose, parse_args
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[4] / "examples"  # the repo's examples/ in a checkout
+
+
+def train(argv: list[str]) -> int:
+    """Compose the config, print baselines, run the pipeline, print before/after validation."""
+    args = parse_args(argv)
+    try:
+        config = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR)
+    except ConfigError as exc:
+        print(f"roll train: {exc}", file=sys.stderr)
+        return 2
+    from roll_pipeline.report import print_final_report, print_run_header
+
+    print_run_header(config)
+    from roll_pipeline.pipeline import AgenticPipeline
+
+    pipeline = AgenticPipeline(config, progress=not args.no_progress)
+    try:
+        summary = pipeline.run()
+    finally:
+        pipeline.close()
+    print_final_report(config, summary)
+    return 0
+
+
+def show_config(argv: list[str]) -> int:
+    """Print the composed, validated config as YAML."""
+    import yaml
+
+    args = parse_args(argv, prog="roll config")
+    try:
+        config = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR)
+    except ConfigError as exc:
+        print(f"roll config: {exc}", file=sys.stderr)
+        return 2
+    print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    return 0
+
+
+def baselines(argv: list[str]) -> int:
+    """Print FrozenLake's reference baselines (random policy, best fixed move sequence)."""
+    parser = argparse.ArgumentParser(prog="roll baselines")
+    parser.add_argument("--episodes", type=int, default=1000)
+    args = parser.parse_args(argv)
+    from roll_pipeline.report import frozen_lake_baselines
+
+    for name, value in frozen_lake_baselines(args.episodes).items():
+        print(f"{name:>28}: {value:.3f}")
+    return 0
+
+
+def plot(argv: list[str]) -> int:
+    """Plot a run's learning curve (metrics.jsonl) to a PNG."""
+    parser = argparse.ArgumentParser(prog="roll plot")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--out", type=Path, default=None, help="PNG path (default: RUN_DIR/learning_curve.png)")
+    args = parser.parse_args(argv)
+    from roll_pipeline.plotting import plot_learning_curve
+
+    out = plot_learning_curve(args.run_dir, args.out or args.run_dir / "learning_curve.png")
+    print(f"wrote {out}")
+    return 0
+
+
+COMMANDS = {"train": train, "config": show_config, "baselines": baselines, "plot": plot}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `roll` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: roll {train,config,baselines,plot} [...]\n")
+        print("  train      train an agent (defaults: the tiny model on FrozenLake, CPU)")
+        print("  config     print the composed config")
+        print("  baselines  FrozenLake random / best-fixed-sequence success rates")
+        print("  plot       learning curve PNG of a run directory")
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    return COMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The actor loss the pipeline hands to the train strategy: PPO-clip + KL loss - entropy bonus.
+
+A small picklable callable (it travels to the train worker); all the maths is roll_algos'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from roll_algos import aggregate_loss, kl_penalty, policy_loss
+
+
+@dataclass(frozen=True)
+class ActorLoss:
+    """loss = pg_loss + kl_loss_coef * KL(pi || ref) - entropy_loss_coef * entropy.
+
+    Expects micro-batches with `response_mask`, `old_log_probs`, `advantages`, `loss_scale`, and
+    `ref_log_probs` when `kl_loss_coef > 0`.
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    agg_mode: str = "seq-mean-token-mean"
+    kl_loss_coef: float = 0.0
+    kl_penalty: str = "k3"
+    entropy_loss_coef: float = 0.0
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether the strategy must compute the entropy."""
+        return True
+
+    def __call__(
+        self, log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        mask = mb["response_mask"]
+        pg = policy_loss(
+            log_probs,
+            mb["old_log_probs"],
+            mb["advantages"],
+            mask,
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            dual_clip=self.dual_clip,
+            agg_mode=self.agg_mode,
+        )
+        loss = pg.loss
+        metrics = {
+            "actor/pg_loss": float(pg.loss.detach()),
+            "actor/pg_clipfrac": float(pg.clip_frac),
+            "actor/approxkl": float(pg.approx_kl),
+            "actor/ratio_mean": float(pg.ratio_mean),
+            "actor/ratio_max": float(pg.ratio_max),
+        }
+        if self.kl_loss_coef > 0 and "ref_log_probs" in mb:
+            kl = aggregate_loss(kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty), mask, self.agg_mode)
+            loss = loss + self.kl_loss_coef * kl
+            metrics["actor/kl_loss"] = float(kl.detach())
+        if entropy is not None:
+            ent = aggregate_loss(entropy, mask, self.agg_mode)
+            loss = loss - self.entropy_loss_coef * ent
+            metrics["actor/entropy"] = float(ent.detach())
+        metrics["actor/loss"] = float(loss.detach())
+        return loss, metrics

@@ -1,0 +1,121 @@
+"""Resolve `pretrain`: a model folder, a hub id, or `builtin:NAME` — a tiny model built offline.
+
+`builtin:tiny-frozen-lake` is a Qwen2-architecture model of a few hundred thousand parameters with a
+word-level tokenizer whose vocabulary covers the built-in envs' text. It is built once (about half a
+minute on 2 cores), deterministically, into the cache (`$ROLL_CACHE_DIR`, default `~/.cache/roll`),
+then loaded with `from_pretrained(path)` like any hub model.
+
+Its build includes a short *format warm-up*: supervised steps on FrozenLake observations answered
+with `<answer>DIRECTION</answer>` where DIRECTION is drawn uniformly at random. The model learns the
+answer format and nothing about the board (its greedy policy plays one fixed direction), the role
+instruction-tuning plays for a real pretrained model. Everything it knows about the task comes from RL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BUILD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """How a builtin tiny model is built."""
+
+    env_type: str
+    env_config: dict[str, Any] = field(default_factory=dict)
+    warmup_steps: int = 300
+    warmup_examples: int = 4000
+    seed: int = 0
+
+
+BUILTIN_MODELS: dict[str, TinyModelSpec] = {
+    "tiny-frozen-lake": TinyModelSpec(env_type="frozen_lake"),
+}
+
+
+def cache_dir() -> Path:
+    """Root of roll's caches."""
+    return Path(os.environ.get("ROLL_CACHE_DIR", Path.home() / ".cache" / "roll"))
+
+
+def resolve_pretrain(pretrain: str, seed: int = 0) -> Path | str:
+    """A path (or hub id) that `from_pretrained` loads; builds `builtin:` models on first use."""
+    if not pretrain.startswith("builtin:"):
+        return pretrain
+    name = pretrain.removeprefix("builtin:")
+    if name not in BUILTIN_MODELS:
+        raise ValueError(f"unknown builtin model {name!r}; available: {sorted(BUILTIN_MODELS)}")
+    spec = BUILTIN_MODELS[name]
+    target = cache_dir() / "models" / f"{name}-v{BUILD_VERSION}-seed{spec.seed}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / f".{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same model
+        if not (target / "config.json").exists():
+            _build(spec, target)
+    return target
+
+
+def _build(spec: TinyModelSpec, target: Path) -> None:
+    from roll_strategies import build_tiny_model
+
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"[roll] building the tiny model {target.name} (once; cached in {target.parent})", flush=True)
+    build_tiny_model(
+        tmp,
+        vocab_texts=vocabulary_corpus(),
+        warmup_examples=format_warmup_examples(spec),
+        seed=spec.seed,
+        warmup_steps=spec.warmup_steps,
+    )
+    tmp.rename(target)
+
+
+def vocabulary_corpus() -> list[str]:
+    """Instructions and sample observations of every registered env that builds with defaults."""
+    import roll_envs
+
+    texts: list[str] = []
+    for env_id in roll_envs.list_envs():
+        try:
+            env = roll_envs.make(env_id)
+            texts.append(env.instruction)
+            for seed in range(3):
+                texts.append(env.reset(seed=seed)[0])
+            env.close()
+        except Exception:  # an env needing extra config contributes nothing
+            continue
+    return texts
+
+
+def format_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str, str]], str]]:
+    """(chat messages, response) pairs: env observations answered with uniformly random actions.
+
+    Observations come from random play so that mid-episode boards are covered; the seeds are drawn
+    below the validation seed range, and the answers carry no information about the board.
+    """
+    import roll_envs
+
+    rng = random.Random(spec.seed)
+    env = roll_envs.make(spec.env_type, **spec.env_config)
+    actions = list(env.valid_actions)
+    examples: list[tuple[list[dict[str, str]], str]] = []
+    while len(examples) < spec.warmup_examples:
+        obs, _ = env.reset(seed=rng.randrange(0, 10**8))
+        for _ in range(rng.randint(1, 4)):
+            messages = [{"role": "system", "content": env.instruction}, {"role": "user", "content": obs}]
+            examples.append((messages, f"<answer>{rng.choice(actions)}</answer>"))
+            obs, _, terminated, truncated, _ = env.step(f"<answer>{rng.choice(actions)}</answer>")
+            if terminated or truncated:
+                break
+    env.close()
+    return examples[: spec.warmup_examples]

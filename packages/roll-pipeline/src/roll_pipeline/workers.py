@@ -1,0 +1,58 @@
+"""Pipeline-side worker glue: the policy server (inference strategy + request batching).
+
+Plain class; `cluster.spawn` makes it a Ray actor or keeps it in-process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from roll_rollout import BatchingPolicy, GenerateRequest, GenerateResult
+
+
+class PolicyServer:
+    """Serves `generate` requests from env managers with batched calls of an inference strategy."""
+
+    def __init__(self, model_path: str | Path, *, dtype: str = "float32", device: str = "cpu", seed: int = 0,
+                 num_threads: int | None = None, max_batch_size: int = 256) -> None:
+        from roll_strategies import ActorInferWorker
+
+        self.worker = ActorInferWorker(model_path, device=device, dtype=dtype, seed=seed, num_threads=num_threads)
+        self.policy = BatchingPolicy(self._generate_batch, max_batch_size=max_batch_size)
+        self.version = 0
+
+    def _generate_batch(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        from roll_strategies import GenerationParams
+
+        s = requests[0].sampling
+        params = GenerationParams(
+            max_new_tokens=max(r.sampling.max_new_tokens for r in requests),
+            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, greedy=s.greedy,
+        )
+        outputs = self.worker.generate([r.prompt_ids for r in requests], params)
+        results = []
+        for req, out in zip(requests, outputs, strict=True):
+            ids, lps, reason = out.output_ids, out.log_probs, out.finish_reason
+            if len(ids) > req.sampling.max_new_tokens:  # a shorter budget inside a mixed batch
+                ids, lps, reason = ids[: req.sampling.max_new_tokens], lps[: req.sampling.max_new_tokens], "length"
+            results.append(GenerateResult(list(ids), list(lps), reason, self.version))
+        return results
+
+    async def generate(self, payload: bytes) -> bytes:
+        """msgpack request in, msgpack result out."""
+        return await self.policy.generate_payload(payload)
+
+    async def update_weights(self, named_tensors: dict[str, Any], version: int) -> None:
+        """Load new weights once no batch is being generated."""
+        async with self.policy.lock:
+            self.worker.update_weights(named_tensors, version)
+            self.version = version
+
+    async def batch_sizes(self, reset: bool = True) -> list[int]:
+        """Sizes of the batches generated since the last call."""
+        sizes = list(self.policy.batch_sizes)
+        if reset:
+            self.policy.batch_sizes.clear()
+        return sizes

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from roll_pipeline.config import AgenticConfig
+from roll_pipeline.launcher import ConfigError, compose, parse_args, validate
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def test_defaults_are_the_cpu_frozen_lake_run():
+    cfg = AgenticConfig()
+    assert cfg.pretrain == "builtin:tiny-frozen-lake"
+    assert cfg.train_env_manager.tags == ["FrozenLake"]
+    assert cfg.custom_envs["FrozenLake"].env_type == "frozen_lake"
+    assert cfg.train_rollout_batch_size == cfg.train_env_manager.num_groups_partition[0] * 8
+    assert cfg.cluster.backend == "ray"
+
+
+def test_unknown_key_names_the_field_and_suggests():
+    with pytest.raises(ConfigError) as err:
+        validate({"exp_nam": "x", "actor_train": {"training_args": {"learning_rat": 1.0}}})
+    text = str(err.value)
+    assert "unknown key 'exp_nam'" in text and "did you mean 'exp_name'" in text
+    assert "actor_train.training_args.learning_rat" in text and "'learning_rate'" in text
+
+
+def test_unknown_key_inside_a_custom_env():
+    with pytest.raises(ConfigError, match="did you mean 'env_type'"):
+        validate({"custom_envs": {"FrozenLake": {"env_typ": "frozen_lake"}}})
+
+
+def test_bad_values_and_cross_field_checks():
+    with pytest.raises(ConfigError, match="max_steps"):
+        validate({"max_steps": -1})
+    with pytest.raises(ConfigError, match="no entry in custom_envs"):
+        validate({"train_env_manager": {"tags": ["Sokoban"]}})
+    with pytest.raises(ConfigError, match="multiple of"):
+        validate({"rollout_batch_size": 12})
+    with pytest.raises(ConfigError, match="num_groups_partition"):
+        validate({"train_env_manager": {"num_env_groups": 4, "num_groups_partition": [3]}})
+
+
+def test_compose_defaults_with_overrides():
+    cfg = compose(None, None, ["exp_name=my_run", "seed=123", "actor_train.training_args.learning_rate=0.5"])
+    assert (cfg.exp_name, cfg.seed, cfg.actor_train.training_args.learning_rate) == ("my_run", 123, 0.5)
+
+
+def test_compose_example_yaml_with_both_flag_spellings():
+    for argv in (["--config_path", "tiny-cpu-agentic", "--config_name", "agent_val_frozen_lake", "seed=7"],
+                 ["--config-path", "tiny-cpu-agentic", "--config-name", "agent_val_frozen_lake", "seed=7"]):
+        args = parse_args(argv)
+        cfg = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES)
+        assert cfg.seed == 7 and cfg.exp_name == "frozen_lake_tiny"
+
+
+def test_every_example_config_validates():
+    configs = sorted(EXAMPLES.glob("*/*.yaml"))
+    assert configs
+    for path in configs:
+        cfg = compose(str(path.parent), path.stem, [])
+        assert cfg.max_steps > 0, path
+
+
+def test_compose_errors_are_config_errors():
+    with pytest.raises(ConfigError, match="not found"):
+        compose("no/such/folder", "x", [])
+    with pytest.raises(ConfigError):
+        compose(None, None, ["exp_nam=x"])
+    with pytest.raises(ConfigError, match="needs --config-name"):
+        compose(str(EXAMPLES / "tiny-cpu-agentic"), None, [])

@@ -1,0 +1,200 @@
+"""Policy clients: how an env manager asks a model for its next turn.
+
+Token ids in, token ids and log-probs out (token-in/token-out), so the ids trained on are exactly the
+ids that were sampled. Requests and results cross process boundaries as msgpack.
+
+- `BatchingPolicy`: in-process; gathers the requests of many concurrent env loops into one batched
+  call of a `generate_batch` function (the inference backend).
+- `RemotePolicy`: forwards each request to a remote object with an async `generate(bytes) -> bytes`
+  method (a Ray actor handle hosting a `BatchingPolicy`).
+- `RandomPolicy`: samples random tokens from a fixed set; for tests and baselines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import msgpack
+
+from roll_rollout.errors import PayloadError
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How to sample one turn."""
+
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    greedy: bool = False
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One turn's prompt, as token ids, and how to sample its response."""
+
+    prompt_ids: list[int]
+    sampling: SamplingSettings
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """The sampled response ids, their log-probs, why sampling stopped, and the policy version."""
+
+    output_ids: list[int]
+    log_probs: list[float]
+    finish_reason: str
+    policy_version: int
+
+
+class PolicyClient(Protocol):
+    """What an env manager needs from a policy."""
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Sample one response for `request.prompt_ids`."""
+        ...
+
+
+GenerateBatchFn = Callable[[Sequence[GenerateRequest]], list[GenerateResult]]
+
+
+def encode_request(request: GenerateRequest) -> bytes:
+    """msgpack payload of a request."""
+    return msgpack.packb({"prompt_ids": request.prompt_ids, "sampling": asdict(request.sampling)})
+
+
+def decode_request(payload: bytes) -> GenerateRequest:
+    """Inverse of `encode_request`, validating the payload."""
+    msg = _unpack(payload, "generate request")
+    try:
+        return GenerateRequest(list(msg["prompt_ids"]), SamplingSettings(**msg["sampling"]))
+    except (KeyError, TypeError) as exc:
+        raise PayloadError(f"generate request is malformed: {exc}") from exc
+
+
+def encode_result(result: GenerateResult) -> bytes:
+    """msgpack payload of a result."""
+    return msgpack.packb(asdict(result))
+
+
+def decode_result(payload: bytes) -> GenerateResult:
+    """Inverse of `encode_result`, validating the payload."""
+    msg = _unpack(payload, "generate result")
+    try:
+        return GenerateResult(**msg)
+    except TypeError as exc:
+        raise PayloadError(f"generate result is malformed: {exc}") from exc
+
+
+def _unpack(payload: bytes, what: str) -> dict[str, Any]:
+    try:
+        msg = msgpack.unpackb(payload, raw=False)
+    except Exception as exc:
+        raise PayloadError(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(msg, dict):
+        raise PayloadError(f"{what}: expected a map, got {type(msg).__name__}")
+    return msg
+
+
+class BatchingPolicy:
+    """Batches concurrent `generate` calls into calls of `generate_batch` (run in a worker thread).
+
+    Requests are grouped by sampling settings (one batched call samples one way). A batch starts as
+    soon as the backend is free: requests that arrive while it works wait for the next batch, so
+    batches grow with load without any fixed delay.
+    """
+
+    def __init__(self, generate_batch: GenerateBatchFn, max_batch_size: int = 256) -> None:
+        self._generate_batch = generate_batch
+        self._max_batch_size = max_batch_size
+        self._pending: list[tuple[GenerateRequest, asyncio.Future[GenerateResult]]] = []
+        self._wakeup: asyncio.Event | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self.lock = asyncio.Lock()  # held while generating; weight updates take it too
+        self.batch_sizes: list[int] = []
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Queue `request` and wait for its result."""
+        loop = asyncio.get_running_loop()
+        if self._runner is None or self._runner.done() or self._runner.get_loop() is not loop:
+            self._wakeup = asyncio.Event()
+            self._runner = loop.create_task(self._run())
+        future: asyncio.Future[GenerateResult] = loop.create_future()
+        self._pending.append((request, future))
+        assert self._wakeup is not None
+        self._wakeup.set()
+        return await future
+
+    async def _run(self) -> None:
+        assert self._wakeup is not None
+        while True:
+            await self._wakeup.wait()
+            await asyncio.sleep(0)  # let requests made in the same tick join the batch
+            self._wakeup.clear()
+            while self._pending:
+                batch = self._take_batch()
+                async with self.lock:
+                    try:
+                        results = await asyncio.to_thread(self._generate_batch, [r for r, _ in batch])
+                    except Exception as exc:  # fail these requests, keep serving the others
+                        for _, fut in batch:
+                            if not fut.done():
+                                fut.set_exception(exc)
+                        continue
+                self.batch_sizes.append(len(batch))
+                for (_, fut), res in zip(batch, results, strict=True):
+                    if not fut.done():
+                        fut.set_result(res)
+
+    def _take_batch(self) -> list[tuple[GenerateRequest, asyncio.Future[GenerateResult]]]:
+        sampling = self._pending[0][0].sampling
+        batch, rest = [], []
+        for item in self._pending:
+            if item[0].sampling == sampling and len(batch) < self._max_batch_size:
+                batch.append(item)
+            else:
+                rest.append(item)
+        self._pending = rest
+        return batch
+
+    async def generate_payload(self, payload: bytes) -> bytes:
+        """The msgpack form of `generate`, for remote callers."""
+        return encode_result(await self.generate(decode_request(payload)))
+
+
+class RemotePolicy:
+    """A `PolicyClient` that forwards requests, as msgpack, to a remote `generate(bytes)` method.
+
+    `remote_generate` is called with the payload and must return an awaitable of the result payload,
+    e.g. `lambda p: actor.generate.remote(p)` for a Ray actor handle.
+    """
+
+    def __init__(self, remote_generate: Callable[[bytes], Any]) -> None:
+        self._remote_generate = remote_generate
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Send the request and decode the answer."""
+        return decode_result(await self._remote_generate(encode_request(request)))
+
+
+class RandomPolicy:
+    """Samples `max_new_tokens` ids uniformly from `token_ids` (a baseline and a test double)."""
+
+    def __init__(self, token_ids: Sequence[int], seed: int = 0, stop_id: int | None = None) -> None:
+        self._ids = list(token_ids)
+        self._rng = random.Random(seed)
+        self._stop_id = stop_id
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Random ids, stopping early at `stop_id` when one is drawn."""
+        out: list[int] = []
+        for _ in range(request.sampling.max_new_tokens):
+            out.append(self._rng.choice(self._ids))
+            if out[-1] == self._stop_id:
+                return GenerateResult(out, [0.0] * len(out), "stop", 0)
+        return GenerateResult(out, [0.0] * len(out), "length", 0)

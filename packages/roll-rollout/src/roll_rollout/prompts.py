@@ -1,0 +1,81 @@
+"""Token-level prompt assembly for multi-turn episodes (token-in/token-out).
+
+The first prompt of an episode is the chat template applied to (system instruction, first
+observation). Later turns append to the token ids already seen: the sampled response ids exactly as
+sampled, then only the template's text *between* that response and the next generation prompt
+(end-of-turn, the next user message, the assistant header). Earlier text is never re-tokenised, so the
+ids trained on are the ids that were sampled.
+
+`max_history_turns` bounds the context: 0 shows only the current observation; None keeps the whole
+episode; k keeps the last k (observation, response) pairs before the current observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+_MARKER = "\u0000roll-response\u0000"
+
+
+class ChatTokenizer(Protocol):
+    """The slice of a Hugging Face tokenizer that prompt assembly uses."""
+
+    eos_token_id: int | None
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+class PromptBuilder:
+    """Builds the prompt ids of each turn of an episode."""
+
+    def __init__(self, tokenizer: ChatTokenizer, instruction: str, max_history_turns: int | None = 0) -> None:
+        if max_history_turns is not None and max_history_turns < 0:
+            raise ValueError(f"max_history_turns must be None or >= 0, got {max_history_turns}")
+        self.tokenizer = tokenizer
+        self.instruction = instruction
+        self.max_history_turns = max_history_turns
+
+    def first_prompt(self, observation: str) -> list[int]:
+        """Chat template of (instruction, observation) with the generation prompt."""
+        messages = [{"role": "user", "content": observation}]
+        if self.instruction:
+            messages.insert(0, {"role": "system", "content": self.instruction})
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+    def continuation(self, response_ids: Sequence[int], observation: str) -> list[int]:
+        """The ids that follow a sampled response: end of turn, next observation, assistant header."""
+        messages = [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": _MARKER},
+            {"role": "user", "content": observation},
+        ]
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        suffix = text[text.index(_MARKER) + len(_MARKER) :]
+        eos = self.tokenizer.eos_token_id
+        if response_ids and eos is not None and response_ids[-1] == eos:
+            eos_text = self.tokenizer.decode([eos], skip_special_tokens=False)
+            if suffix.startswith(eos_text):
+                suffix = suffix[len(eos_text) :]
+        return list(self.tokenizer.encode(suffix, add_special_tokens=False))
+
+    def prompt(self, observations: Sequence[str], responses: Sequence[Sequence[int]]) -> list[int]:
+        """Prompt ids for the turn that answers `observations[-1]`, given the earlier responses.
+
+        `observations` has one more entry than `responses`; only the last `max_history_turns`
+        (observation, response) pairs are kept before the current observation.
+        """
+        if len(observations) != len(responses) + 1:
+            raise ValueError(f"need len(observations) == len(responses) + 1, got {len(observations)}, {len(responses)}")
+        keep = len(responses) if self.max_history_turns is None else min(self.max_history_turns, len(responses))
+        start = len(responses) - keep
+        ids = self.first_prompt(observations[start])
+        for k in range(start, len(responses)):
+            ids.extend(responses[k])
+            ids.extend(self.continuation(responses[k], observations[k + 1]))
+        return ids

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from roll_rollout import (
+    BatchingPolicy,
+    GenerateRequest,
+    GenerateResult,
+    PayloadError,
+    RandomPolicy,
+    RemotePolicy,
+    SamplingSettings,
+)
+from roll_rollout.policy import decode_request, decode_result, encode_request, encode_result
+
+
+def echo_backend(calls):
+    def generate_batch(requests):
+        calls.append([r.prompt_ids[0] for r in requests])
+        return [GenerateResult([r.prompt_ids[0] + 1], [-0.1], "stop", 0) for r in requests]
+
+    return generate_batch
+
+
+def test_concurrent_requests_are_batched_and_answered_in_order():
+    calls: list[list[int]] = []
+    policy = BatchingPolicy(echo_backend(calls))
+
+    async def main():
+        s = SamplingSettings()
+        return await asyncio.gather(*(policy.generate(GenerateRequest([i], s)) for i in range(20)))
+
+    results = asyncio.run(main())
+    assert [r.output_ids[0] for r in results] == [i + 1 for i in range(20)]
+    assert sorted(x for c in calls for x in c) == list(range(20))
+    assert len(calls) < 20  # batched, not one call per request
+    assert max(len(c) for c in calls) > 1
+
+
+def test_batches_never_mix_sampling_settings_and_respect_max_size():
+    seen: list[set[float]] = []
+
+    def backend(requests):
+        seen.append({r.sampling.temperature for r in requests})
+        assert len(requests) <= 3
+        return [GenerateResult([], [], "stop", 0) for _ in requests]
+
+    policy = BatchingPolicy(backend, max_batch_size=3)
+
+    async def main():
+        reqs = [GenerateRequest([i], SamplingSettings(temperature=1.0 + (i % 2))) for i in range(10)]
+        await asyncio.gather(*(policy.generate(r) for r in reqs))
+
+    asyncio.run(main())
+    assert all(len(s) == 1 for s in seen)
+
+
+def test_backend_failure_fails_only_its_requests():
+    def backend(requests):
+        if any(r.prompt_ids == [13] for r in requests):
+            raise RuntimeError("boom")
+        return [GenerateResult([1], [0.0], "stop", 0) for _ in requests]
+
+    policy = BatchingPolicy(backend)
+
+    async def main():
+        bad = await asyncio.gather(policy.generate(GenerateRequest([13], SamplingSettings())), return_exceptions=True)
+        good = await policy.generate(GenerateRequest([1], SamplingSettings()))
+        return bad, good
+
+    bad, good = asyncio.run(main())
+    assert isinstance(bad[0], RuntimeError)
+    assert good.output_ids == [1]
+
+
+def test_msgpack_round_trip_and_remote_policy():
+    req = GenerateRequest([1, 2, 3], SamplingSettings(max_new_tokens=4, greedy=True))
+    assert decode_request(encode_request(req)) == req
+    res = GenerateResult([5, 6], [-1.0, -2.0], "length", 7)
+    assert decode_result(encode_result(res)) == res
+    with pytest.raises(PayloadError):
+        decode_request(b"\xc1")
+    with pytest.raises(PayloadError):
+        decode_result(encode_request(req))
+
+    server = BatchingPolicy(echo_backend([]))
+    remote = RemotePolicy(server.generate_payload)
+    out = asyncio.run(remote.generate(GenerateRequest([41], SamplingSettings())))
+    assert out.output_ids == [42]
+
+
+def test_random_policy_stops_at_stop_id():
+    policy = RandomPolicy([1, 2, 3], seed=0, stop_id=3)
+    outs = [asyncio.run(policy.generate(GenerateRequest([0], SamplingSettings(max_new_tokens=50)))) for _ in range(5)]
+    for out in outs:
+        assert out.finish_reason == "stop" and out.output_ids[-1] == 3
+        assert 3 not in out.output_ids[:-1]

@@ -1,0 +1,60 @@
+"""Token-in/token-out: prompts are built from sampled ids, never re-tokenised text."""
+
+from __future__ import annotations
+
+import pytest
+
+from roll_rollout import PromptBuilder
+
+INSTRUCTION = "you are on a lake"
+
+
+def reference_ids(tok, instruction, observations, responses_text):
+    """Independent reference: render the whole conversation as text, tokenise once."""
+    messages = [{"role": "system", "content": instruction}]
+    for k, obs in enumerate(observations):
+        messages.append({"role": "user", "content": obs})
+        if k < len(responses_text):
+            messages.append({"role": "assistant", "content": responses_text[k]})
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tok.encode(text, add_special_tokens=False)
+
+
+def test_full_history_equals_tokenising_the_whole_conversation(chat_tokenizer):
+    tok = chat_tokenizer
+    builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=None)
+    observations = ["_P\nOG", "__\nPG", "__\n_√"]
+    texts = ["<answer>Down</answer>", "<answer>Right</answer>"]
+    responses = [tok.encode(t, add_special_tokens=False) + [tok.eos_token_id] for t in texts]
+    got = builder.prompt(observations, responses)
+    assert got == reference_ids(tok, INSTRUCTION, observations, texts)
+
+
+def test_sampled_ids_are_kept_even_when_retokenising_would_differ(chat_tokenizer):
+    tok = chat_tokenizer
+    builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=None)
+    unk = tok.unk_token_id
+    weird = [unk, tok.convert_tokens_to_ids("Left"), unk]  # no eos: stopped by length
+    ids = builder.prompt(["_P", "P_"], [weird])
+    first = builder.first_prompt("_P")
+    assert ids[: len(first)] == first
+    assert ids[len(first) : len(first) + 3] == weird
+
+
+@pytest.mark.parametrize("window", [0, 1])
+def test_history_window(chat_tokenizer, window):
+    tok = chat_tokenizer
+    builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=window)
+    observations = ["_P", "P_", "O_"]
+    texts = ["<answer>Left</answer>", "<answer>Up</answer>"]
+    responses = [tok.encode(t, add_special_tokens=False) + [tok.eos_token_id] for t in texts]
+    got = builder.prompt(observations, responses)
+    kept = observations[len(observations) - 1 - window :]
+    assert got == reference_ids(tok, INSTRUCTION, kept, texts[len(texts) - window :])
+
+
+def test_bad_arguments(chat_tokenizer):
+    with pytest.raises(ValueError):
+        PromptBuilder(chat_tokenizer, "", max_history_turns=-1)
+    with pytest.raises(ValueError, match="len"):
+        PromptBuilder(chat_tokenizer, "").prompt(["a"], [[1]])
