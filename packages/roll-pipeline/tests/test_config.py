@@ -71,3 +71,26 @@ def test_compose_errors_are_config_errors():
         compose(None, None, ["exp_nam=x"])
     with pytest.raises(ConfigError, match="needs --config-name"):
         compose(str(EXAMPLES / "tiny-cpu-agentic"), None, [])
+
+
+def test_generated_field_docs_are_current():
+    import subprocess
+    import sys
+
+    root = EXAMPLES.parent
+    out = subprocess.run([sys.executable, str(root / "tools" / "gen_config_docs.py")], capture_output=True,
+                         text=True, check=True).stdout
+    assert out == (root / "docs" / "config_fields.md").read_text(), (
+        "docs/config_fields.md is stale: run `uv run python tools/gen_config_docs.py > docs/config_fields.md`"
+    )
+
+
+def test_every_config_field_is_described():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen", EXAMPLES.parent / "tools" / "gen_config_docs.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    for model in gen.MODELS:
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no description"

@@ -1,4 +1,105 @@
-"""roll-algos: RL maths for LLM agents: advantages, losses, KL, packing, dynamic batching."""
+"""roll-algos: RL maths for LLM agents: advantages, losses, KL, packing, dynamic batching.
+
+Pure functions on tensors (torch, numpy only). Families share one call shape:
+- advantages: `compute_advantages(estimator, AdvantageInputs, AdvantageConfig) -> AdvantageOutput`;
+- losses: `policy_loss(...) -> PolicyLossOutput`, `value_loss(...) -> ValueLossOutput`, `aggregate_loss`;
+- KL: `kl_penalty`, `apply_kl_penalty`, fixed / adaptive controllers;
+- packing and dynamic batching: `pack_sequences`, `dynamic_micro_batches`, `balance_partitions`.
+"""
+
+from roll_algos import estimators as _estimators  # noqa: F401  (registers the estimators)
+from roll_algos import gigpo as _gigpo  # noqa: F401  (registers gigpo)
+from roll_algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageConfig,
+    AdvantageEstimator,
+    AdvantageInputs,
+    AdvantageOutput,
+    compute_advantages,
+    get_estimator,
+    register_estimator,
+)
+from roll_algos.batching import (
+    DynamicBatchPlan,
+    balance_partitions,
+    dynamic_micro_batches,
+    karmarkar_karp,
+    padding_stats,
+)
+from roll_algos.errors import AlgosError, ShapeError
+from roll_algos.gigpo import anchor_id, anchor_ids_from_texts
+from roll_algos.kl import AdaptiveKLController, FixedKLController, KLEstimator, apply_kl_penalty, kl_penalty
+from roll_algos.logits import entropy_from_logits, log_probs_from_logits
+from roll_algos.losses import (
+    LossAggMode,
+    PolicyLossOutput,
+    RatioLevel,
+    ValueLossOutput,
+    aggregate_loss,
+    contiguous_segments,
+    policy_loss,
+    value_loss,
+)
+from roll_algos.packing import PackedBatch, pack_sequences, packed_attention_mask, unpack, unpack_padded
+from roll_algos.rewards import (
+    NormMode,
+    clip_advantages,
+    clip_rewards,
+    group_index,
+    group_normalize,
+    masked_mean,
+    masked_var,
+    masked_whiten,
+    starpo_group_filter,
+)
 
 __version__ = "0.1.0"
-__all__: list[str] = ["__version__"]
+__all__: list[str] = [
+    "ADVANTAGE_ESTIMATORS",
+    "AdaptiveKLController",
+    "AdvantageConfig",
+    "AdvantageEstimator",
+    "AdvantageInputs",
+    "AdvantageOutput",
+    "AlgosError",
+    "DynamicBatchPlan",
+    "FixedKLController",
+    "KLEstimator",
+    "LossAggMode",
+    "NormMode",
+    "PackedBatch",
+    "PolicyLossOutput",
+    "RatioLevel",
+    "ShapeError",
+    "ValueLossOutput",
+    "__version__",
+    "aggregate_loss",
+    "anchor_id",
+    "anchor_ids_from_texts",
+    "apply_kl_penalty",
+    "balance_partitions",
+    "clip_advantages",
+    "clip_rewards",
+    "compute_advantages",
+    "contiguous_segments",
+    "dynamic_micro_batches",
+    "entropy_from_logits",
+    "get_estimator",
+    "group_index",
+    "group_normalize",
+    "karmarkar_karp",
+    "kl_penalty",
+    "log_probs_from_logits",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "pack_sequences",
+    "packed_attention_mask",
+    "padding_stats",
+    "policy_loss",
+    "register_estimator",
+    "starpo_group_filter",
+    "unpack",
+    "unpack_padded",
+    "value_loss",
+]

@@ -1,4 +1,52 @@
-"""roll-envs: Gym-like text environments SDK for training LLM agents (no torch, no Ray)."""
+"""roll-envs: Gym-like text environments SDK for training LLM agents (no torch, no Ray).
+
+>>> import roll_envs
+>>> env = roll_envs.make("frozen_lake")
+>>> obs, info = env.reset(seed=0)
+>>> obs, reward, terminated, truncated, info = env.step("<answer>Left</answer>")
+"""
+
+from roll_envs.base import ActionOutcome, BaseEnv
+from roll_envs.baselines import frozen_lake_baselines
+from roll_envs.builtins import register_builtins
+from roll_envs.config import EnvConfig
+from roll_envs.errors import (
+    CheckEnvError,
+    EnvConfigError,
+    RegistrationError,
+    ResetNeeded,
+    RollEnvsError,
+    UnknownEnvError,
+)
+from roll_envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv
+from roll_envs.parsing import ParsedTurn, extract_answer, parse_turn
+from roll_envs.registry import ENTRY_POINT_GROUP, EnvSpec, list_envs, make, register, spec
 
 __version__ = "0.1.0"
-__all__: list[str] = ["__version__"]
+
+register_builtins()
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ActionOutcome",
+    "BaseEnv",
+    "CheckEnvError",
+    "EnvConfig",
+    "EnvConfigError",
+    "EnvSpec",
+    "FrozenLakeConfig",
+    "FrozenLakeEnv",
+    "ParsedTurn",
+    "RegistrationError",
+    "ResetNeeded",
+    "RollEnvsError",
+    "UnknownEnvError",
+    "__version__",
+    "extract_answer",
+    "frozen_lake_baselines",
+    "list_envs",
+    "make",
+    "parse_turn",
+    "register",
+    "spec",
+]

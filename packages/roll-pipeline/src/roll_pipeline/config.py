@@ -28,47 +28,47 @@ class StrictModel(BaseModel):
 class ModelArgs(StrictModel):
     """How to load the model weights."""
 
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
     gguf_file: str | None = Field(None, description="GGUF file inside `pretrain` (needs the gguf extra)")
 
 
 class TrainingArgs(StrictModel):
     """Optimiser and batching of a trained role."""
 
-    learning_rate: float = Field(2e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    warmup_steps: int = Field(0, ge=0)
+    learning_rate: float = Field(2e-3, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
+    warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up, optimiser steps")
     per_device_train_batch_size: int = Field(64, ge=1, description="rows per micro-batch")
     gradient_accumulation_steps: int = Field(
-        4, ge=1, description="micro-batches per optimiser step: the rows of a step are split into this many mini-batches"
+        4, ge=1, description="micro-batches per optimiser step (mini-batch = this x per_device_train_batch_size rows)"
     )
 
 
 class GeneratingArgs(StrictModel):
     """Sampling of the inference role."""
 
-    max_new_tokens: int = Field(16, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    num_return_sequences: Literal[1] = 1
+    max_new_tokens: int = Field(16, ge=1, description="cap on new tokens (custom_envs.*.max_tokens_per_step rules per turn)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of training rollouts (validation is greedy)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
+    top_k: int = Field(0, ge=0, description="top-k sampling; 0 disables")
+    num_return_sequences: Literal[1] = Field(1, description="one sample per request (groups come from group_size)")
 
 
 class StrategyArgs(StrictModel):
     """Which backend runs a role."""
 
-    strategy_name: Literal["hf_train", "hf_infer", "deepspeed_train", "vllm"] = "hf_train"
-    strategy_config: dict[str, Any] = Field(default_factory=dict)
+    strategy_name: Literal["hf_train", "hf_infer", "deepspeed_train", "vllm"] = Field("hf_train", description="backend of the role")
+    strategy_config: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
 
 
 class WorkerConfig(StrictModel):
     """One role: actor_train, actor_infer or reference."""
 
-    model_args: ModelArgs = Field(default_factory=ModelArgs)
-    training_args: TrainingArgs = Field(default_factory=TrainingArgs)
-    generating_args: GeneratingArgs = Field(default_factory=GeneratingArgs)
-    strategy_args: StrategyArgs = Field(default_factory=StrategyArgs)
+    model_args: ModelArgs = Field(default_factory=ModelArgs, description="how to load the weights")
+    training_args: TrainingArgs = Field(default_factory=TrainingArgs, description="optimiser and batching")
+    generating_args: GeneratingArgs = Field(default_factory=GeneratingArgs, description="sampling")
+    strategy_args: StrategyArgs = Field(default_factory=StrategyArgs, description="backend")
     device_mapping: list[int] = Field(default_factory=list, description="GPU indices; empty runs on the CPU")
     infer_batch_size: int = Field(128, ge=1, description="rows per forward pass when computing log-probs")
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads of this role")
@@ -77,10 +77,10 @@ class WorkerConfig(StrictModel):
 class EnvManagerConfig(StrictModel):
     """How many envs run, in which groups, with which tags."""
 
-    max_env_num_per_worker: int = Field(64, ge=1)
-    num_env_groups: int = Field(16, ge=1)
+    max_env_num_per_worker: int = Field(64, ge=1, description="envs hosted by one env worker (Ray actor)")
+    num_env_groups: int = Field(16, ge=1, description="groups of envs; each group plays one seed per step")
     group_size: int = Field(8, ge=1, description="envs per group; they share the episode seed (GRPO group)")
-    tags: list[str] = Field(default_factory=lambda: ["FrozenLake"])
+    tags: list[str] = Field(default_factory=lambda: ["FrozenLake"], description="env tags (keys of custom_envs)")
     num_groups_partition: list[int] | None = Field(None, description="groups per tag; default: all to the first")
 
     @model_validator(mode="after")
@@ -104,17 +104,17 @@ class EnvManagerConfig(StrictModel):
 class CustomEnvConfig(StrictModel):
     """An env tag: which registered env type, its config, and the episode limits."""
 
-    env_type: str = "frozen_lake"
+    env_type: str = Field("frozen_lake", description="registry id of the env (`roll-envs list`)")
     max_actions_per_traj: int = Field(8, ge=1, description="agent turns per episode")
     max_tokens_per_step: int = Field(16, ge=1, description="new tokens per turn")
     max_history_turns: int | None = Field(0, ge=0, description="earlier turns kept in the prompt; null = all")
-    env_config: dict[str, Any] = Field(default_factory=dict)
+    env_config: dict[str, Any] = Field(default_factory=dict, description="keyword config of the env (validated by the env)")
 
 
 class ClusterConfig(StrictModel):
     """Where workers run: Ray (local by default, or an existing cluster) or in-process."""
 
-    backend: Literal["ray", "local"] = "ray"
+    backend: Literal["ray", "local"] = Field("ray", description="ray: workers are Ray actors; local: all in this process")
     address: str | None = Field(None, description="existing Ray cluster, e.g. 'auto' or 'ray://host:10001'")
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray instance (default: all)")
 
@@ -126,55 +126,61 @@ def _default_val_envs() -> EnvManagerConfig:
 class AgenticConfig(StrictModel):
     """Everything an agentic RL run needs; see docs/config.md for each field."""
 
-    exp_name: str = "frozen_lake_tiny"
-    seed: int = 42
+    exp_name: str = Field("frozen_lake_tiny", description="name of the run (its folder under output_dir)")
+    seed: int = Field(42, description="seeds the env seed stream, sampling and mini-batch order")
     output_dir: str = Field("runs", description="run directory = output_dir/exp_name")
     pretrain: str = Field(
         "builtin:tiny-frozen-lake",
         description="a model folder or hub id for from_pretrained; 'builtin:NAME' builds a tiny model offline",
     )
-    max_steps: int = Field(100, ge=0)
-    save_steps: int = Field(50, ge=1)
-    eval_steps: int = Field(25, ge=1)
-    logging_steps: int = Field(1, ge=1)
+    max_steps: int = Field(100, ge=0, description="training steps (one rollout + one actor update each)")
+    save_steps: int = Field(50, ge=1, description="checkpoint every this many steps (and at the end)")
+    eval_steps: int = Field(25, ge=1, description="validate every this many steps (and before and after training)")
+    logging_steps: int = Field(1, ge=1, description="log metrics every this many steps")
     rollout_batch_size: int | None = Field(None, ge=1, description="trajectories per step (default: all train envs)")
     val_batch_size: int | None = Field(None, ge=1, description="validation episodes (default: all val envs)")
     sequence_length: int = Field(1024, ge=16, description="max tokens of a prompt plus its response")
-    adv_estimator: AdvEstimatorName = "grpo"
-    ppo_epochs: int = Field(1, ge=1)
-    gamma: float = Field(1.0, ge=0, le=1)
-    lambd: float = Field(1.0, ge=0, le=1)
-    pg_clip: float = Field(0.2, gt=0)
-    pg_clip_low: float | None = None
-    pg_clip_high: float | None = None
-    dual_clip_loss: bool = False
+    adv_estimator: AdvEstimatorName = Field("grpo", description="advantage estimator (docs/algos)")
+    ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
+    gamma: float = Field(1.0, ge=0, le=1, description="discount")
+    lambd: float = Field(1.0, ge=0, le=1, description="GAE lambda")
+    pg_clip: float = Field(0.2, gt=0, description="PPO ratio clip range")
+    pg_clip_low: float | None = Field(None, gt=0, description="lower clip range (default pg_clip)")
+    pg_clip_high: float | None = Field(None, gt=0, description="upper clip range (default pg_clip)")
+    dual_clip_loss: bool = Field(False, description="dual-clip PPO (c=3) for negative advantages")
     init_kl_coef: float = Field(0.0, ge=0, description="KL penalty folded into the reward")
     target_kl: float | None = Field(None, gt=0, description="adaptive KL controller target (None: fixed)")
-    kl_horizon: int = Field(10000, ge=1)
-    kl_penalty: Literal["kl", "abs", "mse", "k3", "full"] = "k3"
-    use_kl_loss: bool = True
-    kl_loss_coef: float = Field(0.02, ge=0)
-    entropy_loss_coef: float = Field(0.01, ge=0)
-    whiten_advantages: bool = False
-    norm_mean_type: Literal["mean_std", "mean", "none"] = "mean_std"
-    advantage_clip: float | None = Field(None, gt=0)
-    reward_clip: float | None = Field(None, gt=0)
-    loss_agg_mode: LossAggModeName = "seq-mean-token-mean"
-    actor_train: WorkerConfig = Field(default_factory=WorkerConfig)
+    kl_horizon: int = Field(10000, ge=1, description="adaptive KL controller horizon")
+    kl_penalty: Literal["kl", "abs", "mse", "k3", "full"] = Field("k3", description="per-token KL estimator")
+    use_kl_loss: bool = Field(True, description="add kl_loss_coef * KL(actor || reference) to the loss")
+    kl_loss_coef: float = Field(0.02, ge=0, description="weight of the KL loss term")
+    entropy_loss_coef: float = Field(0.01, ge=0, description="entropy bonus (keeps the policy from collapsing)")
+    whiten_advantages: bool = Field(False, description="whiten advantages over the batch")
+    norm_mean_type: Literal["mean_std", "mean", "none"] = Field("mean_std", description="group normalisation of scores")
+    advantage_clip: float | None = Field(None, gt=0, description="clamp advantages to [-c, c]")
+    reward_clip: float | None = Field(None, gt=0, description="clamp rewards to [-c, c]")
+    loss_agg_mode: LossAggModeName = Field("seq-mean-token-mean", description="how token losses aggregate")
+    actor_train: WorkerConfig = Field(default_factory=WorkerConfig, description="the trained policy")
     actor_infer: WorkerConfig = Field(
-        default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_infer"))
+        default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_infer")),
+        description="the rollout policy (weights synced from actor_train every step)",
     )
     reference: WorkerConfig = Field(
-        default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_infer"))
+        default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_infer")),
+        description="the frozen initial policy of the KL term",
     )
-    train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig)
-    val_env_manager: EnvManagerConfig = Field(default_factory=_default_val_envs)
-    custom_envs: dict[str, CustomEnvConfig] = Field(default_factory=lambda: {"FrozenLake": CustomEnvConfig()})
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    render_save_dir: str | None = None
-    resume_from_checkpoint: str | None = None
-    track_with: list[Literal["tensorboard", "stdout"]] = Field(default_factory=lambda: ["tensorboard", "stdout"])
-    print_baselines: bool = True
+    train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig, description="training envs")
+    val_env_manager: EnvManagerConfig = Field(default_factory=_default_val_envs, description="validation envs (greedy)")
+    custom_envs: dict[str, CustomEnvConfig] = Field(
+        default_factory=lambda: {"FrozenLake": CustomEnvConfig()}, description="env tags and their env types and limits"
+    )
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="where workers run")
+    render_save_dir: str | None = Field(None, description="save validation episodes as GIFs here")
+    resume_from_checkpoint: str | None = Field(None, description="a checkpoint-N folder to resume from")
+    track_with: list[Literal["tensorboard", "stdout"]] = Field(
+        default_factory=lambda: ["tensorboard", "stdout"], description="metric sinks (metrics.jsonl is always written)"
+    )
+    print_baselines: bool = Field(True, description="print FrozenLake baselines before training")
 
     @model_validator(mode="after")
     def _consistent(self) -> AgenticConfig:

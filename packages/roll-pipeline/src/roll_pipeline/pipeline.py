@@ -199,7 +199,7 @@ class AgenticPipeline:
             rows.advantage_inputs(old_log_probs=old_lp, ref_log_probs=ref_lp),
             AdvantageConfig(gamma=cfg.gamma, lambd=cfg.lambd, norm_mode=cfg.norm_mean_type,
                             kl_coef=cfg.init_kl_coef, whiten=cfg.whiten_advantages,
-                            advantage_clip=cfg.advantage_clip),
+                            advantage_clip=cfg.advantage_clip, reward_clip=cfg.reward_clip),
         )
         timings["time/step_adv"] = time.perf_counter() - t
         t = time.perf_counter()

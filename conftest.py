@@ -1,0 +1,28 @@
+"""Repo-wide pytest hooks: tests marked gpu / vllm / deepspeed skip cleanly where they cannot run."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reasons = {
+        "gpu": None if _has_cuda() else "needs a CUDA device",
+        "vllm": None if importlib.util.find_spec("vllm") else "needs the vllm extra (uv sync --extra vllm)",
+        "deepspeed": None if importlib.util.find_spec("deepspeed") else "needs the deepspeed extra",
+    }
+    for item in items:
+        for marker, reason in reasons.items():
+            if reason and marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,0 +1,244 @@
+"""`BaseEnv`: a Gymnasium env whose observations are text and whose actions are raw model output.
+
+An author implements a handful of hooks (`new_episode`, `apply_action`, `text_observation`,
+`is_success`, `valid_actions`, `instruction`); `reset` and `step` are written once here: they parse
+the model's text, run up to `max_actions_per_turn` actions in order, apply the format penalty and
+the step limit, and build an info dict with the keys every consumer relies on.
+"""
+
+from __future__ import annotations
+
+import string
+from abc import ABCMeta, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from pydantic import BaseModel
+
+from roll_envs.config import EnvConfig, build_config
+from roll_envs.errors import EnvConfigError, ResetNeeded
+from roll_envs.parsing import ActionMatcher, ParsedTurn, make_action_matcher, parse_turn
+
+Aggregation = Literal["mean", "sum", "last", "max", "min"]
+"""How a per-step metric aggregates over an episode."""
+
+BASE_METRICS: Mapping[str, Aggregation] = {
+    "success": "last",
+    "action_is_valid": "mean",
+    "action_is_effective": "mean",
+    "num_actions": "sum",
+}
+"""The metrics every `BaseEnv` reports at each step, and how each aggregates over an episode."""
+
+RENDER_MODES = ("text", "rgb_array")
+TEXT_CHARSET = string.printable + "√·—–’“”…•×"
+"""Characters a built-in observation may contain (the observation space's charset)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionOutcome:
+    """The result of applying one action: its reward, whether it ended the episode, whether it changed the state."""
+
+    reward: float = 0.0
+    terminated: bool = False
+    effective: bool = True
+
+
+class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
+    """A multi-turn text env: `reset(seed) -> (obs, info)`, `step(text) -> (obs, reward, terminated, truncated, info)`.
+
+    Every info dict (from `reset` too) carries `action_is_valid`, `action_is_effective`, `success`,
+    `metrics` (floats; see `metric_aggregation`), `state_key` (a string identifying the state, used
+    to group equal states), `executed_actions` and `elapsed_steps`. Everything is msgpack-friendly.
+
+    Construct with a config model, a mapping, keyword overrides or nothing:
+    `FrozenLakeEnv(size=5)`, `FrozenLakeEnv(FrozenLakeConfig(size=5))`. `render_mode` is `"text"`
+    (the default), `"rgb_array"` or None.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": list(RENDER_MODES), "render_fps": 4}
+    config_cls: ClassVar[type[EnvConfig]] = EnvConfig
+    metric_aggregation: ClassVar[Mapping[str, Aggregation]] = BASE_METRICS
+    max_observation_chars: ClassVar[int] = 20_000
+
+    def __init__(
+        self,
+        config: BaseModel | Mapping[str, Any] | None = None,
+        *,
+        render_mode: str | None = "text",
+        **overrides: Any,
+    ) -> None:
+        self.config = build_config(self.config_cls, config, overrides, type(self).__name__)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise EnvConfigError(
+                f"env {type(self).__name__!r}: render_mode {render_mode!r} is not supported; "
+                f"expected one of {self.metadata['render_modes']} or None."
+            )
+        self.render_mode = render_mode
+        self.observation_space = spaces.Text(
+            max_length=self.max_observation_chars, min_length=0, charset=TEXT_CHARSET
+        )
+        self.action_space = spaces.Text(max_length=256, min_length=0)
+        self._matcher: ActionMatcher | None = None
+        self._started = False
+        self._elapsed = 0
+        self._terminated = False
+        self._truncated = False
+
+    # ---- hooks an author implements -------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def instruction(self) -> str:
+        """The system prompt: what the game is, its symbols, the actions and the answer format."""
+
+    @property
+    @abstractmethod
+    def valid_actions(self) -> list[str]:
+        """The action vocabulary in canonical spelling (parsed case-insensitively)."""
+
+    @abstractmethod
+    def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        """Build the initial state of a new episode, drawing all randomness from `rng`."""
+
+    @abstractmethod
+    def apply_action(self, action: str) -> ActionOutcome:
+        """Apply one canonical action (an element of `valid_actions` or accepted by `match_action`)."""
+
+    @abstractmethod
+    def text_observation(self) -> str:
+        """The current state as text (also what `render()` returns in `text` mode)."""
+
+    @abstractmethod
+    def is_success(self) -> bool:
+        """Whether the current state counts as solving the task."""
+
+    # ---- optional hooks -------------------------------------------------------------------------
+
+    def match_action(self, token: str) -> str | None:
+        """Map one raw action token to a canonical action or None; default: case-insensitive lookup."""
+        if self._matcher is None:
+            self._matcher = make_action_matcher(self.valid_actions)
+        return self._matcher(token)
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Env-specific metrics of the current step (declare their aggregation in `metric_aggregation`)."""
+        return {}
+
+    def state_key(self, observation: str) -> str:
+        """A string equal for equal states (GiGPO groups turns by it); default: the observation."""
+        return observation
+
+    def render_frame(self) -> np.ndarray:
+        """An RGB frame (H, W, 3) uint8 of the current state; default: the text drawn on a canvas."""
+        from roll_envs.frames import text_frame
+
+        return text_frame(self.text_observation())
+
+    # ---- the Gymnasium API, written once --------------------------------------------------------
+
+    @property
+    def action_lookup(self) -> dict[int, str]:
+        """`valid_actions` indexed from 0, as in RAGEN/ROLL configs."""
+        return dict(enumerate(self.valid_actions))
+
+    @property
+    def elapsed_steps(self) -> int:
+        """Calls to `step` since the last `reset`."""
+        return self._elapsed
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start an episode; the same seed gives the same episode."""
+        super().reset(seed=seed)
+        self.new_episode(self.np_random, dict(options or {}))
+        self._started = True
+        self._elapsed = 0
+        self._terminated = False
+        self._truncated = False
+        obs = self.text_observation()
+        return obs, self._info(obs, valid=True, effective=False, executed=(), metrics={})
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Parse the model's text, execute its actions in order and report the turn."""
+        if not self._started:
+            raise ResetNeeded(
+                f"{type(self).__name__}.step() was called before reset(); call env.reset(seed=...) first."
+            )
+        parsed = parse_turn(action, self.match_action, self.config.max_actions_per_turn)
+        if self._terminated or self._truncated:
+            return self._after_end(parsed)
+        reward, effective, executed = 0.0, False, []
+        for name in parsed.actions:
+            outcome = self.apply_action(name)
+            executed.append(name)
+            reward += float(outcome.reward)
+            effective = effective or bool(outcome.effective)
+            if outcome.terminated:
+                self._terminated = True
+                break
+        if not parsed.valid:
+            reward -= self.config.format_penalty
+        self._elapsed += 1
+        self._truncated = not self._terminated and self._elapsed >= self.config.max_steps
+        obs = self.text_observation()
+        info = self._info(
+            obs, parsed.valid, effective, executed, self._step_metrics(parsed, effective, executed)
+        )
+        return obs, reward, self._terminated, self._truncated, info
+
+    def render(self, mode: str | None = None) -> Any:  # type: ignore[override]
+        """The current state in `mode` (default: the env's `render_mode`): text or an RGB array."""
+        mode = mode or self.render_mode
+        if mode is None:
+            return None
+        if not self._started:
+            raise ResetNeeded(
+                f"{type(self).__name__}.render() needs a state; call env.reset(seed=...) first."
+            )
+        if mode == "text":
+            return self.text_observation()
+        if mode == "rgb_array":
+            return self.render_frame()
+        raise EnvConfigError(f"render mode {mode!r} is not supported; expected one of {list(RENDER_MODES)}.")
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    def _step_metrics(self, parsed: ParsedTurn, effective: bool, executed: list[str]) -> dict[str, float]:
+        metrics = {
+            "success": float(self.is_success()),
+            "action_is_valid": float(parsed.valid),
+            "action_is_effective": float(effective),
+            "num_actions": float(len(executed)),
+        }
+        metrics.update({k: float(v) for k, v in self.episode_metrics().items()})
+        return metrics
+
+    def _after_end(self, parsed: ParsedTurn) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Stepping a finished episode is a no-op with reward 0 (as Gymnasium's toy-text envs do)."""
+        obs = self.text_observation()
+        info = self._info(obs, parsed.valid, False, (), self._step_metrics(parsed, False, []))
+        return obs, 0.0, self._terminated, self._truncated, info
+
+    def _info(
+        self,
+        obs: str,
+        valid: bool,
+        effective: bool,
+        executed: tuple[str, ...] | list[str],
+        metrics: dict[str, float],
+    ) -> dict[str, Any]:
+        return {
+            "action_is_valid": bool(valid),
+            "action_is_effective": bool(effective),
+            "success": bool(self.is_success()),
+            "metrics": metrics,
+            "state_key": self.state_key(obs),
+            "executed_actions": list(executed),
+            "elapsed_steps": self._elapsed,
+        }

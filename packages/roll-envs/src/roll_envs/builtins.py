@@ -1,0 +1,53 @@
+"""Registration of the built-in envs, in the roll registry and in Gymnasium's (`roll_envs/...-v0`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium
+
+from roll_envs.registry import register
+from roll_envs.sokoban.env import ALTERNATIVE_GRID
+
+_SOKOBAN = "roll_envs.sokoban.env:SokobanEnv"
+
+GYM_NAMESPACE = "roll_envs"
+"""Gymnasium namespace of the built-ins: `gymnasium.make("roll_envs/FrozenLake-v0")`."""
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """One built-in registration: roll id, Gymnasium name, entry point, default config, description."""
+
+    id: str
+    gym_name: str
+    entry_point: str
+    defaults: dict[str, Any]
+    description: str
+
+
+_FROZEN_LAKE = "roll_envs.frozen_lake:FrozenLakeEnv"
+_SOKOBAN = "roll_envs.sokoban.env:SokobanEnv"
+
+# fmt: off
+BUILTINS: tuple[Builtin, ...] = (
+    Builtin("frozen_lake", "FrozenLake", _FROZEN_LAKE, {}, "FrozenLake 4x4, random map per seed, deterministic ice"),
+    Builtin("sokoban", "Sokoban", _SOKOBAN, {}, "Sokoban, 6x6 room, 1 box (set dim_x, dim_y, num_boxes)"),
+    Builtin("simple_sokoban", "SimpleSokoban", _SOKOBAN, {}, "Sokoban, 6x6 room, 1 box"),
+    Builtin("larger_sokoban", "LargerSokoban", _SOKOBAN, {"dim_x": 8, "dim_y": 8, "num_boxes": 2},
+            "Sokoban, 8x8 room, 2 boxes"),
+    Builtin("sokoban_different_grid_vocab", "SokobanDifferentGridVocab", _SOKOBAN,
+            {"grid_vocab": dict(ALTERNATIVE_GRID)}, "Sokoban 6x6, 1 box, drawn with other symbols"),
+)
+# fmt: on
+"""Every built-in env."""
+
+
+def register_builtins() -> None:
+    """Register every built-in env with roll_envs and with Gymnasium (idempotent)."""
+    for b in BUILTINS:
+        register(b.id, b.entry_point, defaults=b.defaults, description=b.description, override=True)
+        gym_id = f"{GYM_NAMESPACE}/{b.gym_name}-v0"
+        if gym_id not in gymnasium.registry:
+            gymnasium.register(gym_id, entry_point=b.entry_point, kwargs=dict(b.defaults))

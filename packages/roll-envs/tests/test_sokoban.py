@@ -1,0 +1,194 @@
+"""Sokoban: generated rooms are solvable (proved by an independent BFS) and never start solved; rules and rewards."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import numpy as np
+import pytest
+import roll_envs
+from roll_envs.sokoban import ALTERNATIVE_GRID, Room, SokobanEnv, generate_room
+
+VARIANTS = {  # registry id, config, (height, width, boxes)
+    "simple_sokoban": ("simple_sokoban", {}, (6, 6, 1)),
+    "larger_sokoban": ("larger_sokoban", {}, (8, 8, 2)),
+    "sokoban_different_grid_vocab": ("sokoban_different_grid_vocab", {}, (6, 6, 1)),
+    "sokoban_10x10": ("sokoban", {"dim_x": 10, "dim_y": 10, "num_boxes": 2}, (10, 10, 2)),
+}
+
+
+def solve(room: Room) -> list[str] | None:
+    """Shortest move sequence by breadth-first search over (player, boxes); independent of the env code.
+
+    A state is one int: the boxes as a bit mask over cells, shifted, plus the player's cell.
+    """
+    w, shift = room.width, room.width * room.height
+    floor = [False] * shift
+    for cell in room.floor:
+        floor[cell] = True
+    deltas = ((-w, "Up"), (w, "Down"), (-1, "Left"), (1, "Right"))
+    goal = sum(1 << t for t in room.targets)
+    start = (sum(1 << b for b in room.boxes) << 9) | room.player
+    parent: dict[int, tuple[int, str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        state = queue.popleft()
+        boxes, player = state >> 9, state & 511
+        if boxes == goal:
+            path = []
+            while (link := parent[state]) is not None:
+                state, move = link
+                path.append(move)
+            return path[::-1]
+        for d, name in deltas:
+            nxt = player + d
+            if not floor[nxt]:
+                continue
+            new_boxes = boxes
+            if boxes >> nxt & 1:
+                beyond = nxt + d
+                if not floor[beyond] or boxes >> beyond & 1:
+                    continue
+                new_boxes = boxes ^ (1 << nxt) ^ (1 << beyond)
+            new = (new_boxes << 9) | nxt
+            if new not in parent:
+                parent[new] = (state, name)
+                queue.append(new)
+    return None
+
+
+def room_from_text(rows: list[str]) -> Room:
+    """A room from the default text grid (for hand-written test levels)."""
+    w = len(rows[0])
+    cells = "".join(rows)
+    return Room(
+        height=len(rows),
+        width=w,
+        floor=frozenset(i for i, ch in enumerate(cells) if ch != "#"),
+        targets=frozenset(i for i, ch in enumerate(cells) if ch in "O√S"),
+        boxes=frozenset(i for i, ch in enumerate(cells) if ch in "X√"),
+        player=next(i for i, ch in enumerate(cells) if ch in "PS"),
+    )
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_generated_room_is_solvable_and_not_solved(variant):
+    """Proof over 3000 seeds per variant: an independent BFS solves each room from `env.reset(seed)`."""
+    env_id, config, (h, w, n) = VARIANTS[variant]
+    env = roll_envs.make(env_id, **config)
+    lengths = []
+    for seed in range(3000):
+        env.reset(seed=seed)
+        room = env.room
+        assert room is not None and len(room.boxes) == n == len(room.targets)
+        assert not room.is_solved(), seed
+        assert room.player in room.floor and room.player not in room.boxes
+        assert all(0 < c // w < h - 1 and 0 < c % w < w - 1 for c in room.floor)  # walled all round
+        solution = solve(room)
+        assert solution, f"seed {seed} of {variant} is unsolvable"
+        lengths.append(len(solution))
+    assert np.mean(lengths) > 3  # not all trivial
+
+
+def test_solutions_replayed_through_the_env_solve_it_with_the_right_return():
+    env = SokobanEnv(num_boxes=2, dim_x=8, dim_y=8)
+    for seed in range(50):
+        env.reset(seed=seed)
+        solution = solve(env.room)
+        total, terminated, info = 0.0, False, {}
+        for move in solution:
+            _, reward, terminated, _, info = env.step(f"<answer>{move}</answer>")
+            total += reward
+        assert terminated and info["success"] and info["metrics"]["boxes_on_target"] == 2.0
+        on_target_at_start = len(env.room.boxes & env.room.targets)
+        expected = -0.1 * len(solution) + (2 - on_target_at_start) * 1.0 + 10.0
+        assert total == pytest.approx(expected), seed
+
+
+def test_wall_bump_costs_a_step_and_is_not_effective():
+    env = SokobanEnv()
+    env.reset(options={"room": room_from_text(["######", "#P_X_#", "#__O_#", "#____#", "#____#", "######"])})
+    obs, reward, terminated, truncated, info = env.step("<answer>Up</answer>")
+    assert reward == pytest.approx(-0.1) and not (terminated or truncated)
+    assert info["action_is_valid"] and not info["action_is_effective"] and obs.splitlines()[1] == "#P_X_#"
+    _, reward, *_ = env.step("<answer>dance</answer>")
+    assert reward == 0.0  # an invalid answer is a no-op; format_penalty defaults to 0
+
+
+def test_box_on_and_off_target_and_solved_bonus():
+    env = SokobanEnv()
+    env.reset(options={"room": room_from_text(["######", "#PXO_#", "#____#", "#____#", "#____#", "######"])})
+    obs, reward, terminated, _, info = env.step("<answer>Right</answer>")
+    assert obs.splitlines()[1] == "#_P√_#"
+    assert reward == pytest.approx(-0.1 + 1 + 10) and terminated and info["success"]
+    env.reset(options={"room": room_from_text(["######", "#P√_O#", "#X___#", "#____#", "#____#", "######"])})
+    _, reward, terminated, _, _ = env.step("<answer>Right</answer>")  # box off a target
+    assert reward == pytest.approx(-0.1 - 1) and not terminated
+    _, reward, terminated, _, _ = env.step("<answer>Right</answer>")  # onto the other target, one box left
+    assert reward == pytest.approx(-0.1 + 1) and not terminated
+
+
+def test_cannot_push_two_boxes_or_into_walls():
+    env = SokobanEnv()
+    env.reset(options={"room": room_from_text(["######", "#PXX_#", "#O_O_#", "#____#", "#____#", "######"])})
+    before = env.text_observation()
+    _, reward, _, _, info = env.step("<answer>Right</answer>")
+    assert (
+        env.text_observation() == before and not info["action_is_effective"] and reward == pytest.approx(-0.1)
+    )
+    env.reset(options={"room": room_from_text(["######", "#__PX#", "#O_O_#", "#____#", "#_X__#", "######"])})
+    env.step("<answer>Right</answer>")
+    assert env.player == room_from_text(["######", "#__PX#", "#O_O_#", "#____#", "#_X__#", "######"]).player
+
+
+def test_text_symbols_and_player_on_target():
+    env = SokobanEnv()
+    env.reset(options={"room": room_from_text(["######", "#OP__#", "#_X_O#", "#____#", "#____#", "######"])})
+    obs, *_ = env.step("<answer>Left</answer>")
+    assert obs.splitlines()[1] == "#S___#"
+    assert set(env.reset(seed=3)[0]) <= set("#_O√XPS\n")
+
+
+def test_different_grid_vocab_is_the_same_game():
+    plain, other = roll_envs.make("simple_sokoban"), roll_envs.make("sokoban_different_grid_vocab")
+    for seed in range(20):
+        a, b = plain.reset(seed=seed)[0], other.reset(seed=seed)[0]
+        table = str.maketrans(
+            dict(
+                zip(
+                    "#_O√XPS",
+                    [
+                        ALTERNATIVE_GRID[r]
+                        for r in (
+                            "wall",
+                            "empty",
+                            "target",
+                            "box_on_target",
+                            "box",
+                            "player",
+                            "player_on_target",
+                        )
+                    ],
+                    strict=True,
+                )
+            )
+        )
+        assert a.translate(table) == b
+    assert "W is a wall" in other.instruction
+
+
+def test_larger_variant_and_bad_config():
+    env = roll_envs.make("larger_sokoban")
+    obs, _ = env.reset(seed=0)
+    assert len(obs.splitlines()) == 8 and env.config.num_boxes == 2
+    with pytest.raises(roll_envs.EnvConfigError, match="grid_vocab"):
+        roll_envs.make("sokoban", grid_vocab={"wall": "#"})
+    with pytest.raises(roll_envs.EnvConfigError, match="num_boxes"):
+        roll_envs.make("sokoban", num_boxes=0)
+
+
+def test_generation_is_deterministic_per_seed():
+    assert generate_room(random.Random(5)) == generate_room(random.Random(5))
+    env = SokobanEnv()
+    assert env.reset(seed=11)[0] == env.reset(seed=11)[0]

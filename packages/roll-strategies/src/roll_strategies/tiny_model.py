@@ -1,0 +1,162 @@
+"""Build the project's tiny offline causal LM (Qwen2 architecture) and its tokenizer, deterministically.
+
+No model hub is reachable in this project, so the embedded configs train a model this module builds:
+a word-level tokenizer (`tiny_tokenizer`), a seeded `Qwen2ForCausalLM` of a few hundred thousand
+parameters, and optionally a short supervised warm-up that teaches the answer *format* only. The
+folder it writes loads with `AutoTokenizer` / `AutoModelForCausalLM.from_pretrained`, the same code
+path as a hub model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
+
+from roll_strategies.errors import StrategyError
+from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
+
+__all__ = ["WarmupExample", "build_tiny_model", "encode_chat_example"]
+
+WarmupExample = tuple[list[dict[str, str]], str]
+"""(chat messages, assistant response text): the response (+ eos) is the supervised target."""
+
+IGNORE_INDEX = -100
+
+
+def encode_chat_example(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], response: str
+) -> tuple[list[int], list[int]]:
+    """Token ids of one chat example: (prompt ids incl. the generation prompt, response ids + eos)."""
+    prompt_text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt = tokenizer.encode(prompt_text, add_special_tokens=False)
+    target = [*tokenizer.encode(response, add_special_tokens=False), tokenizer.eos_token_id]
+    return prompt, target
+
+
+def _make_config(tokenizer: PreTrainedTokenizerBase, *, hidden_size: int, num_layers: int, num_heads: int,
+                 num_kv_heads: int, intermediate_size: int) -> Qwen2Config:
+    if hidden_size % num_heads or num_heads % num_kv_heads:
+        raise StrategyError(
+            f"Expected hidden_size divisible by num_heads and num_heads by num_kv_heads, got "
+            f"hidden_size={hidden_size}, num_heads={num_heads}, num_kv_heads={num_kv_heads}; pick e.g. 128/4/2."
+        )
+    return Qwen2Config(
+        vocab_size=8 * math.ceil(len(tokenizer) / 8),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        architectures=["Qwen2ForCausalLM"],
+    )
+
+
+def _collate(batch: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    width = max(len(p) + len(r) for p, r in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (prompt, response) in enumerate(batch):
+        seq = prompt + response
+        ids[row, : len(seq)] = torch.tensor(seq)
+        labels[row, len(prompt) : len(seq)] = torch.tensor(response)
+        mask[row, : len(seq)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def _warmup(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerBase, examples: Sequence[WarmupExample], *,
+            steps: int, batch_size: int, lr: float, seed: int) -> float:
+    """Supervised format warm-up: loss on response tokens (+ eos) only; returns the last-50-step mean loss."""
+    encoded = [encode_chat_example(tokenizer, messages, response) for messages, response in examples]
+    gen = torch.Generator().manual_seed(seed + 1)
+    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    model.train()
+    recent: list[float] = []
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
+        idx = torch.randint(len(encoded), (batch_size,), generator=gen).tolist()
+        loss = model(**_collate([encoded[i] for i in idx], tokenizer.pad_token_id)).loss
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        sched.step()
+        recent = [*recent[-49:], float(loss)]
+        if step % 50 == 0 or step == steps:
+            print(f"[tiny-model warm-up] step {step}/{steps} loss {sum(recent) / len(recent):.4f} "
+                  f"({time.perf_counter() - start:.1f}s)", flush=True)
+    model.eval()
+    return sum(recent) / max(len(recent), 1)
+
+
+def build_tiny_model(
+    out_dir: Path,
+    *,
+    vocab_texts: list[str],
+    warmup_examples: Sequence[WarmupExample] = (),
+    seed: int = 0,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 256,
+    warmup_steps: int = 300,
+    warmup_batch_size: int = 64,
+    warmup_lr: float = 3e-3,
+) -> Path:
+    """Build tokenizer + seeded Qwen2 model (+ optional format warm-up) into `out_dir`; return `out_dir`.
+
+    Args:
+        out_dir: folder to write (created; existing files of the same names are overwritten).
+        vocab_texts: texts whose words join the vocabulary (the warm-up texts are added automatically).
+        warmup_examples: (chat messages, response text) pairs; empty -> no warm-up (random init only).
+        seed: seeds the weight init and the warm-up batch sampling; same seed -> same folder contents.
+    Writes:
+        config.json, generation_config.json, model.safetensors, tokenizer files, build_info.json.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    texts = list(vocab_texts)
+    for messages, response in warmup_examples:
+        texts.extend(m["content"] for m in messages)
+        texts.append(response)
+    tokenizer = build_tiny_tokenizer(texts)
+    config = _make_config(tokenizer, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                          num_kv_heads=num_kv_heads, intermediate_size=intermediate_size)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config).float().eval()
+    started = time.perf_counter()
+    final_loss = None
+    if warmup_examples and warmup_steps > 0:
+        final_loss = _warmup(model, tokenizer, warmup_examples, steps=warmup_steps,
+                             batch_size=warmup_batch_size, lr=warmup_lr, seed=seed)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True,
+        temperature=1.0, top_p=1.0, top_k=0,
+    )
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    info = {
+        "seed": seed, "vocab_size": len(tokenizer), "padded_vocab_size": config.vocab_size,
+        "hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
+        "num_kv_heads": num_kv_heads, "intermediate_size": intermediate_size,
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "warmup_examples": len(warmup_examples), "warmup_steps": warmup_steps if final_loss is not None else 0,
+        "warmup_batch_size": warmup_batch_size, "warmup_lr": warmup_lr, "final_warmup_loss": final_loss,
+        "warmup_seconds": round(time.perf_counter() - started, 2) if final_loss is not None else 0.0,
+    }
+    (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    return out_dir

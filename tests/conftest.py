@@ -1,0 +1,16 @@
+"""Shared fixtures of the cross-package tests: one local Ray instance per test session."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray instance without dashboard, shared by every `ray` test (ray.init costs 8-18 s)."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    yield ray
+    ray.shutdown()
