@@ -15,7 +15,6 @@ import time
 import numpy as np
 import pytest
 import torch
-
 from roll_algos import (
     AdvantageConfig,
     AdvantageInputs,
@@ -85,8 +84,10 @@ def test_bench_gae_vectorised_vs_loop(benchmark):
     vec_s = (time.perf_counter() - t0) / 5
     torch.testing.assert_close(out.advantages, slow, rtol=1e-4, atol=1e-4)
     rows, tokens = inp.response_mask.shape[0], int(inp.response_mask.sum())
-    print(f"\nGAE {rows} rows / {tokens} response tokens: loop {loop_s * 1e3:.1f} ms, "
-          f"vectorised {vec_s * 1e3:.2f} ms, speedup {loop_s / vec_s:.0f}x")
+    print(
+        f"\nGAE {rows} rows / {tokens} response tokens: loop {loop_s * 1e3:.1f} ms, "
+        f"vectorised {vec_s * 1e3:.2f} ms, speedup {loop_s / vec_s:.0f}x"
+    )
     benchmark.extra_info.update(loop_ms=loop_s * 1e3, vectorised_ms=vec_s * 1e3, speedup=loop_s / vec_s)
 
 
@@ -99,10 +100,12 @@ def test_bench_gigpo_100k_step_rows(benchmark):
     else:  # top up to exactly 100k rows with single-turn trajectories
         extra = multi_turn_rows(num_traj=100_000 - rows, max_turns=1, width=4, resp=2, seed=1)
         shift = {"trajectory_ids": 10**6, "group_ids": 10**6}
-        inp = AdvantageInputs(*(
-            None if a is None else torch.cat([a, b + shift[name] if name in shift else b])
-            for name, a, b in zip(AdvantageInputs._fields, inp, extra, strict=True)
-        ))
+        inp = AdvantageInputs(
+            *(
+                None if a is None else torch.cat([a, b + shift[name] if name in shift else b])
+                for name, a, b in zip(AdvantageInputs._fields, inp, extra, strict=True)
+            )
+        )
     assert inp.response_mask.shape[0] == 100_000
     cfg = AdvantageConfig(gamma=0.95)
     out = benchmark(compute_advantages, "gigpo", inp, cfg)
@@ -144,10 +147,12 @@ def test_bench_packing(benchmark, lengths):
     packed = benchmark(pack_sequences, seqs, capacity)
     naive = 1 - sum(lengths) / (len(lengths) * max(lengths))
     ffd_rows = len(pack_lengths(lengths, capacity, "ffd"))
-    print(f"\n{len(lengths)} rows, lengths {min(lengths)}..{max(lengths)} (mean {np.mean(lengths):.0f}); "
-          f"padding naive {naive:.1%}, packed into {packed.input_ids.shape[0]} x {capacity} "
-          f"{packed.padding_fraction:.1%} (bfd; ffd {ffd_rows} rows; lower bound "
-          f"{-(-sum(lengths) // capacity)} rows)")
+    print(
+        f"\n{len(lengths)} rows, lengths {min(lengths)}..{max(lengths)} (mean {np.mean(lengths):.0f}); "
+        f"padding naive {naive:.1%}, packed into {packed.input_ids.shape[0]} x {capacity} "
+        f"{packed.padding_fraction:.1%} (bfd; ffd {ffd_rows} rows; lower bound "
+        f"{-(-sum(lengths) // capacity)} rows)"
+    )
     benchmark.extra_info.update(naive_padding=naive, packed_padding=packed.padding_fraction)
 
 
@@ -155,10 +160,14 @@ def test_bench_dynamic_batching(benchmark, lengths):
     plan = benchmark(dynamic_micro_batches, lengths, 16384, 8)
     ranks = balance_partitions(lengths, 4, equal_size=False)
     loads = [sum(lengths[i] for i in r) for r in ranks]
-    print(f"\ndynamic micro-batches (16384 tokens, pad to 8): {len(plan.micro_batches)} micro-batches, "
-          f"padding naive {plan.naive_padding_fraction:.1%} -> dynamic {plan.padding_fraction:.1%}, "
-          f"removed_padding_ratio {plan.removed_padding_ratio:.1%}; "
-          f"4-rank Karmarkar-Karp loads {min(loads)}..{max(loads)} tokens")
+    print(
+        f"\ndynamic micro-batches (16384 tokens, pad to 8): {len(plan.micro_batches)} micro-batches, "
+        f"padding naive {plan.naive_padding_fraction:.1%} -> dynamic {plan.padding_fraction:.1%}, "
+        f"removed_padding_ratio {plan.removed_padding_ratio:.1%}; "
+        f"4-rank Karmarkar-Karp loads {min(loads)}..{max(loads)} tokens"
+    )
     assert plan.padding_fraction < plan.naive_padding_fraction
     assert max(loads) - min(loads) <= max(lengths)
-    benchmark.extra_info.update(dynamic_padding=plan.padding_fraction, naive_padding=plan.naive_padding_fraction)
+    benchmark.extra_info.update(
+        dynamic_padding=plan.padding_fraction, naive_padding=plan.naive_padding_fraction
+    )

@@ -8,6 +8,9 @@ import pytest
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray instance without dashboard, shared by every `ray` test (ray.init costs 8-18 s)."""
+    from roll_pipeline.cluster import disable_uv_runtime_env
+
+    disable_uv_runtime_env()  # before ray is imported
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from roll_algos import log_probs_from_logits, pack_sequences, packed_attention_mask, unpack
 
 transformers = pytest.importorskip("transformers")

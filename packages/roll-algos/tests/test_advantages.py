@@ -326,3 +326,27 @@ def test_float32_inputs_stay_float32(make_rows):
     inp = make_rows(3, dtype=torch.float32)
     for name in AdvantageEstimator:
         assert compute_advantages(name, inp).advantages.dtype == torch.float32
+
+
+def test_reinforce_plus_plus_hand_computed():
+    # one trajectory of two rows (one response token each), rewards 0 then 1, gamma 0.5, no KL:
+    # returns 0.5, 1 ; batch mean 0.75, unbiased std sqrt(0.125) -> advantages -+ 0.25 / 0.35355
+    inp = rows_of([1.0], [0], width=2, resp=(1, 2), steps=[2])
+    inp = inp._replace(token_rewards=torch.tensor([[0.0, 0.0], [0.0, 1.0]]))
+    out = compute_advantages("reinforce_plus_plus", inp, AdvantageConfig(gamma=0.5, epsilon=0.0))
+    assert out.returns[:, 1].tolist() == pytest.approx([0.5, 1.0])
+    assert out.advantages[:, 1].tolist() == pytest.approx([-0.25 / math.sqrt(0.125), 0.25 / math.sqrt(0.125)])
+    # with KL: log-ratio x = old - ref = 1 on both tokens -> k3 = e^-1 + 1 - 1 = 0.3679; beta 0.1
+    inp = inp._replace(old_log_probs=torch.zeros(2, 2), ref_log_probs=-torch.ones(2, 2))
+    out = compute_advantages("reinforce_plus_plus", inp, AdvantageConfig(kl_coef=0.1, norm_mode="none"))
+    k3 = math.exp(-1)
+    assert out.returns[:, 1].tolist() == pytest.approx([1 - 2 * 0.1 * k3, 1 - 0.1 * k3])
+
+
+def test_step_reinforce_hand_computed():
+    # group 0: trajectory 0 with step rewards (1, 1), trajectory 1 with (0,); gamma 1:
+    # step returns 2, 1, 0 -> mean 1, unbiased std 1 -> 1, 0, -1
+    inp = rows_of([2.0, 0.0], [0, 0], steps=[2, 1])._replace(step_rewards=torch.tensor([1.0, 1.0, 0.0]))
+    out = compute_advantages("step_reinforce", inp, AdvantageConfig(epsilon=0.0))
+    assert out.advantages[:, 1].tolist() == pytest.approx([1.0, 0.0, -1.0])
+    assert out.returns[:, 1].tolist() == pytest.approx([2.0, 1.0, 0.0])

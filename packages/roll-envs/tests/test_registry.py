@@ -146,3 +146,28 @@ def test_entry_point_plugins_are_loaded(monkeypatch):
     finally:
         registry._REGISTRY.pop("fake_plugin_env", None)
         registry._plugin_errors.clear()
+
+
+def test_builtins_are_registered_with_gymnasium():
+    import gymnasium
+    from roll_envs.builtins import BUILTINS, GYM_NAMESPACE
+
+    names = [b.gym_name for b in BUILTINS if b.gym_name]
+    assert {
+        "FrozenLake",
+        "SimpleSokoban",
+        "LargerSokoban",
+        "SokobanDifferentGridVocab",
+        "WebShopLite",
+    } <= set(names)
+    for name in names:
+        env = gymnasium.make(f"{GYM_NAMESPACE}/{name}-v0")
+        obs, info = env.reset(seed=1)
+        assert env.observation_space.contains(obs) and "success" in info
+        obs, *_ = env.step(f"<answer>{env.unwrapped.valid_actions[0]}</answer>")
+        assert env.observation_space.contains(obs)
+        env.close()
+    vec = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("roll_envs/SimpleSokoban-v0")] * 3)
+    obs, _ = vec.reset(seed=[0, 1, 2])
+    assert len(set(obs)) == 3
+    vec.close()

@@ -9,6 +9,7 @@
 from roll_envs.base import ActionOutcome, BaseEnv
 from roll_envs.baselines import frozen_lake_baselines
 from roll_envs.builtins import register_builtins
+from roll_envs.checker import check_env
 from roll_envs.config import EnvConfig
 from roll_envs.errors import (
     CheckEnvError,
@@ -18,9 +19,14 @@ from roll_envs.errors import (
     RollEnvsError,
     UnknownEnvError,
 )
+from roll_envs.frames import grid_frame, replay_to_gif, save_gif, text_frame
 from roll_envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv
+from roll_envs.gym_adapter import GymAdapterConfig, GymAdapterEnv
+from roll_envs.metrics import aggregate_metrics
 from roll_envs.parsing import ParsedTurn, extract_answer, parse_turn
-from roll_envs.registry import ENTRY_POINT_GROUP, EnvSpec, list_envs, make, register, spec
+from roll_envs.registry import ENTRY_POINT_GROUP, EnvSpec, list_envs, load_plugins, make, register, spec
+from roll_envs.sokoban import SokobanConfig, SokobanEnv
+from roll_envs.webshop import WebShopLiteConfig, WebShopLiteEnv
 
 __version__ = "0.1.0"
 
@@ -36,17 +42,30 @@ __all__ = [
     "EnvSpec",
     "FrozenLakeConfig",
     "FrozenLakeEnv",
+    "GymAdapterConfig",
+    "GymAdapterEnv",
     "ParsedTurn",
     "RegistrationError",
     "ResetNeeded",
     "RollEnvsError",
+    "SokobanConfig",
+    "SokobanEnv",
     "UnknownEnvError",
+    "WebShopLiteConfig",
+    "WebShopLiteEnv",
     "__version__",
+    "aggregate_metrics",
+    "check_env",
     "extract_answer",
     "frozen_lake_baselines",
+    "grid_frame",
     "list_envs",
+    "load_plugins",
     "make",
     "parse_turn",
     "register",
+    "replay_to_gif",
+    "save_gif",
     "spec",
+    "text_frame",
 ]

@@ -7,10 +7,12 @@ from typing import Any
 
 import gymnasium
 
+from roll_envs.gym_adapter import latest_gym_id
 from roll_envs.registry import register
 from roll_envs.sokoban.env import ALTERNATIVE_GRID
 
 _SOKOBAN = "roll_envs.sokoban.env:SokobanEnv"
+_ADAPTER = "roll_envs.gym_adapter:GymAdapterEnv"
 
 GYM_NAMESPACE = "roll_envs"
 """Gymnasium namespace of the built-ins: `gymnasium.make("roll_envs/FrozenLake-v0")`."""
@@ -18,7 +20,7 @@ GYM_NAMESPACE = "roll_envs"
 
 @dataclass(frozen=True)
 class Builtin:
-    """One built-in registration: roll id, Gymnasium name, entry point, default config, description."""
+    """One built-in registration: roll id, Gymnasium name ('' = not registered there), entry point, defaults."""
 
     id: str
     gym_name: str
@@ -29,6 +31,7 @@ class Builtin:
 
 _FROZEN_LAKE = "roll_envs.frozen_lake:FrozenLakeEnv"
 _SOKOBAN = "roll_envs.sokoban.env:SokobanEnv"
+_ADAPTER = "roll_envs.gym_adapter:GymAdapterEnv"
 
 # fmt: off
 BUILTINS: tuple[Builtin, ...] = (
@@ -39,6 +42,12 @@ BUILTINS: tuple[Builtin, ...] = (
             "Sokoban, 8x8 room, 2 boxes"),
     Builtin("sokoban_different_grid_vocab", "SokobanDifferentGridVocab", _SOKOBAN,
             {"grid_vocab": dict(ALTERNATIVE_GRID)}, "Sokoban 6x6, 1 box, drawn with other symbols"),
+    Builtin("webshop_lite", "WebShopLite", "roll_envs.webshop.env:WebShopLiteEnv", {},
+            "WebShop-style shopping over a generated catalogue (not the original WebShop)"),
+    Builtin("cliff_walking", "", _ADAPTER, {"gym_id": latest_gym_id("CliffWalking")},
+            "Gymnasium CliffWalking through the text adapter"),
+    Builtin("taxi", "", _ADAPTER, {"gym_id": latest_gym_id("Taxi")}, "Gymnasium Taxi through the text adapter"),
+    Builtin("gym_adapter", "", _ADAPTER, {}, "any Gymnasium env with discrete actions (set gym_id)"),
 )
 # fmt: on
 """Every built-in env."""
@@ -49,5 +58,5 @@ def register_builtins() -> None:
     for b in BUILTINS:
         register(b.id, b.entry_point, defaults=b.defaults, description=b.description, override=True)
         gym_id = f"{GYM_NAMESPACE}/{b.gym_name}-v0"
-        if gym_id not in gymnasium.registry:
+        if b.gym_name and gym_id not in gymnasium.registry:
             gymnasium.register(gym_id, entry_point=b.entry_point, kwargs=dict(b.defaults))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,3 +67,24 @@ def save_gif(frames: Iterable[np.ndarray], path: str | Path, fps: float = 2.0) -
     duration = max(int(1000 / max(fps, 0.01)), 20)
     images[0].save(target, save_all=True, append_images=images[1:], duration=duration, loop=0)
     return target
+
+
+def replay_to_gif(env: Any, seed: int, responses: Sequence[str], path: str | Path, fps: float = 2.0) -> Path:
+    """Replay an episode (its seed and the model's raw turns) on `env` and save its frames as a GIF.
+
+    Envs are deterministic under a seed, so a trajectory recorded anywhere can be drawn here
+    from its seed and responses alone; the replay stops where the episode ended.
+    """
+    env.reset(seed=seed)
+    frames = [env.render("rgb_array")]
+    for text in responses:
+        _, _, terminated, truncated, _ = env.step(text)
+        frames.append(env.render("rgb_array"))
+        if terminated or truncated:
+            break
+    return save_gif(frames, path, fps)
+
+
+def observations_to_gif(observations: Sequence[str], path: str | Path, fps: float = 2.0) -> Path:
+    """Save text observations as a GIF of drawn text (for envs without a graphical frame)."""
+    return save_gif([text_frame(o) for o in observations], path, fps)

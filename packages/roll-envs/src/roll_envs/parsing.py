@@ -101,6 +101,17 @@ def normalize_action(token: str) -> str:
     return _SPACES.sub(" ", token).strip(_EDGE_PUNCTUATION).lower()
 
 
+class VocabularyMatcher:
+    """A case-insensitive `ActionMatcher` over a fixed vocabulary, returning the canonical spelling (picklable)."""
+
+    def __init__(self, vocabulary: Iterable[str]) -> None:
+        self.table = {normalize_action(name): name for name in vocabulary}
+
+    def __call__(self, token: str) -> str | None:
+        """The canonical action `token` names, or None."""
+        return self.table.get(normalize_action(token))
+
+
 def make_action_matcher(vocabulary: Iterable[str]) -> ActionMatcher:
     """A case-insensitive matcher over a fixed action vocabulary, returning the canonical spelling.
 
@@ -108,12 +119,7 @@ def make_action_matcher(vocabulary: Iterable[str]) -> ActionMatcher:
     >>> match("  LEFT "), match("jump")
     ('Left', None)
     """
-    table = {normalize_action(name): name for name in vocabulary}
-
-    def match(token: str) -> str | None:
-        return table.get(normalize_action(token))
-
-    return match
+    return VocabularyMatcher(vocabulary)
 
 
 def parse_turn(text: object, match: ActionMatcher | Iterable[str], max_actions: int = 1) -> ParsedTurn:

@@ -51,10 +51,11 @@ def baselines(argv: list[str]) -> int:
     """Print FrozenLake's reference baselines (random policy, best fixed move sequence)."""
     parser = argparse.ArgumentParser(prog="roll baselines")
     parser.add_argument("--episodes", type=int, default=1000)
+    parser.add_argument("--max-steps", type=int, default=None, help="moves per episode (default: the env's)")
     args = parser.parse_args(argv)
     from roll_pipeline.report import frozen_lake_baselines
 
-    for name, value in frozen_lake_baselines(args.episodes).items():
+    for name, value in frozen_lake_baselines(args.episodes, args.max_steps).items():
         print(f"{name:>28}: {value:.3f}")
     return 0
 

@@ -22,7 +22,7 @@ class Cluster(Protocol):
         """Create a worker of `cls`; return a handle."""
         ...
 
-    def call(self, handle: Any, method: str, *args: Any) -> Awaitable[Any]:
+    def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """Call `method` on the worker; await the result. An argument may be another call's
         un-awaited result: it is resolved where the worker runs (no round trip through the driver)."""
         ...
@@ -48,19 +48,19 @@ class LocalCluster:
         self._workers.append(worker)
         return worker
 
-    def call(self, handle: Any, method: str, *args: Any) -> Awaitable[Any]:
+    def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """Await the method (coroutine methods directly, others in a worker thread).
 
         Awaitable arguments (results of other `call`s) are awaited first, as Ray resolves ObjectRefs.
         """
-        return self._call(getattr(handle, method), args)
+        return self._call(getattr(handle, method), args, kwargs)
 
     @staticmethod
-    async def _call(fn: Any, args: tuple[Any, ...]) -> Any:
+    async def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         args = tuple([await a if inspect.isawaitable(a) else a for a in args])
         if inspect.iscoroutinefunction(fn):
-            return await fn(*args)
-        return await asyncio.to_thread(fn, *args)
+            return await fn(*args, **kwargs)
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
     def remote_method(self, handle: Any, method: str) -> Any:
         """The bound method itself (coroutine methods are awaitable when called)."""
@@ -87,6 +87,7 @@ class RayCluster:
     """Workers are Ray actors; `address=None` starts a local Ray instance without the dashboard."""
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+        disable_uv_runtime_env()  # read when ray is first imported
         import ray
 
         self._ray = ray
@@ -106,9 +107,9 @@ class RayCluster:
         self._actors.append(actor)
         return actor
 
-    def call(self, handle: Any, method: str, *args: Any) -> Awaitable[Any]:
+    def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """An ObjectRef is awaitable."""
-        return getattr(handle, method).remote(*args)
+        return getattr(handle, method).remote(*args, **kwargs)
 
     def remote_method(self, handle: Any, method: str) -> Any:
         """A picklable callable other actors use to call `method` on `handle`."""
@@ -130,6 +131,15 @@ class _RayMethod:
 
     def __call__(self, *args: Any) -> Any:
         return getattr(self._handle, self._method).remote(*args)
+
+
+def disable_uv_runtime_env() -> None:
+    """Keep Ray workers on this interpreter and environment.
+
+    Under `uv run`, Ray would otherwise package the working folder and build a fresh environment per
+    worker with `uv run` (slow, and a second copy of every dependency).
+    """
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
 def make_cluster(backend: str, address: str | None = None, num_cpus: int | None = None) -> Cluster:

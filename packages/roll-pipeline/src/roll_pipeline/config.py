@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from roll_pipeline.models import TINY_FROZEN_LAKE_INSTRUCTION
+
 AdvEstimatorName = Literal[
     "grpo", "reinforce", "gae", "reinforce_plus_plus", "gigpo", "step_reinforce", "agentic_reinforce"
 ]
@@ -108,6 +110,7 @@ class CustomEnvConfig(StrictModel):
     max_actions_per_traj: int = Field(8, ge=1, description="agent turns per episode")
     max_tokens_per_step: int = Field(16, ge=1, description="new tokens per turn")
     max_history_turns: int | None = Field(0, ge=0, description="earlier turns kept in the prompt; null = all")
+    env_instruction: str | None = Field(None, description="system prompt; null = the env's own instruction")
     env_config: dict[str, Any] = Field(default_factory=dict, description="keyword config of the env (validated by the env)")
 
 
@@ -172,7 +175,8 @@ class AgenticConfig(StrictModel):
     train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig, description="training envs")
     val_env_manager: EnvManagerConfig = Field(default_factory=_default_val_envs, description="validation envs (greedy)")
     custom_envs: dict[str, CustomEnvConfig] = Field(
-        default_factory=lambda: {"FrozenLake": CustomEnvConfig()}, description="env tags and their env types and limits"
+        default_factory=lambda: {"FrozenLake": CustomEnvConfig(env_instruction=TINY_FROZEN_LAKE_INSTRUCTION)},
+        description="env tags and their env types and limits",
     )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="where workers run")
     render_save_dir: str | None = Field(None, description="save validation episodes as GIFs here")

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BUILD_VERSION = 1
+BUILD_VERSION = 2
+
+TINY_FROZEN_LAKE_INSTRUCTION = (
+    "You are on a frozen lake. P is you, G is the goal, O is a hole. Answer with one move: "
+    "<answer>Left</answer>, Down, Right or Up."
+)
+"""The short system prompt of the tiny FrozenLake setup (the env's own is about 90 tokens; a shorter
+prompt makes every forward pass of the CPU run ~2x cheaper, and a tiny model reads no English anyway)."""
 
 
 @dataclass(frozen=True)
@@ -30,13 +37,14 @@ class TinyModelSpec:
 
     env_type: str
     env_config: dict[str, Any] = field(default_factory=dict)
+    instruction: str | None = None  # None: the env's own
     warmup_steps: int = 300
     warmup_examples: int = 4000
     seed: int = 0
 
 
 BUILTIN_MODELS: dict[str, TinyModelSpec] = {
-    "tiny-frozen-lake": TinyModelSpec(env_type="frozen_lake"),
+    "tiny-frozen-lake": TinyModelSpec(env_type="frozen_lake", instruction=TINY_FROZEN_LAKE_INSTRUCTION),
 }
 
 
@@ -65,7 +73,7 @@ def resolve_pretrain(pretrain: str, seed: int = 0) -> Path | str:
 
 
 def _build(spec: TinyModelSpec, target: Path) -> None:
-    from roll_strategies import build_tiny_model
+    from roll_strategies.tiny_model import build_tiny_model
 
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -108,11 +116,12 @@ def format_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str, str
     rng = random.Random(spec.seed)
     env = roll_envs.make(spec.env_type, **spec.env_config)
     actions = list(env.valid_actions)
+    instruction = env.instruction if spec.instruction is None else spec.instruction
     examples: list[tuple[list[dict[str, str]], str]] = []
     while len(examples) < spec.warmup_examples:
         obs, _ = env.reset(seed=rng.randrange(0, 10**8))
         for _ in range(rng.randint(1, 4)):
-            messages = [{"role": "system", "content": env.instruction}, {"role": "user", "content": obs}]
+            messages = [{"role": "system", "content": instruction}, {"role": "user", "content": obs}]
             examples.append((messages, f"<answer>{rng.choice(actions)}</answer>"))
             obs, _, terminated, truncated, _ = env.step(f"<answer>{rng.choice(actions)}</answer>")
             if terminated or truncated:

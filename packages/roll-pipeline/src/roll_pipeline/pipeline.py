@@ -87,8 +87,8 @@ class AgenticPipeline:
         if cfg.use_kl_loss and cfg.kl_loss_coef > 0 or cfg.init_kl_coef > 0:
             device, gpus = self._placement(cfg.reference.device_mapping)
             self.reference = self.cluster.spawn(
-                ReferenceWorker, path, name="reference", num_cpus=0, num_gpus=gpus, device=device, dtype=cfg.reference.model_args.dtype,
-                seed=cfg.seed, num_threads=cfg.reference.num_threads,
+                ReferenceWorker, path, name="reference", num_cpus=0, num_gpus=gpus, device=device,
+                dtype=cfg.reference.model_args.dtype, num_threads=cfg.reference.num_threads,
             )
         policy = RemotePolicy(self.cluster.remote_method(self.policy_server, "generate"))
         gen = cfg.actor_infer.generating_args
@@ -124,7 +124,7 @@ class AgenticPipeline:
                 tag = layout.tag_of_group(env_id // layout.group_size)
                 env = cfg.custom_envs[tag]
                 slots.append(EnvSlotSpec(env_id, tag, env.env_type, dict(env.env_config), env.max_actions_per_traj,
-                                         env.max_history_turns, cfg.sequence_length))
+                                         env.max_history_turns, cfg.sequence_length, env.env_instruction))
             handle = self.cluster.spawn(EnvWorker, slots, self.tokenizer, policy, name=f"{name}_env_{w}", num_cpus=0)
             workers.append(self.cluster.remote_method(handle, "run_episodes"))
         return RolloutScheduler(layout, workers, sampling, seed=seed)
@@ -239,8 +239,9 @@ class AgenticPipeline:
                     mb = {k: v[sub] for k, v in fields.items()}
                     mb["loss_scale"] = torch.tensor(len(sub) / len(idx))
                     mbs.append(_trim_padding(mb))
-                collected.append(await self.cluster.call(self.actor_train, "train_step", mbs, loss_fn, True))
-        return {k: _mean([m[k] for m in collected if k in m]) for k in collected[-1]}
+                collected.append(await self.cluster.call(self.actor_train, "train_step", mbs, loss_fn, with_entropy=True))
+        merged = {k: _mean([m[k] for m in collected if k in m]) for k in collected[-1]}
+        return {(k if "/" in k else f"actor/{k}"): v for k, v in merged.items()}
 
     async def _sync_weights(self) -> None:
         weights = self.cluster.call(self.actor_train, "export_weights")  # not awaited: passed worker to worker

@@ -5,11 +5,18 @@ from __future__ import annotations
 from roll_pipeline.config import AgenticConfig
 
 
-def frozen_lake_baselines(episodes: int = 1000) -> dict[str, float]:
+def frozen_lake_baselines(episodes: int = 1000, max_steps: int | None = None) -> dict[str, float]:
     """Success of a uniform random policy and of the best board-blind fixed move sequence."""
     from roll_envs.baselines import frozen_lake_baselines as compute
 
-    return compute(episodes)
+    return compute(episodes, max_steps=max_steps)
+
+
+def frozen_lake_turn_cap(config: AgenticConfig) -> int | None:
+    """Moves an episode may take: the smaller of the env's max_steps and max_actions_per_traj."""
+    caps = [min(e.max_actions_per_traj, int(e.env_config.get("max_steps", 10**9)))
+            for e in config.custom_envs.values() if e.env_type == "frozen_lake"]
+    return min(caps) if caps else None
 
 
 def print_run_header(config: AgenticConfig) -> None:
@@ -21,7 +28,7 @@ def print_run_header(config: AgenticConfig) -> None:
           f"backend {config.cluster.backend}")
     if config.print_baselines and any(e.env_type == "frozen_lake" for e in config.custom_envs.values()):
         try:
-            base = frozen_lake_baselines()
+            base = frozen_lake_baselines(max_steps=frozen_lake_turn_cap(config))
         except Exception as exc:  # baselines are a courtesy; never block a run on them
             print(f"[roll] (baselines unavailable: {exc})")
             return

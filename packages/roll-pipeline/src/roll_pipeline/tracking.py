@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 STDOUT_KEYS = (
-    "env/", "val/score/mean", "critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/kl_loss",
+    "env/", "val/env/", "val/score/mean", "critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/kl_loss",
     "time/step_total",
 )
 

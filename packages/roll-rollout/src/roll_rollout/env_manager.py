@@ -8,6 +8,7 @@ exception never escapes into the rollout, so one broken env cannot abort a whole
 from __future__ import annotations
 
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,19 +86,31 @@ class TrajEnvManager:
                 break
         else:
             traj.truncated = True
-        traj.metrics = _episode_metrics(traj, metric_log)
+        traj.metrics = _episode_metrics(traj, metric_log, getattr(self.env, "metric_aggregation", {}))
 
     def close(self) -> None:
         """Close the env."""
         self.env.close()
 
 
-def _episode_metrics(traj: Trajectory, step_metrics: list[dict[str, float]]) -> dict[str, float]:
-    """Per-episode metrics: the env's own (mean over steps) plus the manager's."""
+_AGGREGATORS: dict[str, Any] = {
+    "mean": lambda v: sum(v) / len(v),
+    "sum": sum,
+    "last": lambda v: v[-1],
+    "max": max,
+    "min": min,
+}
+
+
+def _episode_metrics(
+    traj: Trajectory, step_metrics: list[dict[str, float]], aggregation: Mapping[str, str]
+) -> dict[str, float]:
+    """Per-episode metrics: the env's own, each aggregated as the env declares (default mean),
+    then the manager's (success, num_actions, validity rates, score, response length)."""
     out: dict[str, float] = {}
     for name in {k for m in step_metrics for k in m}:
         values = [m[name] for m in step_metrics if name in m]
-        out[name] = sum(values) / len(values)
+        out[name] = float(_AGGREGATORS[aggregation.get(name, "mean")](values))
     turns = traj.turns
     out.update(
         {

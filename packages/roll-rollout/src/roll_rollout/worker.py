@@ -31,6 +31,7 @@ class EnvSlotSpec:
     max_turns: int = 10
     max_history_turns: int | None = 0
     max_context_tokens: int = 2048
+    instruction: str | None = None  # None: the env's own `instruction`
 
 
 def encode_jobs(jobs: Sequence[EpisodeJob]) -> bytes:
@@ -68,7 +69,8 @@ class EnvWorker:
         self.managers: dict[int, TrajEnvManager] = {}
         for slot in slots:
             env = env_factory(slot.env_type, dict(slot.env_config))
-            prompts = PromptBuilder(tokenizer, env.instruction, slot.max_history_turns)
+            instruction = env.instruction if slot.instruction is None else slot.instruction
+            prompts = PromptBuilder(tokenizer, instruction, slot.max_history_turns)
             self.managers[slot.env_id] = TrajEnvManager(
                 env, slot.tag, prompts, slot.max_turns, slot.max_context_tokens
             )

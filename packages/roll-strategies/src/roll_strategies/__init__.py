@@ -1,4 +1,50 @@
-"""roll-strategies: Training and inference backends (HF, DeepSpeed, vLLM) and weight sync."""
+"""roll-strategies: training and inference backends (HF on CPU/GPU; DeepSpeed, vLLM later) and weight sync.
+
+Everything here is importable without ray, vllm or deepspeed. The tiny offline model the embedded
+configs train is built by `build_tiny_model` (CLI: `uv run python tools/build_tiny_model.py --out DIR`).
+"""
+
+from roll_strategies.errors import CheckpointError, ModelNotFoundError, StrategyError, WeightSyncError
+from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
+from roll_strategies.hf_train import HFTrainStrategy, LossFn
+from roll_strategies.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
+from roll_strategies.protocols import InferStrategy, TrainStrategy
+from roll_strategies.tiny_model import (
+    TINY_MODEL_FORMAT_VERSION,
+    WarmupExample,
+    build_tiny_model,
+    encode_chat_example,
+)
+from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
+from roll_strategies.weights import export_named_weights, load_named_weights
+from roll_strategies.workers import ActorInferWorker, ActorTrainWorker, ReferenceWorker
 
 __version__ = "0.1.0"
-__all__: list[str] = ["__version__"]
+
+__all__ = [
+    "TINY_MODEL_FORMAT_VERSION",
+    "ActorInferWorker",
+    "ActorTrainWorker",
+    "CheckpointError",
+    "GenerationOutput",
+    "GenerationParams",
+    "HFInferStrategy",
+    "HFTrainStrategy",
+    "InferStrategy",
+    "LossFn",
+    "ModelNotFoundError",
+    "ReferenceWorker",
+    "StrategyError",
+    "TrainStrategy",
+    "WarmupExample",
+    "WeightSyncError",
+    "__version__",
+    "batched_log_probs",
+    "build_tiny_model",
+    "build_tiny_tokenizer",
+    "encode_chat_example",
+    "export_named_weights",
+    "load_named_weights",
+    "position_ids_from_mask",
+    "token_log_probs",
+]

@@ -21,12 +21,15 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen2Config,
 from roll_strategies.errors import StrategyError
 from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
 
-__all__ = ["WarmupExample", "build_tiny_model", "encode_chat_example"]
+__all__ = ["TINY_MODEL_FORMAT_VERSION", "WarmupExample", "build_tiny_model", "encode_chat_example"]
 
 WarmupExample = tuple[list[dict[str, str]], str]
 """(chat messages, assistant response text): the response (+ eos) is the supervised target."""
 
 IGNORE_INDEX = -100
+
+TINY_MODEL_FORMAT_VERSION = 2
+"""Bumped whenever the same arguments would build a different folder (2: byte-level BPE tokenizer); key caches on it."""
 
 
 def encode_chat_example(
@@ -39,8 +42,15 @@ def encode_chat_example(
     return prompt, target
 
 
-def _make_config(tokenizer: PreTrainedTokenizerBase, *, hidden_size: int, num_layers: int, num_heads: int,
-                 num_kv_heads: int, intermediate_size: int) -> Qwen2Config:
+def _make_config(
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    intermediate_size: int,
+) -> Qwen2Config:
     if hidden_size % num_heads or num_heads % num_kv_heads:
         raise StrategyError(
             f"Expected hidden_size divisible by num_heads and num_heads by num_kv_heads, got "
@@ -76,13 +86,23 @@ def _collate(batch: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str,
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def _warmup(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerBase, examples: Sequence[WarmupExample], *,
-            steps: int, batch_size: int, lr: float, seed: int) -> float:
+def _warmup(
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[WarmupExample],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+) -> float:
     """Supervised format warm-up: loss on response tokens (+ eos) only; returns the last-50-step mean loss."""
     encoded = [encode_chat_example(tokenizer, messages, response) for messages, response in examples]
     gen = torch.Generator().manual_seed(seed + 1)
     optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        optim, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / steps))
+    )
     model.train()
     recent: list[float] = []
     start = time.perf_counter()
@@ -94,10 +114,13 @@ def _warmup(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerBase, example
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
         sched.step()
-        recent = [*recent[-49:], float(loss)]
+        recent = [*recent[-49:], loss.item()]
         if step % 50 == 0 or step == steps:
-            print(f"[tiny-model warm-up] step {step}/{steps} loss {sum(recent) / len(recent):.4f} "
-                  f"({time.perf_counter() - start:.1f}s)", flush=True)
+            print(
+                f"[tiny-model warm-up] step {step}/{steps} loss {sum(recent) / len(recent):.4f} "
+                f"({time.perf_counter() - start:.1f}s)",
+                flush=True,
+            )
     model.eval()
     return sum(recent) / max(len(recent), 1)
 
@@ -134,28 +157,54 @@ def build_tiny_model(
         texts.extend(m["content"] for m in messages)
         texts.append(response)
     tokenizer = build_tiny_tokenizer(texts)
-    config = _make_config(tokenizer, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
-                          num_kv_heads=num_kv_heads, intermediate_size=intermediate_size)
+    config = _make_config(
+        tokenizer,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        intermediate_size=intermediate_size,
+    )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).float().eval()
     started = time.perf_counter()
     final_loss = None
     if warmup_examples and warmup_steps > 0:
-        final_loss = _warmup(model, tokenizer, warmup_examples, steps=warmup_steps,
-                             batch_size=warmup_batch_size, lr=warmup_lr, seed=seed)
+        final_loss = _warmup(
+            model,
+            tokenizer,
+            warmup_examples,
+            steps=warmup_steps,
+            batch_size=warmup_batch_size,
+            lr=warmup_lr,
+            seed=seed,
+        )
     model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True,
-        temperature=1.0, top_p=1.0, top_k=0,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
     )
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     info = {
-        "seed": seed, "vocab_size": len(tokenizer), "padded_vocab_size": config.vocab_size,
-        "hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
-        "num_kv_heads": num_kv_heads, "intermediate_size": intermediate_size,
+        "format_version": TINY_MODEL_FORMAT_VERSION,
+        "seed": seed,
+        "vocab_size": len(tokenizer),
+        "padded_vocab_size": config.vocab_size,
+        "hidden_size": hidden_size,
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "num_kv_heads": num_kv_heads,
+        "intermediate_size": intermediate_size,
         "num_parameters": sum(p.numel() for p in model.parameters()),
-        "warmup_examples": len(warmup_examples), "warmup_steps": warmup_steps if final_loss is not None else 0,
-        "warmup_batch_size": warmup_batch_size, "warmup_lr": warmup_lr, "final_warmup_loss": final_loss,
+        "warmup_examples": len(warmup_examples),
+        "warmup_steps": warmup_steps if final_loss is not None else 0,
+        "warmup_batch_size": warmup_batch_size,
+        "warmup_lr": warmup_lr,
+        "final_warmup_loss": final_loss,
         "warmup_seconds": round(time.perf_counter() - started, 2) if final_loss is not None else 0.0,
     }
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")

@@ -1,18 +1,28 @@
-"""A deterministic word-level tokenizer for the tiny offline model (no hub, no training data needed).
+"""A deterministic byte-level BPE tokenizer for the tiny offline model (no hub, no data set needed).
 
-Vocabulary, in id order: special tokens, answer/think tags, the newline, then (sorted) every printable
-ASCII character, a few grid symbols, and every piece the pre-tokenizer finds in the caller's texts.
-Spaces are dropped when encoding; decoding puts one space between tokens and none around newlines, so
-``encode(decode(ids)) == ids`` for any ids without ``<unk>``.
+Why byte-level BPE and not a plain word-level vocabulary: transformers 5 loads every `model_type:
+qwen2` folder through `Qwen2Tokenizer`, which rebuilds a byte-level BPE pipeline (NFC, Qwen's split
+regex, ByteLevel) from the saved vocab and merges, so only a tokenizer of that shape survives
+`AutoTokenizer.from_pretrained`. Within that shape the vocabulary behaves like a word-level one:
+
+- ids 0..7: `<|endoftext|>` (pad), `<unk>`, `<|im_start|>`, `<|im_end|>` (eos), then the added,
+  non-special tags `<answer>`, `</answer>`, `<think>`, `</think>` (decode keeps them);
+- all 256 byte symbols, so any text encodes (no `<unk>` is ever produced) and decodes exactly,
+  newlines and spaces included;
+- BPE merges learnt (deterministically) from every word of the shape `[A-Z]?[a-z]+` in the caller's
+  texts, with and without a leading space, and from the grid symbols: "Left" and " Left" are one token
+  each, while a grid row like "_PGO" stays "_", "P", "G", "O" (no merges join two capitals or digits).
 """
 
 from __future__ import annotations
 
-import string
+import json
+import re
 from collections.abc import Iterable
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerBase
+from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -32,10 +42,8 @@ EOS_TOKEN = "<|im_end|>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, UNK_TOKEN, BOS_CHAT_TOKEN, EOS_TOKEN)
 TAG_TOKENS: tuple[str, ...] = ("<answer>", "</answer>", "<think>", "</think>")
 GRID_SYMBOLS: tuple[str, ...] = ("√", "■", "□", "●", "○", "·", "█", "░", "▲", "▼", "◀", "▶", "×")
-ROLE_WORDS: tuple[str, ...] = ("system", "user", "assistant")
-
-# Chat tokens and tags; words like "Left" / "left"; single digits; newline; any other non-space char.
-PIECE_PATTERN = r"<\|[a-z_]+\|>|</?(?:answer|think)>|[A-Z]?[a-z]+|\d|\n|\S"
+BASE_WORDS: tuple[str, ...] = ("system", "user", "assistant", "answer", "think")
+WORD_PATTERN = re.compile(r"[A-Z]?[a-z]+")
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -45,58 +53,64 @@ CHAT_TEMPLATE = (
 )
 
 
-def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
-    return pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r"[^\S\n]+"), behavior="removed"),  # drop spaces, keep "\n"
-            pre_tokenizers.Split(Regex(PIECE_PATTERN), behavior="isolated"),
-        ]
-    )
-
-
-def _decoder() -> decoders.Decoder:
-    # A space before every token except "\n", fused, then no space right after a newline or at the start.
-    return decoders.Sequence(
-        [
-            decoders.Replace(Regex("^(?!\n)"), " "),
-            decoders.Fuse(),
-            decoders.Replace("\n ", "\n"),
-            decoders.Strip(" ", 1, 0),
-        ]
-    )
-
-
-def _vocabulary(vocab_texts: Iterable[str]) -> list[str]:
-    head = [*SPECIAL_TOKENS, *TAG_TOKENS, "\n"]
-    pre = _pre_tokenizer()
-    pieces: set[str] = {c for c in string.printable if not c.isspace()} | set(GRID_SYMBOLS) | set(ROLE_WORDS)
+def _train_bpe(vocab_texts: Iterable[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Learn merges until every corpus word (and grid symbol) is one token; deterministic."""
+    words = set(BASE_WORDS)
     for text in vocab_texts:
-        pieces.update(piece for piece, _ in pre.pre_tokenize_str(text))
-    return head + sorted(pieces - set(head))
+        words.update(WORD_PATTERN.findall(text))
+    corpus = [form for word in sorted(words) for form in (word, " " + word)]
+    corpus += [symbol for symbol in GRID_SYMBOLS for _ in range(2)]
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=1_000_000,  # no cap: merge until each word is a single token
+        min_frequency=1,
+        show_progress=False,
+        special_tokens=[*SPECIAL_TOKENS, *TAG_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(corpus, trainer)
+    model = json.loads(tok.to_str())["model"]
+    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    return dict(model["vocab"]), merges  # type: ignore[return-value]
 
 
-def build_tiny_tokenizer(vocab_texts: Iterable[str], *, model_max_length: int = 2048) -> PreTrainedTokenizerFast:
-    """Build the word-level tokenizer (deterministic: same texts -> same vocabulary and ids).
+def build_tiny_tokenizer(
+    vocab_texts: Iterable[str], *, model_max_length: int = 2048
+) -> PreTrainedTokenizerBase:
+    """Build the tokenizer (deterministic: same texts -> same vocabulary, merges and ids).
 
     Args:
-        vocab_texts: texts whose words (and symbols) join the vocabulary; words absent here encode as <unk>.
+        vocab_texts: texts whose words become single tokens; other text still encodes, byte by byte.
         model_max_length: recorded in tokenizer_config.json.
     Returns:
-        A `PreTrainedTokenizerFast` (eos `<|im_end|>`, pad `<|endoftext|>`, unk `<unk>`, Qwen-style chat
-        template); `save_pretrained` it and `AutoTokenizer.from_pretrained` loads it back.
+        A `Qwen2Tokenizer` (eos `<|im_end|>`, pad `<|endoftext|>`, unk `<unk>`, Qwen-style chat
+        template); `save_pretrained` it next to a qwen2 config and `AutoTokenizer.from_pretrained`
+        loads the same tokenizer back.
     """
-    vocab = {token: i for i, token in enumerate(_vocabulary(vocab_texts))}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK_TOKEN))
-    tok.pre_tokenizer = _pre_tokenizer()
-    tok.decoder = _decoder()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+    vocab, merges = _train_bpe(vocab_texts)
+    tokenizer = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        unk_token=UNK_TOKEN,
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        unk_token=UNK_TOKEN,
-        chat_template=CHAT_TEMPLATE,
-        clean_up_tokenization_spaces=False,
         model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
     )
+    tokenizer.add_tokens([AddedToken(BOS_CHAT_TOKEN, special=True, normalized=False)], special_tokens=True)
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    # Fill the vocabulary up to a multiple of 8 so len(tokenizer) == the model's (padded) vocab_size and
+    # every id the model can sample decodes (as a skipped special token).
+    reserved = [f"<|reserved_{i}|>" for i in range(-len(tokenizer) % 8)]
+    tokenizer.add_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in reserved], special_tokens=True
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer

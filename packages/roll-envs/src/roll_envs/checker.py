@@ -1,0 +1,250 @@
+"""`check_env`: the contract a roll env must meet, checked the way the pipeline will use the env.
+
+Each `check_*` function returns a list of problems; every problem says what was expected, what
+came, and how to fix it. `check_env` runs them all and raises one `CheckEnvError` listing every
+problem (or returns the empty list).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from roll_envs.errors import CheckEnvError
+
+REQUIRED_INFO = {"action_is_valid": bool, "action_is_effective": bool, "success": bool, "metrics": dict}
+"""Info keys every reset and step must return, with their types."""
+
+GARBAGE_TURNS = ("", "no tags at all", "<answer></answer>", "<answer>\x00\x07</answer>", "x" * 100_000)
+"""Turns that must be invalid actions, not exceptions."""
+
+
+def check_interface(env: Any) -> list[str]:
+    """The env has reset/step/render/close, a non-empty `instruction` and a list of `valid_actions`."""
+    problems = [
+        f"env has no callable {name}(); fix: subclass roll_envs.BaseEnv, which provides it."
+        for name in ("reset", "step", "render", "close")
+        if not callable(getattr(env, name, None))
+    ]
+    instruction = getattr(env, "instruction", None)
+    if not isinstance(instruction, str) or not instruction.strip():
+        problems.append(
+            f"env.instruction should be a non-empty str (the system prompt); got {instruction!r}. "
+            "Fix: describe the task, the symbols, the actions and the <answer>...</answer> format."
+        )
+    return problems
+
+
+def check_info(info: Any, where: str) -> list[str]:
+    """The info dict has the required keys and types, and float metrics."""
+    if not isinstance(info, dict):
+        return [f"{where}: info should be a dict; got {type(info).__name__}."]
+    problems = []
+    for key, kind in REQUIRED_INFO.items():
+        if key not in info:
+            problems.append(f"{where}: info lacks {key!r}; fix: always return {sorted(REQUIRED_INFO)}.")
+        elif type(info[key]) is not kind:
+            problems.append(
+                f"{where}: info[{key!r}] should be {kind.__name__}; got {type(info[key]).__name__} "
+                f"({info[key]!r}). Fix: convert it, e.g. bool(...) for numpy booleans."
+            )
+    for name, value in (info.get("metrics") or {}).items():
+        if not isinstance(name, str) or type(value) not in (float, int):
+            problems.append(
+                f"{where}: metric {name!r} should map a str to a float; got {type(value).__name__}. Fix: float(value)."
+            )
+    return problems
+
+
+def check_reset(env: Any, seed: int) -> list[str]:
+    """reset(seed=...) returns (str observation, info)."""
+    out = env.reset(seed=seed)
+    if not isinstance(out, tuple) or len(out) != 2:
+        return [f"reset() should return (obs, info); got {type(out).__name__} {out!r:.80}."]
+    obs, info = out
+    problems = [] if isinstance(obs, str) else [f"reset(): obs should be a str; got {type(obs).__name__}."]
+    return problems + check_info(info, "reset()") + check_serialisable(obs, info, "reset()")
+
+
+def check_step_result(out: Any, where: str) -> list[str]:
+    """step() returns (str, float, bool, bool, info) and does not both terminate and truncate."""
+    if not isinstance(out, tuple) or len(out) != 5:
+        return [f"{where}: should return (obs, reward, terminated, truncated, info); got {out!r:.80}."]
+    obs, reward, terminated, truncated, info = out
+    problems = []
+    if not isinstance(obs, str):
+        problems.append(f"{where}: obs should be a str; got {type(obs).__name__}.")
+    if type(reward) not in (float, int):
+        problems.append(
+            f"{where}: reward should be a Python float; got {type(reward).__name__}. Fix: float(reward)."
+        )
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if type(flag) is not bool:
+            problems.append(
+                f"{where}: {name} should be a bool; got {type(flag).__name__}. Fix: bool({name})."
+            )
+    if terminated is True and truncated is True:
+        problems.append(
+            f"{where}: terminated and truncated are both True; fix: truncate only unfinished episodes."
+        )
+    return problems + check_info(info, where) + check_serialisable(obs, info, where)
+
+
+def check_serialisable(obs: Any, info: Any, where: str) -> list[str]:
+    """obs and info survive a msgpack round trip unchanged (they cross process boundaries)."""
+    try:
+        packed = msgpack.packb({"obs": obs, "info": info})
+        back = msgpack.unpackb(packed, raw=False, strict_map_key=False)
+    except Exception as exc:
+        return [
+            f"{where}: obs/info are not msgpack-serialisable ({exc}). "
+            "Fix: use only str, int, float, bool, None, lists and dicts with str keys (no numpy, no tuples of sets)."
+        ]
+    if back != {"obs": obs, "info": _as_lists(info)}:
+        return [
+            f"{where}: info changes through msgpack (tuples or non-str keys?); fix: use lists and str keys."
+        ]
+    return []
+
+
+def _as_lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _as_lists(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_lists(v) for v in value]
+    return value
+
+
+def play(env: Any, seed: int, turns: int) -> tuple[list[Any], list[str]]:
+    """Reset with `seed` and play `turns` random valid actions; returns the transcript and problems."""
+    rng = random.Random(seed)
+    obs, _ = env.reset(seed=seed)
+    transcript: list[Any] = [obs]
+    problems: list[str] = []
+    for turn in range(turns):
+        actions = list(env.valid_actions)
+        if not actions:
+            problems.append(
+                f"step {turn}: valid_actions is empty in a running episode; fix: list the actions."
+            )
+            break
+        out = env.step(f"<answer>{rng.choice(actions)}</answer>")
+        problems += check_step_result(out, f"seed {seed} step {turn}")
+        if problems:
+            break
+        obs, reward, terminated, truncated, info = out
+        if not info["action_is_valid"]:
+            problems.append(
+                f"seed {seed} step {turn}: a name from valid_actions was rejected as invalid; "
+                "fix: make match_action accept every name valid_actions lists."
+            )
+        transcript.append((obs, reward, terminated, truncated))
+        if terminated or truncated:
+            break
+    return transcript, problems
+
+
+def check_determinism(env: Any, seeds: tuple[int, ...], turns: int) -> list[str]:
+    """The same seed (and actions) gives the same observations, rewards and flags."""
+    problems = []
+    for seed in seeds:
+        first, found = play(env, seed, turns)
+        second, _ = play(env, seed, turns)
+        problems += found
+        if first != second:
+            at = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
+            problems.append(
+                f"seed {seed}: two runs differ at turn {at} ({first[at]!r:.60} vs {second[at]!r:.60}). "
+                "Fix: draw all randomness from the rng passed to new_episode (or self.np_random)."
+            )
+    return problems
+
+
+def check_time_limit(env: Any, seed: int) -> list[str]:
+    """With a `config.max_steps`, an episode ends (terminated or truncated) within that many turns."""
+    limit = getattr(getattr(env, "config", None), "max_steps", None)
+    if not isinstance(limit, int) or limit > 1000:
+        return []
+    transcript, problems = play(env, seed, limit)
+    if problems:
+        return problems
+    last = transcript[-1]
+    if len(transcript) - 1 == limit and not (isinstance(last, tuple) and (last[2] or last[3])):
+        return [
+            f"seed {seed}: the episode is still running after max_steps={limit} turns; expected truncated=True."
+        ]
+    return []
+
+
+def check_garbage(env: Any, seed: int) -> list[str]:
+    """Malformed turns are invalid actions with `action_is_valid` False, never exceptions."""
+    env.reset(seed=seed)
+    problems = []
+    for text in GARBAGE_TURNS:
+        try:
+            out = env.step(text)
+        except Exception as exc:
+            problems.append(
+                f"step({text!r:.30}) raised {exc!r}; fix: treat unparsable text as an invalid action."
+            )
+            continue
+        if (
+            isinstance(out, tuple)
+            and len(out) == 5
+            and isinstance(out[4], dict)
+            and out[4].get("action_is_valid")
+        ):
+            problems.append(
+                f"step({text!r:.30}) was accepted as a valid action; expected action_is_valid False."
+            )
+    return problems
+
+
+def check_render(env: Any, seed: int) -> list[str]:
+    """Every mode in metadata['render_modes']: `text` gives a str, `rgb_array` an (H, W, 3) uint8 array."""
+    env.reset(seed=seed)
+    problems = []
+    for mode in env.metadata.get("render_modes", []):
+        frame = env.render(mode)
+        if mode == "text" and not isinstance(frame, str):
+            problems.append(f"render('text') should return a str; got {type(frame).__name__}.")
+        if mode == "rgb_array" and not (
+            isinstance(frame, np.ndarray)
+            and frame.dtype == np.uint8
+            and frame.ndim == 3
+            and frame.shape[2] == 3
+        ):
+            got = getattr(frame, "shape", type(frame).__name__)
+            problems.append(f"render('rgb_array') should return an (H, W, 3) uint8 array; got {got}.")
+    return problems
+
+
+def check_env(
+    env: Any, seeds: tuple[int, ...] = (0, 1, 2), turns: int = 30, raise_on_error: bool = True
+) -> list[str]:
+    """Run every check on `env`; raise `CheckEnvError` listing all problems (or return them).
+
+    >>> import roll_envs
+    >>> check_env(roll_envs.make("frozen_lake"))
+    []
+    """
+    problems = check_interface(env)
+    if not problems:
+        for check in (
+            lambda: check_reset(env, seeds[0]),
+            lambda: check_determinism(env, seeds, turns),
+            lambda: check_time_limit(env, seeds[0]),
+            lambda: check_garbage(env, seeds[0]),
+            lambda: check_render(env, seeds[0]),
+        ):
+            try:
+                problems += check()
+            except Exception as exc:
+                problems.append(f"the env raised {exc!r} during the checks; fix the env so that it does not.")
+    if problems and raise_on_error:
+        listing = "\n".join(f"  - {p}" for p in problems)
+        raise CheckEnvError(f"{type(env).__name__} fails {len(problems)} check(s):\n{listing}")
+    return problems

@@ -1,0 +1,153 @@
+"""check_env: every built-in passes; each kind of broken env gets a message saying what to fix."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+import roll_envs
+from roll_envs import checker
+from roll_envs.base import ActionOutcome, BaseEnv
+
+BUILTIN_IDS = [e for e in roll_envs.list_envs() if e != "gym_adapter"]
+
+
+@pytest.mark.parametrize("env_id", BUILTIN_IDS)
+def test_every_builtin_passes(env_id):
+    env = roll_envs.make(env_id)
+    assert roll_envs.check_env(env, seeds=(0, 1, 2, 3)) == []
+    _, info = env.reset(seed=0)
+    _, _, _, _, step_info = env.step(f"<answer>{env.valid_actions[0]}</answer>")
+    for payload in (info, step_info):
+        assert msgpack.unpackb(msgpack.packb(payload), raw=False) == payload
+
+
+class GoodEnv(BaseEnv):
+    """A minimal correct env the broken variants below start from."""
+
+    @property
+    def instruction(self) -> str:
+        return "Say <answer>Go</answer>."
+
+    @property
+    def valid_actions(self) -> list[str]:
+        return ["Go"]
+
+    def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        self.n = int(rng.integers(5))
+
+    def apply_action(self, action: str) -> ActionOutcome:
+        self.n += 1
+        return ActionOutcome(1.0, self.n >= 8, True)
+
+    def text_observation(self) -> str:
+        return f"n={self.n}"
+
+    def is_success(self) -> bool:
+        return self.n >= 8
+
+
+class Nondeterministic(GoodEnv):
+    def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        self.n = random.randrange(10**9)  # the global RNG instead of `rng`
+
+
+class NumpyReward(GoodEnv):
+    def step(self, action: str):  # type: ignore[override]
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, np.float32(reward), np.bool_(terminated), truncated, info
+
+
+class BadInfo(GoodEnv):
+    def reset(self, *, seed=None, options=None):  # type: ignore[override]
+        obs, info = super().reset(seed=seed, options=options)
+        info.pop("success")
+        info["state"] = {1, 2}
+        return obs, info
+
+
+class RaisesOnGarbage(GoodEnv):
+    def step(self, action: str):  # type: ignore[override]
+        if "<answer>" not in action:
+            raise ValueError("cannot parse")
+        return super().step(action)
+
+
+class NeverEnds(GoodEnv):
+    def step(self, action: str):  # type: ignore[override]
+        obs, reward, _, _, info = super().step(action)
+        return obs, reward, False, False, info
+
+
+class BadFrame(GoodEnv):
+    def render_frame(self) -> np.ndarray:
+        return np.zeros((4, 4), dtype=np.float64)
+
+
+class NoInstruction(GoodEnv):
+    @property
+    def instruction(self) -> str:
+        return ""
+
+
+@pytest.mark.parametrize(
+    ("cls", "expected"),
+    [
+        (GoodEnv, None),
+        (Nondeterministic, "two runs differ"),
+        (NumpyReward, "reward should be a Python float"),
+        (BadInfo, "info lacks 'success'"),
+        (BadInfo, "msgpack"),
+        (RaisesOnGarbage, "treat unparsable text as an invalid action"),
+        (NeverEnds, "still running after max_steps"),
+        (BadFrame, "(H, W, 3) uint8"),
+        (NoInstruction, "instruction should be a non-empty str"),
+    ],
+)
+def test_broken_envs_are_explained(cls, expected):
+    env = cls(max_steps=20)
+    if expected is None:
+        assert roll_envs.check_env(env) == []
+        return
+    with pytest.raises(roll_envs.CheckEnvError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        roll_envs.check_env(env)
+    problems = roll_envs.check_env(env, raise_on_error=False)
+    assert all(isinstance(p, str) and p for p in problems)
+
+
+def test_invalid_names_from_valid_actions_are_reported():
+    class Mismatch(GoodEnv):
+        def match_action(self, token: str) -> str | None:
+            return None
+
+    assert any("was rejected as invalid" in p for p in checker.check_determinism(Mismatch(), (0,), 3))
+
+
+@pytest.mark.parametrize("env_id", BUILTIN_IDS)
+def test_builtins_pickle_mid_episode(env_id):
+    import pickle
+
+    env = roll_envs.make(env_id)
+    env.reset(seed=5)
+    env.step(f"<answer>{env.valid_actions[0]}</answer>")
+    clone = pickle.loads(pickle.dumps(env))
+    action = f"<answer>{env.valid_actions[-1]}</answer>"
+    assert clone.step(action)[:4] == env.step(action)[:4]
+
+
+def test_megabytes_of_garbage_are_an_invalid_action_with_the_penalty():
+    env = roll_envs.make("frozen_lake", format_penalty=0.25)
+    obs, _ = env.reset(seed=0)
+    for text in [
+        "x" * 5_000_000,
+        "<answer>" * 300_000,
+        "\x00\x01\x02" * 100_000,
+        None,
+        b"<answer>Left</answer>",
+    ]:
+        new_obs, reward, _, _, info = env.step(text)
+        assert (new_obs, reward, info["action_is_valid"]) == (obs, -0.25, False)
+        env.reset(seed=0)

@@ -1,0 +1,165 @@
+"""`HFInferStrategy`: batched sampling with Hugging Face `generate`, token ids in and out, log-probs kept."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from transformers import GenerationConfig
+
+from roll_strategies._loading import load_model_and_tokenizer
+from roll_strategies.errors import StrategyError
+from roll_strategies.logprobs import batched_log_probs
+from roll_strategies.weights import load_named_weights
+
+__all__ = ["GenerationOutput", "GenerationParams", "HFInferStrategy"]
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling settings of one `generate` call."""
+
+    max_new_tokens: int
+    """Upper bound on sampled tokens per prompt (finish_reason "length" when reached without a stop token)."""
+    temperature: float = 1.0
+    """Logits are divided by it before sampling (and before computing the returned log-probs)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass; 1.0 disables."""
+    top_k: int = 0
+    """Keep only the k most likely tokens; 0 disables."""
+    greedy: bool = False
+    """Argmax decoding (log-probs then use temperature 1)."""
+    stop_token_ids: tuple[int, ...] | None = None
+    """Generation of a row ends after any of these; None -> the tokenizer's eos."""
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1 or self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise StrategyError(
+                f"Expected max_new_tokens >= 1, temperature > 0, 0 < top_p <= 1, top_k >= 0; got {self}. "
+                "Use greedy=True for argmax decoding instead of temperature 0."
+            )
+
+
+@dataclass(frozen=True)
+class GenerationOutput:
+    """What one prompt produced."""
+
+    output_ids: list[int]
+    """Sampled ids, ending with the stop token when finish_reason is "stop"; no padding."""
+    log_probs: list[float]
+    """log_softmax(raw logits / temperature)[sampled id] per output id (temperature 1 when greedy)."""
+    finish_reason: FinishReason
+    """"stop" (a stop token was sampled) or "length" (max_new_tokens reached)."""
+
+
+class HFInferStrategy:
+    """Inference backend on a Hugging Face causal LM (CPU or one GPU), seeded and token-in/token-out."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        seed: int = 0,
+        gguf_file: str | None = None,
+    ) -> None:
+        self.device = torch.device(device)
+        self.model, self.tokenizer = load_model_and_tokenizer(
+            model_path, device=device, dtype=dtype, gguf_file=gguf_file
+        )
+        self.model.eval()
+        # Hub defaults (top_k, repetition_penalty, ...) must not leak into sampling: every call passes a full
+        # GenerationConfig, and the model's own one is reset so nothing is merged from it.
+        self.model.generation_config = GenerationConfig()
+        self.seed = seed
+        self.policy_version = 0
+        self._calls = itertools.count()
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the model's output layer (ids the model can sample)."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def _pad_left(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise StrategyError(
+                "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
+            )
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), int(self.tokenizer.pad_token_id), dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _generation_config(self, params: GenerationParams, stop_ids: list[int]) -> GenerationConfig:
+        sampling = (
+            {}
+            if params.greedy
+            else {
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "top_k": params.top_k,
+            }
+        )
+        return GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            do_sample=not params.greedy,
+            eos_token_id=stop_ids,
+            pad_token_id=int(self.tokenizer.pad_token_id),
+            output_logits=True,
+            return_dict_in_generate=True,
+            use_cache=True,
+            **sampling,
+        )
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: GenerationParams) -> list[GenerationOutput]:
+        """Sample a continuation of each prompt in one batched, left-padded `model.generate` call.
+
+        Reproducible: call k of a strategy seeds sampling with (seed, k), without touching global RNG state.
+        """
+        stop_ids = list(params.stop_token_ids or [int(self.tokenizer.eos_token_id)])
+        input_ids, attention_mask = self._pad_left(prompts)
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            torch.manual_seed(self.seed * 1_000_003 + next(self._calls))
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=self._generation_config(params, stop_ids),
+            )
+        new_ids = out.sequences[:, input_ids.shape[1] :].cpu()
+        temperature = 1.0 if params.greedy else params.temperature
+        logits = torch.stack(out.logits, dim=1).float().cpu()  # [B, N, V] raw logits
+        log_probs = (
+            torch.log_softmax(logits / temperature, dim=-1).gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
+        )
+        return [
+            self._trim(row_ids.tolist(), row_lp.tolist(), set(stop_ids))
+            for row_ids, row_lp in zip(new_ids, log_probs, strict=True)
+        ]
+
+    @staticmethod
+    def _trim(ids: list[int], log_probs: list[float], stop_ids: set[int]) -> GenerationOutput:
+        for i, token in enumerate(ids):
+            if token in stop_ids:
+                return GenerationOutput(ids[: i + 1], log_probs[: i + 1], "stop")
+        return GenerationOutput(ids, log_probs, "length")
+
+    def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
+        """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU."""
+        return batched_log_probs(self.model, batch, micro_batch_size, device=self.device)
+
+    def update_weights(self, named_tensors: Mapping[str, np.ndarray | torch.Tensor], version: int) -> None:
+        """Load `named_tensors` (e.g. `HFTrainStrategy.export_weights()`) in place, strictly; set the version."""
+        load_named_weights(self.model, named_tensors)
+        self.policy_version = int(version)

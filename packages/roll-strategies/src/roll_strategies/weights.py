@@ -1,0 +1,68 @@
+"""Named-tensor weight sync between a train model and an infer model (tied weights handled once)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from roll_strategies.errors import WeightSyncError
+
+__all__ = ["export_named_weights", "load_named_weights", "tied_aliases"]
+
+
+def tied_aliases(model: nn.Module) -> dict[str, str]:
+    """{alias name: first name} for state-dict entries sharing storage (e.g. lm_head.weight -> embed_tokens)."""
+    seen: dict[tuple[int, tuple[int, ...]], str] = {}
+    aliases: dict[str, str] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        if key in seen:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+    return aliases
+
+
+def export_named_weights(model: nn.Module) -> dict[str, np.ndarray]:
+    """CPU float32 numpy copies of the state dict, each tied tensor once (under its first name)."""
+    aliases = tied_aliases(model)
+    return {
+        name: tensor.detach().to("cpu", torch.float32).numpy().copy()
+        for name, tensor in model.state_dict().items()
+        if name not in aliases
+    }
+
+
+def load_named_weights(model: nn.Module, named_tensors: Mapping[str, np.ndarray | torch.Tensor]) -> None:
+    """Copy `named_tensors` into `model` in place (dtype/device cast), strictly.
+
+    Every state-dict entry must be given except tied aliases (which follow their source); unknown
+    names and shape mismatches raise `WeightSyncError` listing the offenders.
+    """
+    state = model.state_dict()
+    aliases = tied_aliases(model)
+    required = set(state) - set(aliases)
+    missing = sorted(required - set(named_tensors))
+    unexpected = sorted(set(named_tensors) - set(state))
+    bad_shapes = [
+        f"{n}: expected {tuple(state[n].shape)}, got {tuple(v.shape)}"
+        for n, v in named_tensors.items()
+        if n in state and tuple(v.shape) != tuple(state[n].shape)
+    ]
+    if missing or unexpected or bad_shapes:
+        raise WeightSyncError(
+            "Expected named tensors matching the receiving model's state dict; "
+            f"missing={missing[:5]}{'...' if len(missing) > 5 else ''} ({len(missing)}), "
+            f"unexpected={unexpected[:5]} ({len(unexpected)}), shape mismatches={bad_shapes[:5]}. "
+            "Fix: export with the train strategy's export_weights() from a model of the same architecture "
+            "and vocabulary (both workers must load the same model folder)."
+        )
+    with torch.no_grad():
+        for name, value in named_tensors.items():
+            if name in aliases and name not in required:
+                continue
+            src = torch.as_tensor(value)
+            state[name].copy_(src.to(device=state[name].device, dtype=state[name].dtype))

@@ -1,0 +1,60 @@
+"""Shared fixtures: one tiny model folder (random init) and one format-warmed folder per test session."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from roll_strategies import build_tiny_model
+
+DIRECTIONS = ("Left", "Right", "Up", "Down")
+SYSTEM = "You are solving the FrozenLake puzzle. Answer with <answer>Direction</answer>."
+
+
+def grid_observation(rng: random.Random, size: int = 4) -> str:
+    return "\n".join("".join(rng.choice("_PGO") for _ in range(size)) for _ in range(size))
+
+
+def chat(observation: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": f"{observation}\nDecide your next action."},
+    ]
+
+
+def warmup_examples(n: int, seed: int = 0) -> list[tuple[list[dict[str, str]], str]]:
+    rng = random.Random(seed)
+    return [(chat(grid_observation(rng)), f"<answer>{rng.choice(DIRECTIONS)}</answer>") for _ in range(n)]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny") / "model",
+        vocab_texts=[SYSTEM, "Decide your next action.", " ".join(DIRECTIONS)],
+    )
+
+
+@pytest.fixture(scope="session")
+def warm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(
+        tmp_path_factory.mktemp("warm") / "model",
+        vocab_texts=[SYSTEM],
+        warmup_examples=warmup_examples(128),
+        warmup_steps=80,
+        warmup_batch_size=32,
+    )
+
+
+@pytest.fixture(scope="session")
+def toy() -> SimpleNamespace:
+    """The toy FrozenLake-like prompt helpers (tests run in importlib mode, so conftest is not importable)."""
+    return SimpleNamespace(
+        DIRECTIONS=DIRECTIONS,
+        SYSTEM=SYSTEM,
+        chat=chat,
+        grid_observation=grid_observation,
+        warmup_examples=warmup_examples,
+    )

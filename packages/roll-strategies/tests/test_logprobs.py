@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from roll_strategies import StrategyError, token_log_probs
+from transformers import AutoModelForCausalLM
+
+
+def _slow_reference(model, ids: list[int]) -> list[float]:
+    """log p(ids[t] | ids[:t]) with a fresh forward pass per prefix (no padding, no cache)."""
+    out = [0.0]
+    with torch.no_grad():
+        for t in range(1, len(ids)):
+            logits = model(input_ids=torch.tensor([ids[:t]])).logits[0, -1]
+            out.append(torch.log_softmax(logits.float(), -1)[ids[t]].item())
+    return out
+
+
+def test_token_log_probs_match_slow_reference_with_left_and_right_padding(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randint(8, 200, (n,), generator=gen).tolist() for n in (9, 5, 7)]
+    width = 10
+    ids = torch.zeros((3, width), dtype=torch.long)
+    mask = torch.zeros((3, width), dtype=torch.long)
+    ids[0, :9], mask[0, :9] = torch.tensor(rows[0]), 1  # right padded
+    ids[1, -5:], mask[1, -5:] = torch.tensor(rows[1]), 1  # left padded
+    ids[2, 2:9], mask[2, 2:9] = torch.tensor(rows[2]), 1  # both sides
+    with torch.no_grad():
+        lp, ent = token_log_probs(model, ids, mask, with_entropy=True)
+    assert lp.shape == ent.shape == (3, width)
+    for row, (start, seq) in enumerate(zip((0, 5, 2), rows, strict=True)):
+        ref = torch.tensor(_slow_reference(model, seq))
+        torch.testing.assert_close(lp[row, start : start + len(seq)], ref, atol=1e-5, rtol=0)
+        assert lp[row, start] == 0 and ent[row, start] == 0
+    assert torch.all(lp[mask == 0] == 0) and torch.all(ent[mask == 0] == 0)
+    assert torch.all(ent[:, 1:][mask[:, 1:].bool() & mask[:, :-1].bool()] > 0)
+
+
+def test_gradients_flow_and_shapes_are_checked(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids = torch.randint(8, 200, (2, 6))
+    lp, ent = token_log_probs(model, ids, torch.ones_like(ids), with_entropy=False)
+    assert ent is None
+    lp.sum().backward()
+    assert model.model.embed_tokens.weight.grad is not None
+    with pytest.raises(StrategyError, match="same shape"):
+        token_log_probs(model, ids, torch.ones((2, 5)), with_entropy=False)
