@@ -13,7 +13,11 @@ def ray_session():
     disable_uv_runtime_env()  # before ray is imported
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
+        )
     yield ray
     ray.shutdown()

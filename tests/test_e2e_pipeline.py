@@ -6,15 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
-
 from roll_pipeline import AgenticPipeline, CheckpointManager
 from roll_pipeline.launcher import compose
 
 SMALL = [
-    "max_steps=3", "save_steps=3", "eval_steps=3",
-    "train_env_manager.num_env_groups=2", "train_env_manager.group_size=4",
+    "max_steps=3",
+    "save_steps=3",
+    "eval_steps=3",
+    "train_env_manager.num_env_groups=2",
+    "train_env_manager.group_size=4",
     "train_env_manager.max_env_num_per_worker=4",
-    "val_env_manager.num_env_groups=8", "val_env_manager.max_env_num_per_worker=8",
+    "val_env_manager.num_env_groups=8",
+    "val_env_manager.max_env_num_per_worker=8",
     "custom_envs.FrozenLake.max_actions_per_traj=4",
     "actor_train.training_args.per_device_train_batch_size=16",
     "actor_train.training_args.gradient_accumulation_steps=2",
@@ -36,7 +39,7 @@ def run(tmp_path: Path, *extra: str):
 def test_three_steps_through_ray_write_a_loadable_checkpoint(tmp_path, ray_session):
     from transformers import AutoModelForCausalLM
 
-    cfg, summary = run(tmp_path, "exp_name=e2e_ray")
+    _cfg, summary = run(tmp_path, "exp_name=e2e_ray")
     assert summary.steps == 3
     assert [step for step, _ in summary.val_history] == [0, 3]
     ckpt = summary.last_checkpoint
@@ -48,8 +51,16 @@ def test_three_steps_through_ray_write_a_loadable_checkpoint(tmp_path, ray_sessi
     run_dir = tmp_path / "e2e_ray"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
-    for key in ("actor/pg_loss", "actor/entropy", "env/FrozenLake/success", "val/score/mean",
-                "val/env/FrozenLake/success", "time/step_rollout", "time/step_train", "critic/score/mean"):
+    for key in (
+        "actor/pg_loss",
+        "actor/entropy",
+        "env/FrozenLake/success",
+        "val/score/mean",
+        "val/env/FrozenLake/success",
+        "time/step_rollout",
+        "time/step_train",
+        "critic/score/mean",
+    ):
         assert key in rows[-1], key
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
@@ -58,7 +69,12 @@ def test_three_steps_through_ray_write_a_loadable_checkpoint(tmp_path, ray_sessi
 def test_local_backend_runs_and_resumes_from_a_checkpoint(tmp_path):
     _, first = run(tmp_path, "exp_name=e2e_local", "cluster.backend=local", "max_steps=2", "save_steps=2")
     assert first.steps == 2 and first.last_checkpoint is not None
-    _, resumed = run(tmp_path, "exp_name=e2e_local", "cluster.backend=local", "max_steps=3",
-                     f"resume_from_checkpoint={first.last_checkpoint}")
+    _, resumed = run(
+        tmp_path,
+        "exp_name=e2e_local",
+        "cluster.backend=local",
+        "max_steps=3",
+        f"resume_from_checkpoint={first.last_checkpoint}",
+    )
     assert resumed.steps == 3
     assert resumed.last_checkpoint.name == "checkpoint-3"

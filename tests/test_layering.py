@@ -30,11 +30,36 @@ BLOCKER = textwrap.dedent(
 )
 
 CASES = {
-    "roll_envs": ["torch", "ray", "transformers", "vllm", "deepspeed", "roll_rollout", "roll_algos",
-                  "roll_strategies", "roll_pipeline"],
-    "roll_algos": ["ray", "transformers", "vllm", "deepspeed", "roll_envs", "roll_rollout", "roll_strategies",
-                   "roll_pipeline"],
-    "roll_rollout": ["torch", "transformers", "vllm", "deepspeed", "roll_algos", "roll_strategies", "roll_pipeline"],
+    "roll_envs": [
+        "torch",
+        "ray",
+        "transformers",
+        "vllm",
+        "deepspeed",
+        "roll_rollout",
+        "roll_algos",
+        "roll_strategies",
+        "roll_pipeline",
+    ],
+    "roll_algos": [
+        "ray",
+        "transformers",
+        "vllm",
+        "deepspeed",
+        "roll_envs",
+        "roll_rollout",
+        "roll_strategies",
+        "roll_pipeline",
+    ],
+    "roll_rollout": [
+        "torch",
+        "transformers",
+        "vllm",
+        "deepspeed",
+        "roll_algos",
+        "roll_strategies",
+        "roll_pipeline",
+    ],
     "roll_strategies": ["ray", "vllm", "deepspeed", "roll_envs", "roll_rollout", "roll_pipeline"],
 }
 

@@ -19,8 +19,13 @@ PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproje
 def test_each_package_builds_a_wheel(tmp_path):
     assert PACKAGES == ["roll-algos", "roll-envs", "roll-pipeline", "roll-rollout", "roll-strategies"]
     for package in PACKAGES:
-        proc = subprocess.run(["uv", "build", "--package", package, "--wheel", "--out-dir", str(tmp_path)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            ["uv", "build", "--package", package, "--wheel", "--out-dir", str(tmp_path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         meta = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
         wheel = tmp_path / f"{package.replace('-', '_')}-{meta['version']}-py3-none-any.whl"

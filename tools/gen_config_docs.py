@@ -1,6 +1,6 @@
 """Regenerate the field tables of docs/config.md from the pydantic models (defaults live in code only).
 
-    uv run python tools/gen_config_docs.py > docs/config_fields.md
+uv run python tools/gen_config_docs.py > docs/config_fields.md
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import json
 import sys
 
 from pydantic import BaseModel
-
 from roll_pipeline.config import (
     AgenticConfig,
     ClusterConfig,
@@ -22,18 +21,39 @@ from roll_pipeline.config import (
     WorkerConfig,
 )
 
-MODELS: list[type[BaseModel]] = [AgenticConfig, WorkerConfig, ModelArgs, TrainingArgs, GeneratingArgs, StrategyArgs,
-                                 EnvManagerConfig, CustomEnvConfig, ClusterConfig]
+MODELS: list[type[BaseModel]] = [
+    AgenticConfig,
+    WorkerConfig,
+    ModelArgs,
+    TrainingArgs,
+    GeneratingArgs,
+    StrategyArgs,
+    EnvManagerConfig,
+    CustomEnvConfig,
+    ClusterConfig,
+]
 
 
 def table(model: type[BaseModel]) -> str:
     default = model()
-    lines = [f"## `{model.__name__}`", "", (model.__doc__ or "").strip(), "", "| key | default | meaning |",
-             "|---|---|---|"]
+    lines = [
+        f"## `{model.__name__}`",
+        "",
+        (model.__doc__ or "").strip(),
+        "",
+        "| key | default | meaning |",
+        "|---|---|---|",
+    ]
     for name, field in model.model_fields.items():
         value = getattr(default, name)
-        shown = value.__class__.__name__ + "(...)" if isinstance(value, BaseModel) else json.dumps(
-            value if not isinstance(value, dict) or len(json.dumps(value, default=str)) < 60 else "{...}", default=str)
+        shown = (
+            value.__class__.__name__ + "(...)"
+            if isinstance(value, BaseModel)
+            else json.dumps(
+                value if not isinstance(value, dict) or len(json.dumps(value, default=str)) < 60 else "{...}",
+                default=str,
+            )
+        )
         lines.append(f"| `{name}` | `{shown}` | {field.description or ''} |")
     return "\n".join(lines) + "\n"
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from roll_pipeline.config import AgenticConfig
 from roll_pipeline.launcher import ConfigError, compose, parse_args, validate
 
@@ -49,8 +48,10 @@ def test_compose_defaults_with_overrides():
 
 
 def test_compose_example_yaml_with_both_flag_spellings():
-    for argv in (["--config_path", "tiny-cpu-agentic", "--config_name", "agent_val_frozen_lake", "seed=7"],
-                 ["--config-path", "tiny-cpu-agentic", "--config-name", "agent_val_frozen_lake", "seed=7"]):
+    for argv in (
+        ["--config_path", "tiny-cpu-agentic", "--config_name", "agent_val_frozen_lake", "seed=7"],
+        ["--config-path", "tiny-cpu-agentic", "--config-name", "agent_val_frozen_lake", "seed=7"],
+    ):
         args = parse_args(argv)
         cfg = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES)
         assert cfg.seed == 7 and cfg.exp_name == "frozen_lake_tiny"
@@ -78,8 +79,12 @@ def test_generated_field_docs_are_current():
     import sys
 
     root = EXAMPLES.parent
-    out = subprocess.run([sys.executable, str(root / "tools" / "gen_config_docs.py")], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(root / "tools" / "gen_config_docs.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out == (root / "docs" / "config_fields.md").read_text(), (
         "docs/config_fields.md is stale: run `uv run python tools/gen_config_docs.py > docs/config_fields.md`"
     )

@@ -26,6 +26,9 @@ def chat_tokenizer():
     tok.add_special_tokens(specials)
     tok.add_tokens(tags)
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token="<unk>",
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<unk>",
         chat_template=CHAT_TEMPLATE,
     )

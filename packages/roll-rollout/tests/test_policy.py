@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from roll_rollout import (
     BatchingPolicy,
     GenerateRequest,
@@ -66,7 +65,9 @@ def test_backend_failure_fails_only_its_requests():
     policy = BatchingPolicy(backend)
 
     async def main():
-        bad = await asyncio.gather(policy.generate(GenerateRequest([13], SamplingSettings())), return_exceptions=True)
+        bad = await asyncio.gather(
+            policy.generate(GenerateRequest([13], SamplingSettings())), return_exceptions=True
+        )
         good = await policy.generate(GenerateRequest([1], SamplingSettings()))
         return bad, good
 
@@ -93,7 +94,10 @@ def test_msgpack_round_trip_and_remote_policy():
 
 def test_random_policy_stops_at_stop_id():
     policy = RandomPolicy([1, 2, 3], seed=0, stop_id=3)
-    outs = [asyncio.run(policy.generate(GenerateRequest([0], SamplingSettings(max_new_tokens=50)))) for _ in range(5)]
+    outs = [
+        asyncio.run(policy.generate(GenerateRequest([0], SamplingSettings(max_new_tokens=50))))
+        for _ in range(5)
+    ]
     for out in outs:
         assert out.finish_reason == "stop" and out.output_ids[-1] == 3
         assert 3 not in out.output_ids[:-1]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from roll_rollout import PromptBuilder
 
 INSTRUCTION = "you are on a lake"
@@ -25,7 +24,7 @@ def test_full_history_equals_tokenising_the_whole_conversation(chat_tokenizer):
     builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=None)
     observations = ["_P\nOG", "__\nPG", "__\n_√"]
     texts = ["<answer>Down</answer>", "<answer>Right</answer>"]
-    responses = [tok.encode(t, add_special_tokens=False) + [tok.eos_token_id] for t in texts]
+    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
     got = builder.prompt(observations, responses)
     assert got == reference_ids(tok, INSTRUCTION, observations, texts)
 
@@ -47,7 +46,7 @@ def test_history_window(chat_tokenizer, window):
     builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=window)
     observations = ["_P", "P_", "O_"]
     texts = ["<answer>Left</answer>", "<answer>Up</answer>"]
-    responses = [tok.encode(t, add_special_tokens=False) + [tok.eos_token_id] for t in texts]
+    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
     got = builder.prompt(observations, responses)
     kept = observations[len(observations) - 1 - window :]
     assert got == reference_ids(tok, INSTRUCTION, kept, texts[len(texts) - window :])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from roll_rollout import (
     EnvLayout,
     EnvSlotSpec,
@@ -35,8 +34,12 @@ class CountdownEnv:
         if self.broken:
             raise RuntimeError("env exploded")
         self.left -= 1
-        info = {"action_is_valid": True, "action_is_effective": True, "success": self.left == 0,
-                "metrics": {"steps_left": float(self.left)}}
+        info = {
+            "action_is_valid": True,
+            "action_is_effective": True,
+            "success": self.left == 0,
+            "metrics": {"steps_left": float(self.left)},
+        }
         return f"left {self.left}", 1.0, self.left == 0, False, info
 
     def close(self):
@@ -57,9 +60,13 @@ def make_scheduler(chat_tokenizer, layout, policy, broken_env_ids=()):
     workers = []
     made = iter(range(layout.num_envs))
     for w in range(layout.num_workers):
-        slots = [EnvSlotSpec(e, layout.tag_of_group(e // layout.group_size), "countdown", max_turns=5)
-                 for e in layout.env_ids_of_worker(w)]
-        worker = EnvWorker(slots, chat_tokenizer, policy, env_factory=lambda t, c: CountdownEnv(next(made) in broken_env_ids))
+        slots = [
+            EnvSlotSpec(e, layout.tag_of_group(e // layout.group_size), "countdown", max_turns=5)
+            for e in layout.env_ids_of_worker(w)
+        ]
+        worker = EnvWorker(
+            slots, chat_tokenizer, policy, env_factory=lambda t, c: CountdownEnv(next(made) in broken_env_ids)
+        )
         workers.append(worker.run_episodes)
     sampling = {tag: SamplingSettings(max_new_tokens=4) for tag in layout.tags}
     return RolloutScheduler(layout, workers, sampling, seed=3)

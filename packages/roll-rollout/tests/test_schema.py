@@ -4,18 +4,29 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from roll_rollout import PayloadError, Trajectory, Turn, decode_trajectory, encode_trajectory, stable_hash
 from roll_rollout.schema import SCHEMA_NAME
 
 
 def make_traj(n_turns: int = 2) -> Trajectory:
     turns = [
-        Turn([1, 2, 3], [4, 5], [-0.5, -0.25], reward=float(k), action_is_valid=True, action_is_effective=k > 0,
-             state_key=f"grid{k}", policy_version=3, finish_reason="stop", response_text="<answer>Left</answer>")
+        Turn(
+            [1, 2, 3],
+            [4, 5],
+            [-0.5, -0.25],
+            reward=float(k),
+            action_is_valid=True,
+            action_is_effective=k > 0,
+            state_key=f"grid{k}",
+            policy_version=3,
+            finish_reason="stop",
+            response_text="<answer>Left</answer>",
+        )
         for k in range(n_turns)
     ]
-    return Trajectory(7, 1, 99, "FrozenLake", 123, turns, success=True, terminated=True, metrics={"success": 1.0})
+    return Trajectory(
+        7, 1, 99, "FrozenLake", 123, turns, success=True, terminated=True, metrics={"success": 1.0}
+    )
 
 
 def test_round_trip_keeps_everything():
@@ -39,7 +50,9 @@ def test_round_trip_random(prompt, response, reward, key):
     assert decode_trajectory(encode_trajectory(traj)) == traj
 
 
-@pytest.mark.parametrize("payload", [b"", b"\xc1\xc1garbage", b"\x93\x01\x02\x03", msgpack.packb({"schema": "other"})])
+@pytest.mark.parametrize(
+    "payload", [b"", b"\xc1\xc1garbage", b"\x93\x01\x02\x03", msgpack.packb({"schema": "other"})]
+)
 def test_garbage_and_foreign_payloads_are_clear_errors(payload):
     with pytest.raises(PayloadError):
         decode_trajectory(payload)

@@ -110,3 +110,8 @@ def test_clear_errors(tmp_path):
         HFInferStrategy(tmp_path / "nowhere")
     with pytest.raises(StrategyError, match="greedy=True"):
         GenerationParams(max_new_tokens=4, temperature=0.0)
+
+
+def test_too_long_prompt_is_refused(infer):
+    with pytest.raises(StrategyError, match="max_position_embeddings"):
+        infer.generate([[10] * 2045], GenerationParams(max_new_tokens=4))

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from roll_rollout import Trajectory
-
 from roll_algos import AdvantageInputs
+from roll_rollout import Trajectory
 
 
 @dataclass
@@ -39,7 +38,9 @@ class RowBatch:
         return int(self.input_ids.shape[0])
 
     def advantage_inputs(
-        self, old_log_probs: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
+        self,
+        old_log_probs: torch.Tensor | None = None,
+        ref_log_probs: torch.Tensor | None = None,
         values: torch.Tensor | None = None,
     ) -> AdvantageInputs:
         """The estimator inputs of these rows."""

@@ -30,7 +30,9 @@ class CheckpointManager:
         """Where a checkpoint keeps the model files."""
         return Path(checkpoint) / "model"
 
-    async def save(self, step: int, state: dict[str, Any], save_model: Callable[[Path], Awaitable[Any]]) -> Path:
+    async def save(
+        self, step: int, state: dict[str, Any], save_model: Callable[[Path], Awaitable[Any]]
+    ) -> Path:
         """Write checkpoint `step` atomically; `save_model(path)` writes the model files into `path`."""
         final = self.root / f"checkpoint-{step}"
         tmp = self.root / f"checkpoint-{step}.tmp"

@@ -64,7 +64,9 @@ def plot(argv: list[str]) -> int:
     """Plot a run's learning curve (metrics.jsonl) to a PNG."""
     parser = argparse.ArgumentParser(prog="roll plot")
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--out", type=Path, default=None, help="PNG path (default: RUN_DIR/learning_curve.png)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="PNG path (default: RUN_DIR/learning_curve.png)"
+    )
     args = parser.parse_args(argv)
     from roll_pipeline.plotting import plot_learning_curve
 

@@ -9,6 +9,7 @@ awaitable of the method's result.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 from collections.abc import Awaitable
@@ -18,7 +19,9 @@ from typing import Any, Protocol
 class Cluster(Protocol):
     """The operations the pipeline needs from a worker placement backend."""
 
-    def spawn(self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any) -> Any:
+    def spawn(
+        self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any
+    ) -> Any:
         """Create a worker of `cls`; return a handle."""
         ...
 
@@ -42,7 +45,9 @@ class LocalCluster:
     def __init__(self) -> None:
         self._workers: list[Any] = []
 
-    def spawn(self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any) -> Any:
+    def spawn(
+        self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any
+    ) -> Any:
         """Instantiate `cls` here."""
         worker = cls(*args, **kwargs)
         self._workers.append(worker)
@@ -100,7 +105,9 @@ class RayCluster:
                 kwargs["runtime_env"] = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
             ray.init(address=address, **kwargs)
 
-    def spawn(self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any) -> Any:
+    def spawn(
+        self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any
+    ) -> Any:
         """Start an actor of `cls` (named for logs), asking for the given resources."""
         actor_cls = self._ray.remote(cls).options(name=None, num_cpus=num_cpus, num_gpus=num_gpus)
         actor = actor_cls.remote(*args, **kwargs)
@@ -118,10 +125,8 @@ class RayCluster:
     def shutdown(self) -> None:
         """Kill every actor this cluster started (Ray itself stays up for reuse)."""
         for actor in self._actors:
-            try:
+            with contextlib.suppress(Exception):
                 self._ray.kill(actor)
-            except Exception:
-                pass
         self._actors.clear()
 
 

@@ -18,7 +18,9 @@ from roll_pipeline.models import TINY_FROZEN_LAKE_INSTRUCTION
 AdvEstimatorName = Literal[
     "grpo", "reinforce", "gae", "reinforce_plus_plus", "gigpo", "step_reinforce", "agentic_reinforce"
 ]
-LossAggModeName = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+LossAggModeName = Literal[
+    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+]
 
 
 class StrictModel(BaseModel):
@@ -43,24 +45,34 @@ class TrainingArgs(StrictModel):
     warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up, optimiser steps")
     per_device_train_batch_size: int = Field(64, ge=1, description="rows per micro-batch")
     gradient_accumulation_steps: int = Field(
-        4, ge=1, description="micro-batches per optimiser step (mini-batch = this x per_device_train_batch_size rows)"
+        4,
+        ge=1,
+        description="micro-batches per optimiser step (mini-batch = this x per_device_train_batch_size rows)",
     )
 
 
 class GeneratingArgs(StrictModel):
     """Sampling of the inference role."""
 
-    max_new_tokens: int = Field(16, ge=1, description="cap on new tokens (custom_envs.*.max_tokens_per_step rules per turn)")
-    temperature: float = Field(1.0, gt=0, description="sampling temperature of training rollouts (validation is greedy)")
+    max_new_tokens: int = Field(
+        16, ge=1, description="cap on new tokens (custom_envs.*.max_tokens_per_step rules per turn)"
+    )
+    temperature: float = Field(
+        1.0, gt=0, description="sampling temperature of training rollouts (validation is greedy)"
+    )
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling; 0 disables")
-    num_return_sequences: Literal[1] = Field(1, description="one sample per request (groups come from group_size)")
+    num_return_sequences: Literal[1] = Field(
+        1, description="one sample per request (groups come from group_size)"
+    )
 
 
 class StrategyArgs(StrictModel):
     """Which backend runs a role."""
 
-    strategy_name: Literal["hf_train", "hf_infer", "deepspeed_train", "vllm"] = Field("hf_train", description="backend of the role")
+    strategy_name: Literal["hf_train", "hf_infer", "deepspeed_train", "vllm"] = Field(
+        "hf_train", description="backend of the role"
+    )
     strategy_config: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
 
 
@@ -82,15 +94,22 @@ class EnvManagerConfig(StrictModel):
     max_env_num_per_worker: int = Field(64, ge=1, description="envs hosted by one env worker (Ray actor)")
     num_env_groups: int = Field(16, ge=1, description="groups of envs; each group plays one seed per step")
     group_size: int = Field(8, ge=1, description="envs per group; they share the episode seed (GRPO group)")
-    tags: list[str] = Field(default_factory=lambda: ["FrozenLake"], description="env tags (keys of custom_envs)")
-    num_groups_partition: list[int] | None = Field(None, description="groups per tag; default: all to the first")
+    tags: list[str] = Field(
+        default_factory=lambda: ["FrozenLake"], description="env tags (keys of custom_envs)"
+    )
+    num_groups_partition: list[int] | None = Field(
+        None, description="groups per tag; default: all to the first"
+    )
 
     @model_validator(mode="after")
     def _partition(self) -> EnvManagerConfig:
         if self.num_groups_partition is None:
             share, rest = divmod(self.num_env_groups, len(self.tags))
             self.num_groups_partition = [share + (i < rest) for i in range(len(self.tags))]
-        if len(self.num_groups_partition) != len(self.tags) or sum(self.num_groups_partition) != self.num_env_groups:
+        if (
+            len(self.num_groups_partition) != len(self.tags)
+            or sum(self.num_groups_partition) != self.num_env_groups
+        ):
             raise ValueError(
                 f"num_groups_partition {self.num_groups_partition} must give one group count per tag "
                 f"{self.tags} and sum to num_env_groups={self.num_env_groups}"
@@ -111,13 +130,17 @@ class CustomEnvConfig(StrictModel):
     max_tokens_per_step: int = Field(16, ge=1, description="new tokens per turn")
     max_history_turns: int | None = Field(0, ge=0, description="earlier turns kept in the prompt; null = all")
     env_instruction: str | None = Field(None, description="system prompt; null = the env's own instruction")
-    env_config: dict[str, Any] = Field(default_factory=dict, description="keyword config of the env (validated by the env)")
+    env_config: dict[str, Any] = Field(
+        default_factory=dict, description="keyword config of the env (validated by the env)"
+    )
 
 
 class ClusterConfig(StrictModel):
     """Where workers run: Ray (local by default, or an existing cluster) or in-process."""
 
-    backend: Literal["ray", "local"] = Field("ray", description="ray: workers are Ray actors; local: all in this process")
+    backend: Literal["ray", "local"] = Field(
+        "ray", description="ray: workers are Ray actors; local: all in this process"
+    )
     address: str | None = Field(None, description="existing Ray cluster, e.g. 'auto' or 'ray://host:10001'")
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray instance (default: all)")
 
@@ -138,9 +161,13 @@ class AgenticConfig(StrictModel):
     )
     max_steps: int = Field(100, ge=0, description="training steps (one rollout + one actor update each)")
     save_steps: int = Field(50, ge=1, description="checkpoint every this many steps (and at the end)")
-    eval_steps: int = Field(25, ge=1, description="validate every this many steps (and before and after training)")
+    eval_steps: int = Field(
+        25, ge=1, description="validate every this many steps (and before and after training)"
+    )
     logging_steps: int = Field(1, ge=1, description="log metrics every this many steps")
-    rollout_batch_size: int | None = Field(None, ge=1, description="trajectories per step (default: all train envs)")
+    rollout_batch_size: int | None = Field(
+        None, ge=1, description="trajectories per step (default: all train envs)"
+    )
     val_batch_size: int | None = Field(None, ge=1, description="validation episodes (default: all val envs)")
     sequence_length: int = Field(1024, ge=16, description="max tokens of a prompt plus its response")
     adv_estimator: AdvEstimatorName = Field("grpo", description="advantage estimator (docs/algos)")
@@ -157,9 +184,13 @@ class AgenticConfig(StrictModel):
     kl_penalty: Literal["kl", "abs", "mse", "k3", "full"] = Field("k3", description="per-token KL estimator")
     use_kl_loss: bool = Field(True, description="add kl_loss_coef * KL(actor || reference) to the loss")
     kl_loss_coef: float = Field(0.02, ge=0, description="weight of the KL loss term")
-    entropy_loss_coef: float = Field(0.01, ge=0, description="entropy bonus (keeps the policy from collapsing)")
+    entropy_loss_coef: float = Field(
+        0.01, ge=0, description="entropy bonus (keeps the policy from collapsing)"
+    )
     whiten_advantages: bool = Field(False, description="whiten advantages over the batch")
-    norm_mean_type: Literal["mean_std", "mean", "none"] = Field("mean_std", description="group normalisation of scores")
+    norm_mean_type: Literal["mean_std", "mean", "none"] = Field(
+        "mean_std", description="group normalisation of scores"
+    )
     advantage_clip: float | None = Field(None, gt=0, description="clamp advantages to [-c, c]")
     reward_clip: float | None = Field(None, gt=0, description="clamp rewards to [-c, c]")
     loss_agg_mode: LossAggModeName = Field("seq-mean-token-mean", description="how token losses aggregate")
@@ -173,7 +204,9 @@ class AgenticConfig(StrictModel):
         description="the frozen initial policy of the KL term",
     )
     train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig, description="training envs")
-    val_env_manager: EnvManagerConfig = Field(default_factory=_default_val_envs, description="validation envs (greedy)")
+    val_env_manager: EnvManagerConfig = Field(
+        default_factory=_default_val_envs, description="validation envs (greedy)"
+    )
     custom_envs: dict[str, CustomEnvConfig] = Field(
         default_factory=lambda: {"FrozenLake": CustomEnvConfig(env_instruction=TINY_FROZEN_LAKE_INSTRUCTION)},
         description="env tags and their env types and limits",
@@ -182,13 +215,17 @@ class AgenticConfig(StrictModel):
     render_save_dir: str | None = Field(None, description="save validation episodes as GIFs here")
     resume_from_checkpoint: str | None = Field(None, description="a checkpoint-N folder to resume from")
     track_with: list[Literal["tensorboard", "stdout"]] = Field(
-        default_factory=lambda: ["tensorboard", "stdout"], description="metric sinks (metrics.jsonl is always written)"
+        default_factory=lambda: ["tensorboard", "stdout"],
+        description="metric sinks (metrics.jsonl is always written)",
     )
     print_baselines: bool = Field(True, description="print FrozenLake baselines before training")
 
     @model_validator(mode="after")
     def _consistent(self) -> AgenticConfig:
-        for name, manager in (("train_env_manager", self.train_env_manager), ("val_env_manager", self.val_env_manager)):
+        for name, manager in (
+            ("train_env_manager", self.train_env_manager),
+            ("val_env_manager", self.val_env_manager),
+        ):
             unknown = [t for t in manager.tags if t not in self.custom_envs]
             if unknown:
                 raise ValueError(

@@ -26,10 +26,20 @@ class ConfigError(ValueError):
 def parse_args(argv: list[str] | None, prog: str = "roll train") -> argparse.Namespace:
     """`--config-path/--config_path`, `--config-name/--config_name`, then Hydra overrides."""
     parser = argparse.ArgumentParser(prog=prog, description="Train an LLM agent with RL (agentic pipeline).")
-    parser.add_argument("--config-path", "--config_path", dest="config_path", default=None,
-                        help="folder of YAML configs (relative to the current folder or to examples/)")
-    parser.add_argument("--config-name", "--config_name", dest="config_name", default=None,
-                        help="YAML file name in that folder, without .yaml")
+    parser.add_argument(
+        "--config-path",
+        "--config_path",
+        dest="config_path",
+        default=None,
+        help="folder of YAML configs (relative to the current folder or to examples/)",
+    )
+    parser.add_argument(
+        "--config-name",
+        "--config_name",
+        dest="config_name",
+        default=None,
+        help="YAML file name in that folder, without .yaml",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. exp_name=my_run seed=123")
     return parser.parse_args(argv)
@@ -43,8 +53,9 @@ def defaults_node() -> dict[str, Any]:
     return node
 
 
-def compose(config_path: str | None, config_name: str | None, overrides: list[str],
-            search_from: Path | None = None) -> AgenticConfig:
+def compose(
+    config_path: str | None, config_name: str | None, overrides: list[str], search_from: Path | None = None
+) -> AgenticConfig:
     """Compose with Hydra and validate; raise `ConfigError` with a helpful message."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -108,7 +119,11 @@ def _fields_at(path: tuple[Any, ...]) -> set[str]:
         else:
             return set()
     annotation = _unwrap(annotation)
-    return set(annotation.model_fields) if isinstance(annotation, type) and issubclass(annotation, BaseModel) else set()
+    return (
+        set(annotation.model_fields)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        else set()
+    )
 
 
 def _unwrap(annotation: Any) -> Any:

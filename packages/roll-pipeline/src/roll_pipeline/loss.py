@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from roll_algos import aggregate_loss, kl_penalty, policy_loss
 
 
@@ -56,7 +55,9 @@ class ActorLoss:
             "actor/ratio_max": float(pg.ratio_max),
         }
         if self.kl_loss_coef > 0 and "ref_log_probs" in mb:
-            kl = aggregate_loss(kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty), mask, self.agg_mode)
+            kl = aggregate_loss(
+                kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty), mask, self.agg_mode
+            )
             loss = loss + self.kl_loss_coef * kl
             metrics["actor/kl_loss"] = float(kl.detach())
         if entropy is not None:

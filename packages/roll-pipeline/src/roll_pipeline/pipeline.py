@@ -15,10 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from roll_rollout import EnvLayout, EnvSlotSpec, EnvWorker, RemotePolicy, RolloutScheduler, SamplingSettings, Trajectory
+from roll_algos import AdvantageConfig, compute_advantages
+from roll_rollout import (
+    EnvLayout,
+    EnvSlotSpec,
+    EnvWorker,
+    RemotePolicy,
+    RolloutScheduler,
+    SamplingSettings,
+    Trajectory,
+)
 from roll_rollout.scheduler import validation_seeds
 
-from roll_algos import AdvantageConfig, compute_advantages
 from roll_pipeline.batch import RowBatch, build_rows, complete_groups
 from roll_pipeline.checkpoint import CheckpointManager
 from roll_pipeline.cluster import Cluster, make_cluster
@@ -59,7 +67,9 @@ class AgenticPipeline:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model_path = resolve_pretrain(config.pretrain, seed=config.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.cluster: Cluster = make_cluster(config.cluster.backend, config.cluster.address, config.cluster.num_cpus)
+        self.cluster: Cluster = make_cluster(
+            config.cluster.backend, config.cluster.address, config.cluster.num_cpus
+        )
         self.tracker = Tracker(self.run_dir, config.track_with, config=config.model_dump(mode="json"))
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints")
         self.step = 0
@@ -73,27 +83,53 @@ class AgenticPipeline:
         targs = cfg.actor_train.training_args
         device, gpus = self._placement(cfg.actor_train.device_mapping)
         self.actor_train = self.cluster.spawn(
-            ActorTrainWorker, path, name="actor_train", num_cpus=0, num_gpus=gpus, device=device,
-            dtype=cfg.actor_train.model_args.dtype, learning_rate=targs.learning_rate,
-            weight_decay=targs.weight_decay, max_grad_norm=targs.max_grad_norm, warmup_steps=targs.warmup_steps,
-            seed=cfg.seed, num_threads=cfg.actor_train.num_threads,
+            ActorTrainWorker,
+            path,
+            name="actor_train",
+            num_cpus=0,
+            num_gpus=gpus,
+            device=device,
+            dtype=cfg.actor_train.model_args.dtype,
+            learning_rate=targs.learning_rate,
+            weight_decay=targs.weight_decay,
+            max_grad_norm=targs.max_grad_norm,
+            warmup_steps=targs.warmup_steps,
+            seed=cfg.seed,
+            num_threads=cfg.actor_train.num_threads,
         )
         device, gpus = self._placement(cfg.actor_infer.device_mapping)
         self.policy_server = self.cluster.spawn(
-            PolicyServer, path, name="actor_infer", num_cpus=0, num_gpus=gpus, device=device, dtype=cfg.actor_infer.model_args.dtype,
-            seed=cfg.seed, num_threads=cfg.actor_infer.num_threads,
+            PolicyServer,
+            path,
+            name="actor_infer",
+            num_cpus=0,
+            num_gpus=gpus,
+            device=device,
+            dtype=cfg.actor_infer.model_args.dtype,
+            seed=cfg.seed,
+            num_threads=cfg.actor_infer.num_threads,
         )
         self.reference = None
-        if cfg.use_kl_loss and cfg.kl_loss_coef > 0 or cfg.init_kl_coef > 0:
+        if (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0:
             device, gpus = self._placement(cfg.reference.device_mapping)
             self.reference = self.cluster.spawn(
-                ReferenceWorker, path, name="reference", num_cpus=0, num_gpus=gpus, device=device,
-                dtype=cfg.reference.model_args.dtype, num_threads=cfg.reference.num_threads,
+                ReferenceWorker,
+                path,
+                name="reference",
+                num_cpus=0,
+                num_gpus=gpus,
+                device=device,
+                dtype=cfg.reference.model_args.dtype,
+                num_threads=cfg.reference.num_threads,
             )
         policy = RemotePolicy(self.cluster.remote_method(self.policy_server, "generate"))
         gen = cfg.actor_infer.generating_args
-        self.train_rollout = self._scheduler(cfg.train_env_manager, policy, greedy=False, seed=cfg.seed, name="train")
-        self.val_rollout = self._scheduler(cfg.val_env_manager, policy, greedy=True, seed=cfg.seed + 1, name="val")
+        self.train_rollout = self._scheduler(
+            cfg.train_env_manager, policy, greedy=False, seed=cfg.seed, name="train"
+        )
+        self.val_rollout = self._scheduler(
+            cfg.val_env_manager, policy, greedy=True, seed=cfg.seed + 1, name="val"
+        )
         self._sampling_note = f"T={gen.temperature} top_p={gen.top_p}"
 
     def _placement(self, device_mapping: list[int]) -> tuple[str, float]:
@@ -104,17 +140,27 @@ class AgenticPipeline:
             return f"cuda:{device_mapping[0]}", 0.0
         return "cuda", 0.3  # Ray sets CUDA_VISIBLE_DEVICES; three roles may share one GPU
 
-    def _scheduler(self, manager: EnvManagerConfig, policy: RemotePolicy, *, greedy: bool, seed: int,
-                   name: str) -> RolloutScheduler:
+    def _scheduler(
+        self, manager: EnvManagerConfig, policy: RemotePolicy, *, greedy: bool, seed: int, name: str
+    ) -> RolloutScheduler:
         cfg = self.config
         assert manager.num_groups_partition is not None
-        layout = EnvLayout(manager.num_env_groups, manager.group_size, tuple(manager.tags),
-                           tuple(manager.num_groups_partition), manager.max_env_num_per_worker)
+        layout = EnvLayout(
+            manager.num_env_groups,
+            manager.group_size,
+            tuple(manager.tags),
+            tuple(manager.num_groups_partition),
+            manager.max_env_num_per_worker,
+        )
         gen = cfg.actor_infer.generating_args
         sampling = {
-            tag: SamplingSettings(max_new_tokens=cfg.custom_envs[tag].max_tokens_per_step,
-                                  temperature=1.0 if greedy else gen.temperature, top_p=gen.top_p,
-                                  top_k=gen.top_k, greedy=greedy)
+            tag: SamplingSettings(
+                max_new_tokens=cfg.custom_envs[tag].max_tokens_per_step,
+                temperature=1.0 if greedy else gen.temperature,
+                top_p=gen.top_p,
+                top_k=gen.top_k,
+                greedy=greedy,
+            )
             for tag in manager.tags
         }
         workers = []
@@ -123,9 +169,21 @@ class AgenticPipeline:
             for env_id in layout.env_ids_of_worker(w):
                 tag = layout.tag_of_group(env_id // layout.group_size)
                 env = cfg.custom_envs[tag]
-                slots.append(EnvSlotSpec(env_id, tag, env.env_type, dict(env.env_config), env.max_actions_per_traj,
-                                         env.max_history_turns, cfg.sequence_length, env.env_instruction))
-            handle = self.cluster.spawn(EnvWorker, slots, self.tokenizer, policy, name=f"{name}_env_{w}", num_cpus=0)
+                slots.append(
+                    EnvSlotSpec(
+                        env_id,
+                        tag,
+                        env.env_type,
+                        dict(env.env_config),
+                        env.max_actions_per_traj,
+                        env.max_history_turns,
+                        cfg.sequence_length,
+                        env.env_instruction,
+                    )
+                )
+            handle = self.cluster.spawn(
+                EnvWorker, slots, self.tokenizer, policy, name=f"{name}_env_{w}", num_cpus=0
+            )
             workers.append(self.cluster.remote_method(handle, "run_episodes"))
         return RolloutScheduler(layout, workers, sampling, seed=seed)
 
@@ -172,7 +230,9 @@ class AgenticPipeline:
         timings["time/step_rollout"] = time.perf_counter() - t0
         kept, failed = complete_groups(trajs)
         metrics = rollout_metrics(trajs, failed)
-        metrics["rollout/infer_batch_size/mean"] = _mean(await self.cluster.call(self.policy_server, "batch_sizes"))
+        metrics["rollout/infer_batch_size/mean"] = _mean(
+            await self.cluster.call(self.policy_server, "batch_sizes")
+        )
         if kept and any(t.turns for t in kept):
             metrics.update(await self._update_actor(kept, timings))
         t1 = time.perf_counter()
@@ -186,20 +246,30 @@ class AgenticPipeline:
         rows = build_rows(trajs, pad_id=self.tokenizer.pad_token_id)
         tensors = {"input_ids": rows.input_ids, "attention_mask": rows.attention_mask}
         t = time.perf_counter()
-        old_lp = await self.cluster.call(self.actor_train, "compute_log_probs", tensors, cfg.actor_train.infer_batch_size)
+        old_lp = await self.cluster.call(
+            self.actor_train, "compute_log_probs", tensors, cfg.actor_train.infer_batch_size
+        )
         timings["time/step_old_log_probs"] = time.perf_counter() - t
         ref_lp = None
         if self.reference is not None:
             t = time.perf_counter()
-            ref_lp = await self.cluster.call(self.reference, "compute_log_probs", tensors, cfg.reference.infer_batch_size)
+            ref_lp = await self.cluster.call(
+                self.reference, "compute_log_probs", tensors, cfg.reference.infer_batch_size
+            )
             timings["time/step_ref_log_probs"] = time.perf_counter() - t
         t = time.perf_counter()
         adv = compute_advantages(
             cfg.adv_estimator,
             rows.advantage_inputs(old_log_probs=old_lp, ref_log_probs=ref_lp),
-            AdvantageConfig(gamma=cfg.gamma, lambd=cfg.lambd, norm_mode=cfg.norm_mean_type,
-                            kl_coef=cfg.init_kl_coef, whiten=cfg.whiten_advantages,
-                            advantage_clip=cfg.advantage_clip, reward_clip=cfg.reward_clip),
+            AdvantageConfig(
+                gamma=cfg.gamma,
+                lambd=cfg.lambd,
+                norm_mode=cfg.norm_mean_type,
+                kl_coef=cfg.init_kl_coef,
+                whiten=cfg.whiten_advantages,
+                advantage_clip=cfg.advantage_clip,
+                reward_clip=cfg.reward_clip,
+            ),
         )
         timings["time/step_adv"] = time.perf_counter() - t
         t = time.perf_counter()
@@ -209,25 +279,39 @@ class AgenticPipeline:
         train_metrics["critic/advantages/mean"] = float(adv.advantages[mask].mean())
         train_metrics["critic/advantages/max"] = float(adv.advantages[mask].max())
         train_metrics["critic/advantages/min"] = float(adv.advantages[mask].min())
-        train_metrics["actor/train_infer_logprob_diff"] = float((old_lp - rows.infer_log_probs)[mask].abs().mean())
+        train_metrics["actor/train_infer_logprob_diff"] = float(
+            (old_lp - rows.infer_log_probs)[mask].abs().mean()
+        )
         return train_metrics
 
-    async def _optimise(self, rows: RowBatch, old_lp: torch.Tensor, ref_lp: torch.Tensor | None,
-                        advantages: torch.Tensor) -> dict[str, float]:
+    async def _optimise(
+        self, rows: RowBatch, old_lp: torch.Tensor, ref_lp: torch.Tensor | None, advantages: torch.Tensor
+    ) -> dict[str, float]:
         cfg = self.config
         targs = cfg.actor_train.training_args
         loss_fn = ActorLoss(
-            clip_low=cfg.pg_clip_low or cfg.pg_clip, clip_high=cfg.pg_clip_high or cfg.pg_clip,
-            dual_clip=3.0 if cfg.dual_clip_loss else None, agg_mode=cfg.loss_agg_mode,
-            kl_loss_coef=cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, kl_penalty=cfg.kl_penalty,
+            clip_low=cfg.pg_clip_low or cfg.pg_clip,
+            clip_high=cfg.pg_clip_high or cfg.pg_clip,
+            dual_clip=3.0 if cfg.dual_clip_loss else None,
+            agg_mode=cfg.loss_agg_mode,
+            kl_loss_coef=cfg.kl_loss_coef if cfg.use_kl_loss else 0.0,
+            kl_penalty=cfg.kl_penalty,
             entropy_loss_coef=cfg.entropy_loss_coef,
         )
-        fields = {"input_ids": rows.input_ids, "attention_mask": rows.attention_mask,
-                  "response_mask": rows.response_mask, "old_log_probs": old_lp, "advantages": advantages}
+        fields = {
+            "input_ids": rows.input_ids,
+            "attention_mask": rows.attention_mask,
+            "response_mask": rows.response_mask,
+            "old_log_probs": old_lp,
+            "advantages": advantages,
+        }
         if ref_lp is not None:
             fields["ref_log_probs"] = ref_lp
         generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.step)
-        micro, per_step = targs.per_device_train_batch_size, targs.per_device_train_batch_size * targs.gradient_accumulation_steps
+        micro, per_step = (
+            targs.per_device_train_batch_size,
+            targs.per_device_train_batch_size * targs.gradient_accumulation_steps,
+        )
         collected: list[dict[str, float]] = []
         for _ in range(cfg.ppo_epochs):
             order = torch.randperm(rows.num_rows, generator=generator)
@@ -239,18 +323,24 @@ class AgenticPipeline:
                     mb = {k: v[sub] for k, v in fields.items()}
                     mb["loss_scale"] = torch.tensor(len(sub) / len(idx))
                     mbs.append(_trim_padding(mb))
-                collected.append(await self.cluster.call(self.actor_train, "train_step", mbs, loss_fn, with_entropy=True))
+                collected.append(
+                    await self.cluster.call(self.actor_train, "train_step", mbs, loss_fn, with_entropy=True)
+                )
         merged = {k: _mean([m[k] for m in collected if k in m]) for k in collected[-1]}
         return {(k if "/" in k else f"actor/{k}"): v for k, v in merged.items()}
 
     async def _sync_weights(self) -> None:
-        weights = self.cluster.call(self.actor_train, "export_weights")  # not awaited: passed worker to worker
+        weights = self.cluster.call(
+            self.actor_train, "export_weights"
+        )  # not awaited: passed worker to worker
         await self.cluster.call(self.policy_server, "update_weights", weights, self.step)
 
     async def _validate(self) -> dict[str, float]:
         t = time.perf_counter()
         count = self.config.val_rollout_batch_size
-        trajs = await self.val_rollout.get_batch(count, seeds=validation_seeds(count // self.val_rollout.layout.group_size))
+        trajs = await self.val_rollout.get_batch(
+            count, seeds=validation_seeds(count // self.val_rollout.layout.group_size)
+        )
         metrics = val_metrics(trajs)
         metrics["time/step_val"] = time.perf_counter() - t
         await self.cluster.call(self.policy_server, "batch_sizes")
@@ -287,7 +377,9 @@ def _mean(values: Sequence[float]) -> float:
 def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, desc="train", unit="step", disable=not enabled, dynamic_ncols=True)
+    return tqdm(
+        total=total, initial=initial, desc="train", unit="step", disable=not enabled, dynamic_ncols=True
+    )
 
 
 def _postfix(metrics: dict[str, float], summary: RunSummary) -> str:

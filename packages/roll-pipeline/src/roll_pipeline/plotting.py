@@ -23,10 +23,14 @@ def plot_learning_curve(run_dir: Path, out: Path, baselines: dict[str, float] | 
 
     rows = read_metrics(run_dir)
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for key in sorted({k for r in rows for k in r if k.startswith(("env/", "val/env/")) and k.endswith("/success")}):
+    for key in sorted(
+        {k for r in rows for k in r if k.startswith(("env/", "val/env/")) and k.endswith("/success")}
+    ):
         pts = [(r["step"], r[key]) for r in rows if key in r]
         style = "o-" if key.startswith("val/") else "-"
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=key, alpha=0.9 if "val" in key else 0.6)
+        ax.plot(
+            [p[0] for p in pts], [p[1] for p in pts], style, label=key, alpha=0.9 if "val" in key else 0.6
+        )
     for name, value in (baselines or {}).items():
         ax.axhline(value, linestyle="--", color="gray", linewidth=1)
         ax.text(0, value + 0.01, name, color="gray", fontsize=8)

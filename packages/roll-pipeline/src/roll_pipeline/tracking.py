@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 STDOUT_KEYS = (
-    "env/", "val/env/", "val/score/mean", "critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/kl_loss",
+    "env/",
+    "val/env/",
+    "val/score/mean",
+    "critic/score/mean",
+    "actor/pg_loss",
+    "actor/entropy",
+    "actor/kl_loss",
     "time/step_total",
 )
 
@@ -40,7 +46,11 @@ class Tracker:
                 self.writer.add_scalar(key, value, step)
             self.writer.flush()
         if self.stdout:
-            shown = {k: v for k, v in clean.items() if k.startswith(STDOUT_KEYS) and not k.endswith(("/max", "/min"))}
+            shown = {
+                k: v
+                for k, v in clean.items()
+                if k.startswith(STDOUT_KEYS) and not k.endswith(("/max", "/min"))
+            }
             text = "  ".join(f"{k}={v:.3g}" for k, v in sorted(shown.items()))
             from tqdm.auto import tqdm
 

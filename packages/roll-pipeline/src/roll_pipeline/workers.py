@@ -15,11 +15,21 @@ from roll_rollout import BatchingPolicy, GenerateRequest, GenerateResult
 class PolicyServer:
     """Serves `generate` requests from env managers with batched calls of an inference strategy."""
 
-    def __init__(self, model_path: str | Path, *, dtype: str = "float32", device: str = "cpu", seed: int = 0,
-                 num_threads: int | None = None, max_batch_size: int = 256) -> None:
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        dtype: str = "float32",
+        device: str = "cpu",
+        seed: int = 0,
+        num_threads: int | None = None,
+        max_batch_size: int = 256,
+    ) -> None:
         from roll_strategies import ActorInferWorker
 
-        self.worker = ActorInferWorker(model_path, device=device, dtype=dtype, seed=seed, num_threads=num_threads)
+        self.worker = ActorInferWorker(
+            model_path, device=device, dtype=dtype, seed=seed, num_threads=num_threads
+        )
         self.policy = BatchingPolicy(self._generate_batch, max_batch_size=max_batch_size)
         self.version = 0
 
@@ -29,14 +39,21 @@ class PolicyServer:
         s = requests[0].sampling
         params = GenerationParams(
             max_new_tokens=max(r.sampling.max_new_tokens for r in requests),
-            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, greedy=s.greedy,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            greedy=s.greedy,
         )
         outputs = self.worker.generate([r.prompt_ids for r in requests], params)
         results = []
         for req, out in zip(requests, outputs, strict=True):
             ids, lps, reason = out.output_ids, out.log_probs, out.finish_reason
             if len(ids) > req.sampling.max_new_tokens:  # a shorter budget inside a mixed batch
-                ids, lps, reason = ids[: req.sampling.max_new_tokens], lps[: req.sampling.max_new_tokens], "length"
+                ids, lps, reason = (
+                    ids[: req.sampling.max_new_tokens],
+                    lps[: req.sampling.max_new_tokens],
+                    "length",
+                )
             results.append(GenerateResult(list(ids), list(lps), reason, self.version))
         return results
 

@@ -31,7 +31,9 @@ class EpisodeJob:
 class TrajEnvManager:
     """Runs episodes of one env instance; `max_turns` caps the agent turns of an episode."""
 
-    def __init__(self, env: Any, tag: str, prompts: PromptBuilder, max_turns: int, max_context_tokens: int) -> None:
+    def __init__(
+        self, env: Any, tag: str, prompts: PromptBuilder, max_turns: int, max_context_tokens: int
+    ) -> None:
         self.env = env
         self.tag = tag
         self.prompts = prompts

@@ -110,7 +110,9 @@ class BatchingPolicy:
     wait pays for itself: one batched call costs about as much as a call with a single request.
     """
 
-    def __init__(self, generate_batch: GenerateBatchFn, max_batch_size: int = 256, batch_wait_s: float = 0.005) -> None:
+    def __init__(
+        self, generate_batch: GenerateBatchFn, max_batch_size: int = 256, batch_wait_s: float = 0.005
+    ) -> None:
         self._generate_batch = generate_batch
         self._max_batch_size = max_batch_size
         self._batch_wait_s = batch_wait_s

@@ -71,8 +71,12 @@ class PromptBuilder:
         (observation, response) pairs are kept before the current observation.
         """
         if len(observations) != len(responses) + 1:
-            raise ValueError(f"need len(observations) == len(responses) + 1, got {len(observations)}, {len(responses)}")
-        keep = len(responses) if self.max_history_turns is None else min(self.max_history_turns, len(responses))
+            raise ValueError(
+                f"need len(observations) == len(responses) + 1, got {len(observations)}, {len(responses)}"
+            )
+        keep = (
+            len(responses) if self.max_history_turns is None else min(self.max_history_turns, len(responses))
+        )
         start = len(responses) - keep
         ids = self.first_prompt(observations[start])
         for k in range(start, len(responses)):

@@ -104,7 +104,7 @@ class RolloutScheduler:
 
     def rng_state(self) -> list[int]:
         """The seed stream's state and the episode counter, JSON-friendly (for checkpoints)."""
-        version, internal, gauss = self._rng.getstate()
+        version, internal, _gauss = self._rng.getstate()
         return [version, *internal, self._episode_counter]
 
     def set_rng_state(self, state: list[int]) -> None:

@@ -80,7 +80,9 @@ class EnvWorker:
         jobs = decode_jobs(jobs_payload)
         unknown = sorted({j.env_id for j in jobs} - set(self.managers))
         if unknown:
-            raise PayloadError(f"env ids {unknown} are not hosted by this worker (it has {sorted(self.managers)})")
+            raise PayloadError(
+                f"env ids {unknown} are not hosted by this worker (it has {sorted(self.managers)})"
+            )
         trajs = await asyncio.gather(*(self.managers[j.env_id].run_episode(j, self.policy) for j in jobs))
         return [encode_trajectory(t) for t in trajs]
 

@@ -129,6 +129,13 @@ class HFInferStrategy:
         """
         stop_ids = list(params.stop_token_ids or [int(self.tokenizer.eos_token_id)])
         input_ids, attention_mask = self._pad_left(prompts)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if limit is not None and input_ids.shape[1] + params.max_new_tokens > limit:
+            raise StrategyError(
+                f"Expected prompt + max_new_tokens <= max_position_embeddings ({limit}), got a prompt of "
+                f"{input_ids.shape[1]} tokens + {params.max_new_tokens}; shorten the history kept in prompts "
+                "or lower max_new_tokens."
+            )
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.no_grad(), torch.random.fork_rng(devices=devices):
             torch.manual_seed(self.seed * 1_000_003 + next(self._calls))

@@ -86,6 +86,17 @@ def _collate(batch: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str,
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def _response_loss(model: Qwen2ForCausalLM, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token cross-entropy over labelled positions; the LM head runs on those positions only."""
+    hidden = model.model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+    ).last_hidden_state
+    targets = batch["labels"][:, 1:]
+    keep = targets != IGNORE_INDEX
+    logits = model.lm_head(hidden[:, :-1][keep])
+    return torch.nn.functional.cross_entropy(logits.float(), targets[keep])
+
+
 def _warmup(
     model: Qwen2ForCausalLM,
     tokenizer: PreTrainedTokenizerBase,
@@ -108,7 +119,7 @@ def _warmup(
     start = time.perf_counter()
     for step in range(1, steps + 1):
         idx = torch.randint(len(encoded), (batch_size,), generator=gen).tolist()
-        loss = model(**_collate([encoded[i] for i in idx], tokenizer.pad_token_id)).loss
+        loss = _response_loss(model, _collate([encoded[i] for i in idx], tokenizer.pad_token_id))
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -139,6 +150,7 @@ def build_tiny_model(
     warmup_steps: int = 300,
     warmup_batch_size: int = 64,
     warmup_lr: float = 3e-3,
+    num_threads: int | None = 1,
 ) -> Path:
     """Build tokenizer + seeded Qwen2 model (+ optional format warm-up) into `out_dir`; return `out_dir`.
 
@@ -147,45 +159,60 @@ def build_tiny_model(
         vocab_texts: texts whose words join the vocabulary (the warm-up texts are added automatically).
         warmup_examples: (chat messages, response text) pairs; empty -> no warm-up (random init only).
         seed: seeds the weight init and the warm-up batch sampling; same seed -> same folder contents.
+        num_threads: torch CPU threads during the build (restored afterwards); None keeps the current
+            setting. 1 is the default because this model is too small to gain from more, and on a
+            shared 2-core machine two threads competing with other jobs ran 4-8x slower.
     Writes:
         config.json, generation_config.json, model.safetensors, tokenizer files, build_info.json.
     """
-    out_dir = Path(out_dir)
+    sizes = {
+        "hidden_size": hidden_size,
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "num_kv_heads": num_kv_heads,
+        "intermediate_size": intermediate_size,
+    }
+    warmup = {"warmup_steps": warmup_steps, "warmup_batch_size": warmup_batch_size, "warmup_lr": warmup_lr}
+    previous_threads = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        return _build(Path(out_dir), vocab_texts, warmup_examples, seed, sizes, warmup)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _build(
+    out_dir: Path,
+    vocab_texts: list[str],
+    warmup_examples: Sequence[WarmupExample],
+    seed: int,
+    sizes: dict[str, int],
+    warmup: dict[str, float],
+) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     texts = list(vocab_texts)
     for messages, response in warmup_examples:
         texts.extend(m["content"] for m in messages)
         texts.append(response)
     tokenizer = build_tiny_tokenizer(texts)
-    config = _make_config(
-        tokenizer,
-        hidden_size=hidden_size,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        intermediate_size=intermediate_size,
-    )
+    config = _make_config(tokenizer, **sizes)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).float().eval()
     started = time.perf_counter()
     final_loss = None
-    if warmup_examples and warmup_steps > 0:
+    if warmup_examples and warmup["warmup_steps"] > 0:
         final_loss = _warmup(
             model,
             tokenizer,
             warmup_examples,
-            steps=warmup_steps,
-            batch_size=warmup_batch_size,
-            lr=warmup_lr,
+            steps=int(warmup["warmup_steps"]),
+            batch_size=int(warmup["warmup_batch_size"]),
+            lr=warmup["warmup_lr"],
             seed=seed,
         )
     model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        do_sample=True,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
@@ -194,17 +221,13 @@ def build_tiny_model(
         "seed": seed,
         "vocab_size": len(tokenizer),
         "padded_vocab_size": config.vocab_size,
-        "hidden_size": hidden_size,
-        "num_layers": num_layers,
-        "num_heads": num_heads,
-        "num_kv_heads": num_kv_heads,
-        "intermediate_size": intermediate_size,
+        **sizes,
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "warmup_examples": len(warmup_examples),
-        "warmup_steps": warmup_steps if final_loss is not None else 0,
-        "warmup_batch_size": warmup_batch_size,
-        "warmup_lr": warmup_lr,
+        **warmup,
+        "warmup_steps": warmup["warmup_steps"] if final_loss is not None else 0,
         "final_warmup_loss": final_loss,
+        "num_threads": torch.get_num_threads(),
         "warmup_seconds": round(time.perf_counter() - started, 2) if final_loss is not None else 0.0,
     }
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
