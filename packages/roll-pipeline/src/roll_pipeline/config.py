@@ -39,13 +39,13 @@ class ModelArgs(StrictModel):
 class TrainingArgs(StrictModel):
     """Optimiser and batching of a trained role."""
 
-    learning_rate: float = Field(2e-3, gt=0, description="AdamW learning rate")
+    learning_rate: float = Field(3e-4, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
     warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up, optimiser steps")
     per_device_train_batch_size: int = Field(64, ge=1, description="rows per micro-batch")
     gradient_accumulation_steps: int = Field(
-        4,
+        16,
         ge=1,
         description="micro-batches per optimiser step (mini-batch = this x per_device_train_batch_size rows)",
     )
@@ -62,6 +62,10 @@ class GeneratingArgs(StrictModel):
     )
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling; 0 disables")
+    stop_strings: list[str] = Field(
+        default_factory=lambda: ["</answer>"],
+        description="a response also ends after any of these (each must be one token); eos always stops",
+    )
     num_return_sequences: Literal[1] = Field(
         1, description="one sample per request (groups come from group_size)"
     )
@@ -159,7 +163,7 @@ class AgenticConfig(StrictModel):
         "builtin:tiny-frozen-lake",
         description="a model folder or hub id for from_pretrained; 'builtin:NAME' builds a tiny model offline",
     )
-    max_steps: int = Field(100, ge=0, description="training steps (one rollout + one actor update each)")
+    max_steps: int = Field(180, ge=0, description="training steps (one rollout + one actor update each)")
     save_steps: int = Field(50, ge=1, description="checkpoint every this many steps (and at the end)")
     eval_steps: int = Field(
         25, ge=1, description="validate every this many steps (and before and after training)"
@@ -170,7 +174,7 @@ class AgenticConfig(StrictModel):
     )
     val_batch_size: int | None = Field(None, ge=1, description="validation episodes (default: all val envs)")
     sequence_length: int = Field(1024, ge=16, description="max tokens of a prompt plus its response")
-    adv_estimator: AdvEstimatorName = Field("grpo", description="advantage estimator (docs/algos)")
+    adv_estimator: AdvEstimatorName = Field("gigpo", description="advantage estimator (docs/algos)")
     ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
     gamma: float = Field(1.0, ge=0, le=1, description="discount")
     lambd: float = Field(1.0, ge=0, le=1, description="GAE lambda")
@@ -183,9 +187,12 @@ class AgenticConfig(StrictModel):
     kl_horizon: int = Field(10000, ge=1, description="adaptive KL controller horizon")
     kl_penalty: Literal["kl", "abs", "mse", "k3", "full"] = Field("k3", description="per-token KL estimator")
     use_kl_loss: bool = Field(True, description="add kl_loss_coef * KL(actor || reference) to the loss")
-    kl_loss_coef: float = Field(0.02, ge=0, description="weight of the KL loss term")
+    kl_loss_coef: float = Field(0.05, ge=0, description="weight of the KL loss term")
     entropy_loss_coef: float = Field(
-        0.01, ge=0, description="entropy bonus (keeps the policy from collapsing)"
+        0.0,
+        ge=0,
+        description="entropy bonus; 0 by default: over every response token it also randomises the answer "
+        "format, while the KL term alone keeps the policy near the reference",
     )
     whiten_advantages: bool = Field(False, description="whiten advantages over the batch")
     norm_mean_type: Literal["mean_std", "mean", "none"] = Field(

@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BUILD_VERSION = 2
+BUILD_VERSION = 3
 
-TINY_FROZEN_LAKE_INSTRUCTION = (
-    "You are on a frozen lake. P is you, G is the goal, O is a hole. Answer with one move: "
-    "<answer>Left</answer>, Down, Right or Up."
-)
-"""The short system prompt of the tiny FrozenLake setup (the env's own is about 90 tokens; a shorter
-prompt makes every forward pass of the CPU run ~2x cheaper, and a tiny model reads no English anyway)."""
+TINY_FROZEN_LAKE_INSTRUCTION = "P you, G goal, O hole. <answer>Left</answer> Down Right Up"
+"""The short system prompt of the tiny FrozenLake setup: 18 tokens where the env's own has about 90.
+A tiny model reads no English anyway; a shorter prompt makes every CPU forward pass cheaper, and in a
+supervised probe a from-scratch tiny model learnt to read the board faster when fewer prompt tokens
+competed with the board for its attention."""
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,7 @@ class AgenticPipeline:
             dtype=cfg.actor_infer.model_args.dtype,
             seed=cfg.seed,
             num_threads=cfg.actor_infer.num_threads,
+            stop_strings=cfg.actor_infer.generating_args.stop_strings,
         )
         self.reference = None
         if (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0:

@@ -12,6 +12,21 @@ from typing import Any
 from roll_rollout import BatchingPolicy, GenerateRequest, GenerateResult
 
 
+def stop_token_ids(tokenizer: Any, stop_strings: Sequence[str]) -> tuple[int, ...]:
+    """eos plus the single-token id of each stop string (why single: the stop check is per sampled id)."""
+    ids = [int(tokenizer.eos_token_id)]
+    for text in stop_strings:
+        encoded = tokenizer.encode(text, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise ValueError(
+                f"Expected each of actor_infer.generating_args.stop_strings to be one token of the model's "
+                f"tokenizer, got {text!r} -> {len(encoded)} tokens {encoded}; drop it or pick a string that is "
+                "a single token (e.g. an added tag such as '</answer>')."
+            )
+        ids.append(encoded[0])
+    return tuple(dict.fromkeys(ids))
+
+
 class PolicyServer:
     """Serves `generate` requests from env managers with batched calls of an inference strategy."""
 
@@ -24,12 +39,14 @@ class PolicyServer:
         seed: int = 0,
         num_threads: int | None = None,
         max_batch_size: int = 256,
+        stop_strings: Sequence[str] = (),
     ) -> None:
         from roll_strategies import ActorInferWorker
 
         self.worker = ActorInferWorker(
             model_path, device=device, dtype=dtype, seed=seed, num_threads=num_threads
         )
+        self.stop_token_ids = stop_token_ids(self.worker.strategy.tokenizer, stop_strings)
         self.policy = BatchingPolicy(self._generate_batch, max_batch_size=max_batch_size)
         self.version = 0
 
@@ -43,6 +60,7 @@ class PolicyServer:
             top_p=s.top_p,
             top_k=s.top_k,
             greedy=s.greedy,
+            stop_token_ids=self.stop_token_ids,
         )
         outputs = self.worker.generate([r.prompt_ids for r in requests], params)
         results = []

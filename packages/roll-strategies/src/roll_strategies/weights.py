@@ -64,5 +64,8 @@ def load_named_weights(model: nn.Module, named_tensors: Mapping[str, np.ndarray 
         for name, value in named_tensors.items():
             if name in aliases and name not in required:
                 continue
+            # Arrays that crossed Ray arrive read-only; copy_ only reads them, so skip torch's warning.
+            if isinstance(value, np.ndarray) and not value.flags.writeable:
+                value = value.copy()
             src = torch.as_tensor(value)
             state[name].copy_(src.to(device=state[name].device, dtype=state[name].dtype))
