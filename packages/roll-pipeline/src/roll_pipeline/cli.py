@@ -70,9 +70,28 @@ def plot(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from roll_pipeline.plotting import plot_learning_curve
 
-    out = plot_learning_curve(args.run_dir, args.out or args.run_dir / "learning_curve.png")
+    out = plot_learning_curve(
+        args.run_dir, args.out or args.run_dir / "learning_curve.png", _run_baselines(args.run_dir)
+    )
     print(f"wrote {out}")
     return 0
+
+
+def _run_baselines(run_dir: Path) -> dict[str, float] | None:
+    """FrozenLake baselines at the run's turn cap, drawn as reference lines; None for other envs."""
+    import json
+
+    from roll_pipeline.config import AgenticConfig
+    from roll_pipeline.report import frozen_lake_baselines, frozen_lake_turn_cap
+
+    path = run_dir / "config.json"
+    if not path.exists():
+        return None
+    config = AgenticConfig.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    if not any(env.env_type == "frozen_lake" for env in config.custom_envs.values()):
+        return None
+    found = frozen_lake_baselines(max_steps=frozen_lake_turn_cap(config))
+    return {f"{name} baseline": value for name, value in found.items()}
 
 
 COMMANDS = {"train": train, "config": show_config, "baselines": baselines, "plot": plot}
