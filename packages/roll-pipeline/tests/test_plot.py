@@ -28,3 +28,13 @@ def test_plot_writes_png_with_baselines(tmp_path, monkeypatch):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert set(drawn) == {"random baseline", "best_fixed_sequence baseline"}
     assert 0.1 < drawn["random baseline"] < drawn["best_fixed_sequence baseline"] < 0.5
+
+
+def test_plot_of_a_run_with_an_unreadable_config_still_draws(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"no_such_key": 1}')
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "env/FrozenLake/success": 0.2}) + "\n")
+    assert cli.main(["plot", str(run)]) == 0
+    assert (run / "learning_curve.png").exists()
+    assert "no baselines drawn" in capsys.readouterr().out

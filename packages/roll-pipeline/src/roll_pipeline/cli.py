@@ -87,7 +87,14 @@ def _run_baselines(run_dir: Path) -> dict[str, float] | None:
     path = run_dir / "config.json"
     if not path.exists():
         return None
-    config = AgenticConfig.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        config = AgenticConfig.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    # JSON and pydantic validation errors are both ValueErrors; an older or edited run still plots.
+    except ValueError as exc:
+        print(
+            f"[roll] {path} is not a config this version reads ({exc.__class__.__name__}); no baselines drawn"
+        )
+        return None
     if not any(env.env_type == "frozen_lake" for env in config.custom_envs.values()):
         return None
     found = frozen_lake_baselines(max_steps=frozen_lake_turn_cap(config))
