@@ -67,14 +67,27 @@ def test_three_steps_through_ray_write_a_loadable_checkpoint(tmp_path, ray_sessi
 
 @pytest.mark.slow
 def test_local_backend_runs_and_resumes_from_a_checkpoint(tmp_path):
-    _, first = run(tmp_path, "exp_name=e2e_local", "cluster.backend=local", "max_steps=2", "save_steps=2")
+    _, first = run(
+        tmp_path,
+        "exp_name=e2e_local",
+        "cluster.backend=local",
+        "max_steps=2",
+        "save_steps=2",
+        "recompute_old_log_probs=true",
+    )
     assert first.steps == 2 and first.last_checkpoint is not None
+    rows = [json.loads(line) for line in (tmp_path / "e2e_local" / "metrics.jsonl").read_text().splitlines()]
+    # The sampler's log-probs equal the trainer's (why the example may skip the recompute).
+    assert all(r["actor/train_infer_logprob_diff"] < 1e-4 for r in rows)
     _, resumed = run(
         tmp_path,
         "exp_name=e2e_local",
         "cluster.backend=local",
         "max_steps=3",
         f"resume_from_checkpoint={first.last_checkpoint}",
+        "recompute_old_log_probs=false",
     )
     assert resumed.steps == 3
+    last = json.loads((tmp_path / "e2e_local" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == 3 and "actor/train_infer_logprob_diff" not in last  # the sampler's were reused
     assert resumed.last_checkpoint.name == "checkpoint-3"

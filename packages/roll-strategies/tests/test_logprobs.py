@@ -46,3 +46,22 @@ def test_gradients_flow_and_shapes_are_checked(tiny_model_dir):
     assert model.model.embed_tokens.weight.grad is not None
     with pytest.raises(StrategyError, match="same shape"):
         token_log_probs(model, ids, torch.ones((2, 5)), with_entropy=False)
+
+
+def test_needed_positions_skip_the_prompt_and_match_the_slow_reference(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    gen = torch.Generator().manual_seed(1)
+    rows = [torch.randint(8, 200, (n,), generator=gen).tolist() for n in (9, 7)]
+    ids = torch.zeros((2, 9), dtype=torch.long)
+    mask = torch.zeros((2, 9), dtype=torch.long)
+    needed = torch.zeros((2, 9), dtype=torch.bool)
+    for row, seq in enumerate(rows):  # right padded; the "response" is each row's last 3 tokens
+        ids[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq), 1
+        needed[row, len(seq) - 3 : len(seq)] = True
+    with torch.no_grad():
+        lp, ent = token_log_probs(model, ids, mask, with_entropy=True, needed=needed)
+    for row, seq in enumerate(rows):
+        ref = torch.tensor(_slow_reference(model, seq))
+        torch.testing.assert_close(lp[row][needed[row]], ref[-3:], atol=1e-5, rtol=0)
+        assert torch.all(ent[row][needed[row]] > 0)
+    assert torch.all(lp[:, :4] == 0)  # before the first needed column (4): never computed

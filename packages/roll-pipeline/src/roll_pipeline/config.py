@@ -41,6 +41,14 @@ class TrainingArgs(StrictModel):
 
     learning_rate: float = Field(3e-4, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
+    adam_beta2: float = Field(
+        0.999,
+        ge=0,
+        lt=1,
+        description="AdamW second-moment decay; lower (e.g. 0.98) bounds the step a sudden gradient spike"
+        " causes at (1 - beta1) / sqrt(1 - beta2) learning rates",
+    )
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
     warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up, optimiser steps")
     per_device_train_batch_size: int = Field(64, ge=1, description="rows per micro-batch")
@@ -176,6 +184,11 @@ class AgenticConfig(StrictModel):
     sequence_length: int = Field(1024, ge=16, description="max tokens of a prompt plus its response")
     adv_estimator: AdvEstimatorName = Field("gigpo", description="advantage estimator (docs/algos)")
     ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
+    recompute_old_log_probs: bool = Field(
+        True,
+        description="recompute the rollout's log-probs with the training model; false reuses the sampler's"
+        " (exact when both run the same weights and numerics, e.g. HF on the CPU)",
+    )
     gamma: float = Field(1.0, ge=0, le=1, description="discount")
     lambd: float = Field(1.0, ge=0, le=1, description="GAE lambda")
     pg_clip: float = Field(0.2, gt=0, description="PPO ratio clip range")

@@ -92,6 +92,7 @@ class AgenticPipeline:
             dtype=cfg.actor_train.model_args.dtype,
             learning_rate=targs.learning_rate,
             weight_decay=targs.weight_decay,
+            betas=(targs.adam_beta1, targs.adam_beta2),
             max_grad_norm=targs.max_grad_norm,
             warmup_steps=targs.warmup_steps,
             seed=cfg.seed,
@@ -245,11 +246,18 @@ class AgenticPipeline:
     async def _update_actor(self, trajs: Sequence[Trajectory], timings: dict[str, float]) -> dict[str, float]:
         cfg = self.config
         rows = build_rows(trajs, pad_id=self.tokenizer.pad_token_id)
-        tensors = {"input_ids": rows.input_ids, "attention_mask": rows.attention_mask}
+        tensors = {
+            "input_ids": rows.input_ids,
+            "attention_mask": rows.attention_mask,
+            "response_mask": rows.response_mask,
+        }
         t = time.perf_counter()
-        old_lp = await self.cluster.call(
-            self.actor_train, "compute_log_probs", tensors, cfg.actor_train.infer_batch_size
-        )
+        if cfg.recompute_old_log_probs:
+            old_lp = await self.cluster.call(
+                self.actor_train, "compute_log_probs", tensors, cfg.actor_train.infer_batch_size
+            )
+        else:  # the sampler's own log-probs: weights are synced every step, so they are on-policy
+            old_lp = rows.infer_log_probs
         timings["time/step_old_log_probs"] = time.perf_counter() - t
         ref_lp = None
         if self.reference is not None:
@@ -280,9 +288,10 @@ class AgenticPipeline:
         train_metrics["critic/advantages/mean"] = float(adv.advantages[mask].mean())
         train_metrics["critic/advantages/max"] = float(adv.advantages[mask].max())
         train_metrics["critic/advantages/min"] = float(adv.advantages[mask].min())
-        train_metrics["actor/train_infer_logprob_diff"] = float(
-            (old_lp - rows.infer_log_probs)[mask].abs().mean()
-        )
+        if cfg.recompute_old_log_probs:
+            train_metrics["actor/train_infer_logprob_diff"] = float(
+                (old_lp - rows.infer_log_probs)[mask].abs().mean()
+            )
         return train_metrics
 
     async def _optimise(

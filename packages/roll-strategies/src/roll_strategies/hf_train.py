@@ -102,7 +102,11 @@ class HFTrainStrategy:
             mb = self._to_device(raw)
             weight = float(mb.get("loss_scale", 1.0 / len(micro_batches)))
             log_probs, entropy = token_log_probs(
-                self.model, mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy
+                self.model,
+                mb["input_ids"],
+                mb["attention_mask"],
+                with_entropy=with_entropy,
+                needed=mb.get("response_mask"),
             )
             loss, metrics = loss_fn(log_probs, entropy, mb)
             (loss * weight).backward()

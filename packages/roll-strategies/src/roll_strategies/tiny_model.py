@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
@@ -50,6 +51,7 @@ def _make_config(
     num_heads: int,
     num_kv_heads: int,
     intermediate_size: int,
+    tie_word_embeddings: bool,
 ) -> Qwen2Config:
     if hidden_size % num_heads or num_heads % num_kv_heads:
         raise StrategyError(
@@ -64,7 +66,7 @@ def _make_config(
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=2048,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
         use_sliding_window=False,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
@@ -147,6 +149,7 @@ def build_tiny_model(
     num_heads: int = 4,
     num_kv_heads: int = 2,
     intermediate_size: int = 256,
+    tie_word_embeddings: bool = True,
     warmup_steps: int = 300,
     warmup_batch_size: int = 64,
     warmup_lr: float = 3e-3,
@@ -159,6 +162,7 @@ def build_tiny_model(
         vocab_texts: texts whose words join the vocabulary (the warm-up texts are added automatically).
         warmup_examples: (chat messages, response text) pairs; empty -> no warm-up (random init only).
         seed: seeds the weight init and the warm-up batch sampling; same seed -> same folder contents.
+        tie_word_embeddings: share the input embedding and the LM head (the Qwen2 small-model default).
         num_threads: torch CPU threads during the build (restored afterwards); None keeps the current
             setting. 1 is the default because this model is too small to gain from more, and on a
             shared 2-core machine two threads competing with other jobs ran 4-8x slower.
@@ -171,6 +175,7 @@ def build_tiny_model(
         "num_heads": num_heads,
         "num_kv_heads": num_kv_heads,
         "intermediate_size": intermediate_size,
+        "tie_word_embeddings": tie_word_embeddings,
     }
     warmup = {"warmup_steps": warmup_steps, "warmup_batch_size": warmup_batch_size, "warmup_lr": warmup_lr}
     previous_threads = torch.get_num_threads()
@@ -187,7 +192,7 @@ def _build(
     vocab_texts: list[str],
     warmup_examples: Sequence[WarmupExample],
     seed: int,
-    sizes: dict[str, int],
+    sizes: dict[str, Any],
     warmup: dict[str, float],
 ) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
