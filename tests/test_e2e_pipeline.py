@@ -91,3 +91,24 @@ def test_local_backend_runs_and_resumes_from_a_checkpoint(tmp_path):
     last = json.loads((tmp_path / "e2e_local" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["step"] == 3 and "actor/train_infer_logprob_diff" not in last  # the sampler's were reused
     assert resumed.last_checkpoint.name == "checkpoint-3"
+
+
+@pytest.mark.slow
+def test_optimiser_settings_reach_the_train_worker(tmp_path):
+    cfg = compose(
+        None,
+        None,
+        [
+            *SMALL,
+            f"output_dir={tmp_path}",
+            "cluster.backend=local",
+            "actor_train.training_args.adam_beta2=0.98",
+            "actor_train.training_args.adam_epsilon=1e-5",
+        ],
+    )
+    pipeline = AgenticPipeline(cfg, progress=False)
+    try:
+        group = pipeline.actor_train.strategy.optimizer.param_groups[0]
+        assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-5
+    finally:
+        pipeline.close()

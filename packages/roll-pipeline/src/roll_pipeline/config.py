@@ -41,6 +41,12 @@ class TrainingArgs(StrictModel):
 
     learning_rate: float = Field(3e-4, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    adam_epsilon: float = Field(
+        1e-8,
+        gt=0,
+        description="AdamW epsilon; larger (e.g. 1e-5) stops parameters whose gradients are tiny noise (the"
+        " format tokens' under RL) from being scaled up to full learning-rate steps",
+    )
     adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
     adam_beta2: float = Field(
         0.999,

@@ -93,6 +93,7 @@ class AgenticPipeline:
             learning_rate=targs.learning_rate,
             weight_decay=targs.weight_decay,
             betas=(targs.adam_beta1, targs.adam_beta2),
+            eps=targs.adam_epsilon,
             max_grad_norm=targs.max_grad_norm,
             warmup_steps=targs.warmup_steps,
             seed=cfg.seed,

@@ -47,6 +47,7 @@ class HFTrainStrategy:
         learning_rate: float = 1e-4,
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
         max_grad_norm: float = 1.0,
         warmup_steps: int = 0,
         seed: int = 0,
@@ -65,7 +66,7 @@ class HFTrainStrategy:
             return
         self.model.train()
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=learning_rate, weight_decay=weight_decay, betas=tuple(betas)
+            self.model.parameters(), lr=learning_rate, weight_decay=weight_decay, betas=tuple(betas), eps=eps
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0
