@@ -77,7 +77,7 @@ def test_local_backend_runs_and_resumes_from_a_checkpoint(tmp_path):
     )
     assert first.steps == 2 and first.last_checkpoint is not None
     rows = [json.loads(line) for line in (tmp_path / "e2e_local" / "metrics.jsonl").read_text().splitlines()]
-    # The sampler's log-probs equal the trainer's (why the example may skip the recompute).
+    # The sampler's log-probs equal the trainer's: why recompute_old_log_probs=false is safe here.
     assert all(r["actor/train_infer_logprob_diff"] < 1e-4 for r in rows)
     _, resumed = run(
         tmp_path,

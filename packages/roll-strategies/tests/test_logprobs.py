@@ -65,3 +65,5 @@ def test_needed_positions_skip_the_prompt_and_match_the_slow_reference(tiny_mode
         torch.testing.assert_close(lp[row][needed[row]], ref[-3:], atol=1e-5, rtol=0)
         assert torch.all(ent[row][needed[row]] > 0)
     assert torch.all(lp[:, :4] == 0)  # before the first needed column (4): never computed
+    with pytest.raises(StrategyError, match="needed"):
+        token_log_probs(model, ids, mask, with_entropy=False, needed=needed[:, :5])

@@ -30,7 +30,7 @@ from roll_rollout.scheduler import validation_seeds
 from roll_pipeline.batch import RowBatch, build_rows, complete_groups
 from roll_pipeline.checkpoint import CheckpointManager
 from roll_pipeline.cluster import Cluster, make_cluster
-from roll_pipeline.config import AgenticConfig, EnvManagerConfig
+from roll_pipeline.config import AgenticConfig, EnvManagerConfig, WorkerConfig
 from roll_pipeline.loss import ActorLoss
 from roll_pipeline.metrics import rollout_metrics, val_metrics
 from roll_pipeline.models import resolve_pretrain
@@ -79,17 +79,12 @@ class AgenticPipeline:
     def _spawn_workers(self) -> None:
         from roll_strategies import ActorTrainWorker, ReferenceWorker
 
-        cfg, path = self.config, str(self.model_path)
+        cfg = self.config
         targs = cfg.actor_train.training_args
-        device, gpus = self._placement(cfg.actor_train.device_mapping)
-        self.actor_train = self.cluster.spawn(
+        self.actor_train = self._spawn_role(
             ActorTrainWorker,
-            path,
-            name="actor_train",
-            num_cpus=0,
-            num_gpus=gpus,
-            device=device,
-            dtype=cfg.actor_train.model_args.dtype,
+            cfg.actor_train,
+            "actor_train",
             learning_rate=targs.learning_rate,
             weight_decay=targs.weight_decay,
             betas=(targs.adam_beta1, targs.adam_beta2),
@@ -97,34 +92,17 @@ class AgenticPipeline:
             max_grad_norm=targs.max_grad_norm,
             warmup_steps=targs.warmup_steps,
             seed=cfg.seed,
-            num_threads=cfg.actor_train.num_threads,
         )
-        device, gpus = self._placement(cfg.actor_infer.device_mapping)
-        self.policy_server = self.cluster.spawn(
+        self.policy_server = self._spawn_role(
             PolicyServer,
-            path,
-            name="actor_infer",
-            num_cpus=0,
-            num_gpus=gpus,
-            device=device,
-            dtype=cfg.actor_infer.model_args.dtype,
+            cfg.actor_infer,
+            "actor_infer",
             seed=cfg.seed,
-            num_threads=cfg.actor_infer.num_threads,
             stop_strings=cfg.actor_infer.generating_args.stop_strings,
         )
         self.reference = None
         if (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0:
-            device, gpus = self._placement(cfg.reference.device_mapping)
-            self.reference = self.cluster.spawn(
-                ReferenceWorker,
-                path,
-                name="reference",
-                num_cpus=0,
-                num_gpus=gpus,
-                device=device,
-                dtype=cfg.reference.model_args.dtype,
-                num_threads=cfg.reference.num_threads,
-            )
+            self.reference = self._spawn_role(ReferenceWorker, cfg.reference, "reference")
         policy = RemotePolicy(self.cluster.remote_method(self.policy_server, "generate"))
         gen = cfg.actor_infer.generating_args
         self.train_rollout = self._scheduler(
@@ -134,6 +112,21 @@ class AgenticPipeline:
             cfg.val_env_manager, policy, greedy=True, seed=cfg.seed + 1, name="val"
         )
         self._sampling_note = f"T={gen.temperature} top_p={gen.top_p}"
+
+    def _spawn_role(self, cls: type, role: WorkerConfig, name: str, **kwargs: Any) -> Any:
+        """A worker of `cls` on the role's devices, loading the run's model with the role's dtype and threads."""
+        device, gpus = self._placement(role.device_mapping)
+        return self.cluster.spawn(
+            cls,
+            str(self.model_path),
+            name=name,
+            num_cpus=0,
+            num_gpus=gpus,
+            device=device,
+            dtype=role.model_args.dtype,
+            num_threads=role.num_threads,
+            **kwargs,
+        )
 
     def _placement(self, device_mapping: list[int]) -> tuple[str, float]:
         """(torch device, Ray GPU share) of a role. Roles mapped to GPUs share them (colocated)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 
@@ -19,17 +20,17 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _first_needed_column(needed: torch.Tensor | None, width: int) -> int:
+def _first_needed_column(needed: torch.Tensor | None) -> int:
     """Smallest column any row needs a log-prob for (1 when all are needed; never 0: no context there)."""
     if needed is None or not bool(needed.any()):
         return 1
-    first = int(needed.any(dim=0).nonzero()[0])
-    return max(first, 1) if first < width else 1
+    return max(int(needed.any(dim=0).nonzero()[0]), 1)
 
 
-def _supports_logits_to_keep(model: nn.Module) -> bool:
+@functools.cache
+def _supports_logits_to_keep(model_class: type) -> bool:
     try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
+        return "logits_to_keep" in inspect.signature(model_class.forward).parameters
     except (TypeError, ValueError):
         return False
 
@@ -61,8 +62,13 @@ def token_log_probs(
             f"Expected input_ids and attention_mask of the same shape [B, T], got {tuple(input_ids.shape)} and "
             f"{tuple(attention_mask.shape)}; build both from the same padded batch."
         )
+    if needed is not None and needed.shape != input_ids.shape:
+        raise StrategyError(
+            f"Expected `needed` of the shape of input_ids {tuple(input_ids.shape)}, got "
+            f"{tuple(needed.shape)}; pass the response mask of the same padded batch."
+        )
     width = input_ids.shape[1]
-    first = _first_needed_column(needed, width) if _supports_logits_to_keep(model) else 1
+    first = _first_needed_column(needed) if _supports_logits_to_keep(type(model)) else 1
     extra = {"logits_to_keep": width - first + 1} if first > 1 else {}
     logits = (
         model(
