@@ -74,9 +74,14 @@ def test_local_backend_runs_and_resumes_from_a_checkpoint(tmp_path):
         "max_steps=2",
         "save_steps=2",
         "recompute_old_log_probs=true",
+        "actor_train.training_args.learning_rate=1e-3",
+        "actor_train.training_args.lr_scheduler_type=linear",
+        "actor_train.training_args.warmup_steps=0",
     )
     assert first.steps == 2 and first.last_checkpoint is not None
     rows = [json.loads(line) for line in (tmp_path / "e2e_local" / "metrics.jsonl").read_text().splitlines()]
+    # linear decay over max_steps=2 pipeline steps: full lr at step 1, half at step 2
+    assert [r["actor/lr"] for r in rows] == pytest.approx([1e-3, 5e-4])
     # The sampler's log-probs equal the trainer's: why recompute_old_log_probs=false is safe here.
     assert all(r["actor/train_infer_logprob_diff"] < 1e-4 for r in rows)
     _, resumed = run(

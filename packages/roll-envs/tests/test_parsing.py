@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from roll_envs.parsing import clean_text, extract_answer, make_action_matcher, parse_turn
@@ -94,3 +95,14 @@ def test_arbitrary_text_never_raises(text, cap):
 def test_round_trip_of_well_formed_answers(actions, pad):
     text = f"<answer>{pad}{f'{pad}||{pad}'.join(a.lower() for a in actions)}{pad}</answer>"
     assert parse_turn(text, VOCAB, max_actions=4).actions == tuple(actions)
+
+
+@pytest.mark.parametrize("env_id", ["frozen_lake", "sokoban"])
+def test_instruction_mentions_multi_action_answers_only_when_allowed(env_id):
+    import roll_envs
+
+    one = roll_envs.make(env_id)
+    three = roll_envs.make(env_id, max_actions_per_turn=3)
+    assert "||" not in one.instruction
+    assert "You may give up to 3 moves separated by ||." in three.instruction
+    assert three.instruction.replace(" You may give up to 3 moves separated by ||.", "") == one.instruction

@@ -12,7 +12,14 @@ from roll_rollout import (
     RemotePolicy,
     SamplingSettings,
 )
-from roll_rollout.policy import decode_request, decode_result, encode_request, encode_result
+from roll_rollout.policy import (
+    decode_request,
+    decode_requests,
+    decode_result,
+    encode_request,
+    encode_result,
+    encode_results,
+)
 
 
 def echo_backend(calls):
@@ -87,9 +94,46 @@ def test_msgpack_round_trip_and_remote_policy():
         decode_result(encode_request(req))
 
     server = BatchingPolicy(echo_backend([]))
-    remote = RemotePolicy(server.generate_payload)
+    remote = RemotePolicy(server.generate_many_payload)
     out = asyncio.run(remote.generate(GenerateRequest([41], SamplingSettings())))
     assert out.output_ids == [42]
+
+
+def test_remote_policy_sends_concurrent_requests_in_one_call():
+    server = BatchingPolicy(echo_backend([]))
+    calls: list[int] = []
+
+    async def remote(payload: bytes) -> bytes:
+        calls.append(len(decode_requests(payload)))
+        return await server.generate_many_payload(payload)
+
+    async def main():
+        client = RemotePolicy(remote)
+        first = await asyncio.gather(
+            *(client.generate(GenerateRequest([i], SamplingSettings())) for i in range(10))
+        )
+        second = await client.generate(GenerateRequest([100], SamplingSettings()))
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert [r.output_ids for r in first] == [[i + 1] for i in range(10)]  # each answer reaches its caller
+    assert second.output_ids == [101] and calls == [10, 1]
+
+
+def test_remote_policy_fails_only_the_requests_of_a_bad_answer():
+    async def wrong_count(payload: bytes) -> bytes:
+        return encode_results([])
+
+    async def main():
+        client = RemotePolicy(wrong_count)
+        return await asyncio.gather(
+            client.generate(GenerateRequest([1], SamplingSettings())), return_exceptions=True
+        )
+
+    (err,) = asyncio.run(main())
+    assert isinstance(err, PayloadError) and "expected 1 generate results, got 0" in str(err)
+    with pytest.raises(PayloadError, match="list of msgpack payloads"):
+        decode_requests(encode_request(GenerateRequest([1], SamplingSettings())))
 
 
 def test_random_policy_stops_at_stop_id():

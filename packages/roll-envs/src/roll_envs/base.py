@@ -151,6 +151,11 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         """Calls to `step` since the last `reset`."""
         return self._elapsed
 
+    def multi_action_hint(self, noun: str = "actions") -> str:
+        """The instruction sentence allowing `||`-separated actions (leading space), or "" at one per turn."""
+        cap = self.config.max_actions_per_turn
+        return f" You may give up to {cap} {noun} separated by ||." if cap > 1 else ""
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:

@@ -111,8 +111,7 @@ class FrozenLakeEnv(BaseEnv):
     @property
     def instruction(self) -> str:
         """The system prompt (about 60 words)."""
-        cap = self.config.max_actions_per_turn
-        multi = f" You may give up to {cap} moves separated by ||." if cap > 1 else ""
+        multi = self.multi_action_hint("moves")
         slip = " The ice is slippery: you may slide sideways." if self.config.is_slippery else ""
         return (
             "You are walking on a frozen lake. Reach the goal G and do not fall into a hole O. "

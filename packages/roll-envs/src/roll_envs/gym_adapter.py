@@ -195,8 +195,7 @@ class GymAdapterEnv(BaseEnv):
     @property
     def instruction(self) -> str:
         """The game's description, its actions and the answer format."""
-        cap = self.config.max_actions_per_turn
-        multi = f" You may give up to {cap} actions separated by ||." if cap > 1 else ""
+        multi = self.multi_action_hint("actions")
         return (
             f"{self._game_text} Actions: {', '.join(self._names)}.{multi} "
             f"Answer with one action, like <answer>{self._names[0]}</answer>."

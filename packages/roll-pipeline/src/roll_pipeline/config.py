@@ -39,7 +39,7 @@ class ModelArgs(StrictModel):
 class TrainingArgs(StrictModel):
     """Optimiser and batching of a trained role."""
 
-    learning_rate: float = Field(3e-4, gt=0, description="AdamW learning rate")
+    learning_rate: float = Field(1e-3, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     adam_epsilon: float = Field(
         1e-8,
@@ -49,17 +49,26 @@ class TrainingArgs(StrictModel):
     )
     adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
     adam_beta2: float = Field(
-        0.999,
+        0.98,
         ge=0,
         lt=1,
         description="AdamW second-moment decay; lower (e.g. 0.98) bounds the step a sudden gradient spike"
         " causes at (1 - beta1) / sqrt(1 - beta2) learning rates",
     )
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
-    warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up, optimiser steps")
+    warmup_steps: int = Field(50, ge=0, description="linear learning-rate warm-up, optimiser steps")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
+        "linear", description="learning-rate decay over the run's max_steps pipeline steps (after warm-up)"
+    )
+    min_lr_ratio: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the decayed learning rate at the last step, as a fraction of learning_rate",
+    )
     per_device_train_batch_size: int = Field(64, ge=1, description="rows per micro-batch")
     gradient_accumulation_steps: int = Field(
-        16,
+        3,
         ge=1,
         description="micro-batches per optimiser step (mini-batch = this x per_device_train_batch_size rows)",
     )
@@ -103,7 +112,12 @@ class WorkerConfig(StrictModel):
     strategy_args: StrategyArgs = Field(default_factory=StrategyArgs, description="backend")
     device_mapping: list[int] = Field(default_factory=list, description="GPU indices; empty runs on the CPU")
     infer_batch_size: int = Field(128, ge=1, description="rows per forward pass when computing log-probs")
-    num_threads: int | None = Field(None, ge=1, description="torch CPU threads of this role")
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch CPU threads of this role; null: every core of the machine on the CPU (the roles"
+        " take turns within a step), torch's default on a GPU",
+    )
 
 
 class EnvManagerConfig(StrictModel):
@@ -177,10 +191,10 @@ class AgenticConfig(StrictModel):
         "builtin:tiny-frozen-lake",
         description="a model folder or hub id for from_pretrained; 'builtin:NAME' builds a tiny model offline",
     )
-    max_steps: int = Field(180, ge=0, description="training steps (one rollout + one actor update each)")
-    save_steps: int = Field(50, ge=1, description="checkpoint every this many steps (and at the end)")
+    max_steps: int = Field(320, ge=0, description="training steps (one rollout + one actor update each)")
+    save_steps: int = Field(80, ge=1, description="checkpoint every this many steps (and at the end)")
     eval_steps: int = Field(
-        25, ge=1, description="validate every this many steps (and before and after training)"
+        20, ge=1, description="validate every this many steps (and before and after training)"
     )
     logging_steps: int = Field(1, ge=1, description="log metrics every this many steps")
     rollout_batch_size: int | None = Field(
@@ -191,11 +205,13 @@ class AgenticConfig(StrictModel):
     adv_estimator: AdvEstimatorName = Field("gigpo", description="advantage estimator (docs/algos)")
     ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
     recompute_old_log_probs: bool = Field(
-        True,
+        False,
         description="recompute the rollout's log-probs with the training model; false reuses the sampler's"
-        " (exact when both run the same weights and numerics, e.g. HF on the CPU)",
+        " (exact when both run the same weights and numerics, e.g. HF on the CPU; set true for vLLM or bf16)",
     )
-    gamma: float = Field(1.0, ge=0, le=1, description="discount")
+    gamma: float = Field(
+        0.9, ge=0, le=1, description="discount (below 1: shorter paths to the goal score higher)"
+    )
     lambd: float = Field(1.0, ge=0, le=1, description="GAE lambda")
     pg_clip: float = Field(0.2, gt=0, description="PPO ratio clip range")
     pg_clip_low: float | None = Field(None, gt=0, description="lower clip range (default pg_clip)")
@@ -213,7 +229,18 @@ class AgenticConfig(StrictModel):
         description="entropy bonus; 0 by default: over every response token it also randomises the answer "
         "format, while the KL term alone keeps the policy near the reference",
     )
-    whiten_advantages: bool = Field(False, description="whiten advantages over the batch")
+    whiten_advantages: bool = Field(
+        True,
+        description="whiten advantages over the batch's response tokens; also removes their mean, whose"
+        " steady sign (failing episodes have more turns) AdamW turns into a drift of every unsampled token",
+    )
+    skip_confident_tokens: float | None = Field(
+        0.99,
+        gt=0,
+        le=1,
+        description="leave out of the policy-gradient term the response tokens the old policy drew with"
+        " probability >= this (format tokens: no decision, only noise that AdamW scales up); null trains all",
+    )
     norm_mean_type: Literal["mean_std", "mean", "none"] = Field(
         "mean_std", description="group normalisation of scores"
     )

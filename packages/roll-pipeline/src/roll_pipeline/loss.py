@@ -5,6 +5,7 @@ A small picklable callable (it travels to the train worker); all the maths is ro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +17,11 @@ class ActorLoss:
     """loss = pg_loss + kl_loss_coef * KL(pi || ref) - entropy_loss_coef * entropy.
 
     Expects micro-batches with `response_mask`, `old_log_probs`, `advantages`, `loss_scale`, and
-    `ref_log_probs` when `kl_loss_coef > 0`.
+    `ref_log_probs` when `kl_loss_coef > 0`. With `skip_confident_tokens = p`, the policy-gradient term
+    leaves out the response tokens the old policy drew with probability >= p (format tokens such as an
+    answer tag): they carry no decision, and their tiny, sign-noisy gradients, which AdamW scales up
+    to full steps, drown the decision tokens' signal in the embeddings a small model shares. The KL
+    and entropy terms still cover every response token.
     """
 
     clip_low: float = 0.2
@@ -26,6 +31,7 @@ class ActorLoss:
     kl_loss_coef: float = 0.0
     kl_penalty: str = "k3"
     entropy_loss_coef: float = 0.0
+    skip_confident_tokens: float | None = None
 
     @property
     def needs_entropy(self) -> bool:
@@ -36,11 +42,12 @@ class ActorLoss:
         self, log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, float]]:
         mask = mb["response_mask"]
+        pg_mask = self._decision_tokens(mask, mb["old_log_probs"])
         pg = policy_loss(
             log_probs,
             mb["old_log_probs"],
             mb["advantages"],
-            mask,
+            pg_mask,
             clip_low=self.clip_low,
             clip_high=self.clip_high,
             dual_clip=self.dual_clip,
@@ -53,6 +60,7 @@ class ActorLoss:
             "actor/approxkl": float(pg.approx_kl),
             "actor/ratio_mean": float(pg.ratio_mean),
             "actor/ratio_max": float(pg.ratio_max),
+            "actor/pg_token_frac": float(pg_mask.sum() / mask.sum().clamp(min=1)),
         }
         if self.kl_loss_coef > 0 and "ref_log_probs" in mb:
             kl = aggregate_loss(
@@ -66,3 +74,9 @@ class ActorLoss:
             metrics["actor/entropy"] = float(ent.detach())
         metrics["actor/loss"] = float(loss.detach())
         return loss, metrics
+
+    def _decision_tokens(self, mask: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+        """The response tokens the policy-gradient term trains on."""
+        if self.skip_confident_tokens is None:
+            return mask
+        return mask & (old_log_probs < math.log(self.skip_confident_tokens))

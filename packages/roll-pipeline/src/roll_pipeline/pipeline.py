@@ -8,6 +8,7 @@ weights synced to the inference worker -> metrics; validation (greedy, fixed hel
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from roll_rollout import (
     Trajectory,
 )
 from roll_rollout.scheduler import validation_seeds
+from roll_strategies import lr_decay_factor
 
 from roll_pipeline.batch import RowBatch, build_rows, complete_groups
 from roll_pipeline.checkpoint import CheckpointManager
@@ -103,7 +105,7 @@ class AgenticPipeline:
         self.reference = None
         if (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0:
             self.reference = self._spawn_role(ReferenceWorker, cfg.reference, "reference")
-        policy = RemotePolicy(self.cluster.remote_method(self.policy_server, "generate"))
+        policy = RemotePolicy(self.cluster.remote_method(self.policy_server, "generate_many"))
         gen = cfg.actor_infer.generating_args
         self.train_rollout = self._scheduler(
             cfg.train_env_manager, policy, greedy=False, seed=cfg.seed, name="train"
@@ -124,7 +126,7 @@ class AgenticPipeline:
             num_gpus=gpus,
             device=device,
             dtype=role.model_args.dtype,
-            num_threads=role.num_threads,
+            num_threads=_cpu_threads(role.num_threads, device),
             **kwargs,
         )
 
@@ -301,6 +303,7 @@ class AgenticPipeline:
             kl_loss_coef=cfg.kl_loss_coef if cfg.use_kl_loss else 0.0,
             kl_penalty=cfg.kl_penalty,
             entropy_loss_coef=cfg.entropy_loss_coef,
+            skip_confident_tokens=cfg.skip_confident_tokens,
         )
         fields = {
             "input_ids": rows.input_ids,
@@ -316,11 +319,13 @@ class AgenticPipeline:
             targs.per_device_train_batch_size,
             targs.per_device_train_batch_size * targs.gradient_accumulation_steps,
         )
+        lr_scale = lr_decay_factor(
+            targs.lr_scheduler_type, self.step / max(cfg.max_steps, 1), targs.min_lr_ratio
+        )
         collected: list[dict[str, float]] = []
         for _ in range(cfg.ppo_epochs):
             order = torch.randperm(rows.num_rows, generator=generator)
-            for start in range(0, rows.num_rows, per_step):
-                idx = order[start : start + per_step]
+            for idx in mini_batches(order, per_step):
                 mbs = []
                 for m in range(0, len(idx), micro):
                     sub = idx[m : m + micro]
@@ -328,7 +333,9 @@ class AgenticPipeline:
                     mb["loss_scale"] = torch.tensor(len(sub) / len(idx))
                     mbs.append(_trim_padding(mb))
                 collected.append(
-                    await self.cluster.call(self.actor_train, "train_step", mbs, loss_fn, with_entropy=True)
+                    await self.cluster.call(
+                        self.actor_train, "train_step", mbs, loss_fn, with_entropy=True, lr_scale=lr_scale
+                    )
                 )
         merged = {k: _mean([m[k] for m in collected if k in m]) for k in collected[-1]}
         return {(k if "/" in k else f"actor/{k}"): v for k, v in merged.items()}
@@ -366,6 +373,23 @@ class AgenticPipeline:
     def close(self) -> None:
         """Stop the workers."""
         self.cluster.shutdown()
+
+
+def mini_batches(order: torch.Tensor, max_rows: int) -> list[torch.Tensor]:
+    """Split row indices into the fewest mini-batches of at most `max_rows`, as equal as possible.
+
+    Why equal: every mini-batch gets a full optimiser step, and Adam's step size does not shrink with
+    the batch, so a remainder of a few rows would be one noisy full-size step per rollout.
+    """
+    count = max(1, -(-len(order) // max_rows))
+    return [chunk for chunk in torch.tensor_split(order, count) if len(chunk)]
+
+
+def _cpu_threads(configured: int | None, device: str) -> int | None:
+    """Threads of a role: as configured, else all cores on the CPU (a Ray actor would get 1)."""
+    if configured is not None or device != "cpu":
+        return configured
+    return os.cpu_count() or 1
 
 
 def _trim_padding(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -75,9 +75,9 @@ class PolicyServer:
             results.append(GenerateResult(list(ids), list(lps), reason, self.version))
         return results
 
-    async def generate(self, payload: bytes) -> bytes:
-        """msgpack request in, msgpack result out."""
-        return await self.policy.generate_payload(payload)
+    async def generate_many(self, payload: bytes) -> bytes:
+        """msgpack list of requests in, msgpack list of results out (see `RemotePolicy`)."""
+        return await self.policy.generate_many_payload(payload)
 
     async def update_weights(self, named_tensors: dict[str, Any], version: int) -> None:
         """Load new weights once no batch is being generated."""

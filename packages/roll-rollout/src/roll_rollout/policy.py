@@ -5,8 +5,9 @@ ids that were sampled. Requests and results cross process boundaries as msgpack.
 
 - `BatchingPolicy`: in-process; gathers the requests of many concurrent env loops into one batched
   call of a `generate_batch` function (the inference backend).
-- `RemotePolicy`: forwards each request to a remote object with an async `generate(bytes) -> bytes`
-  method (a Ray actor handle hosting a `BatchingPolicy`).
+- `RemotePolicy`: coalesces the requests of the env loops in its process into one msgpack list per
+  remote call of `generate_many(bytes) -> bytes` (a Ray actor hosting a `BatchingPolicy`): one actor
+  call per turn of a worker's envs instead of one per env.
 - `RandomPolicy`: samples random tokens from a fixed set; for tests and baselines.
 """
 
@@ -91,14 +92,45 @@ def decode_result(payload: bytes) -> GenerateResult:
         raise PayloadError(f"generate result is malformed: {exc}") from exc
 
 
+def encode_requests(requests: Sequence[GenerateRequest]) -> bytes:
+    """msgpack payload of a list of requests (one remote call)."""
+    return msgpack.packb([encode_request(r) for r in requests])
+
+
+def decode_requests(payload: bytes) -> list[GenerateRequest]:
+    """Inverse of `encode_requests`, validating every request."""
+    return [decode_request(item) for item in _unpack_list(payload, "generate request list")]
+
+
+def encode_results(results: Sequence[GenerateResult]) -> bytes:
+    """msgpack payload of a list of results."""
+    return msgpack.packb([encode_result(r) for r in results])
+
+
+def decode_results(payload: bytes) -> list[GenerateResult]:
+    """Inverse of `encode_results`, validating every result."""
+    return [decode_result(item) for item in _unpack_list(payload, "generate result list")]
+
+
 def _unpack(payload: bytes, what: str) -> dict[str, Any]:
-    try:
-        msg = msgpack.unpackb(payload, raw=False)
-    except Exception as exc:
-        raise PayloadError(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from exc
+    msg = _unpack_any(payload, what)
     if not isinstance(msg, dict):
         raise PayloadError(f"{what}: expected a map, got {type(msg).__name__}")
     return msg
+
+
+def _unpack_list(payload: bytes, what: str) -> list[bytes]:
+    msg = _unpack_any(payload, what)
+    if not isinstance(msg, list) or not all(isinstance(item, bytes) for item in msg):
+        raise PayloadError(f"{what}: expected a list of msgpack payloads, got {type(msg).__name__}")
+    return msg
+
+
+def _unpack_any(payload: bytes, what: str) -> Any:
+    try:
+        return msgpack.unpackb(payload, raw=False)
+    except Exception as exc:
+        raise PayloadError(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from exc
 
 
 class BatchingPolicy:
@@ -166,24 +198,51 @@ class BatchingPolicy:
         self._pending = rest
         return batch
 
-    async def generate_payload(self, payload: bytes) -> bytes:
-        """The msgpack form of `generate`, for remote callers."""
-        return encode_result(await self.generate(decode_request(payload)))
+    async def generate_many_payload(self, payload: bytes) -> bytes:
+        """The msgpack form of `generate` over a list of requests, for remote callers (see `RemotePolicy`)."""
+        requests = decode_requests(payload)
+        return encode_results(await asyncio.gather(*(self.generate(r) for r in requests)))
 
 
 class RemotePolicy:
-    """A `PolicyClient` that forwards requests, as msgpack, to a remote `generate(bytes)` method.
+    """A `PolicyClient` that forwards requests, as msgpack lists, to a remote `generate_many(bytes)`.
 
-    `remote_generate` is called with the payload and must return an awaitable of the result payload,
-    e.g. `lambda p: actor.generate.remote(p)` for a Ray actor handle.
+    Requests made within `batch_wait_s` of each other (the env loops of one worker answer together)
+    travel in one call; calls already in flight do not hold back the next. `remote_generate_many` gets
+    the `encode_requests` payload and must return an awaitable of the `encode_results` payload, e.g.
+    `lambda p: actor.generate_many.remote(p)` for a Ray actor handle.
     """
 
-    def __init__(self, remote_generate: Callable[[bytes], Any]) -> None:
-        self._remote_generate = remote_generate
+    def __init__(self, remote_generate_many: Callable[[bytes], Any], batch_wait_s: float = 0.002) -> None:
+        self._remote = remote_generate_many
+        self._batch_wait_s = batch_wait_s
+        self._pending: list[tuple[GenerateRequest, asyncio.Future[GenerateResult]]] = []
+        self._flush: asyncio.Task[None] | None = None
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
-        """Send the request and decode the answer."""
-        return decode_result(await self._remote_generate(encode_request(request)))
+        """Queue the request for the next call and wait for its result."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[GenerateResult] = loop.create_future()
+        self._pending.append((request, future))
+        if self._flush is None or self._flush.done() or self._flush.get_loop() is not loop:
+            self._flush = loop.create_task(self._send_after_wait())
+        return await future
+
+    async def _send_after_wait(self) -> None:
+        await asyncio.sleep(self._batch_wait_s)
+        batch, self._pending = self._pending, []
+        try:
+            results = decode_results(await self._remote(encode_requests([r for r, _ in batch])))
+            if len(results) != len(batch):
+                raise PayloadError(f"expected {len(batch)} generate results, got {len(results)}")
+        except Exception as exc:  # fail this call's requests; later calls go on
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for (_, fut), res in zip(batch, results, strict=True):
+            if not fut.done():
+                fut.set_result(res)
 
 
 class RandomPolicy:

@@ -9,6 +9,7 @@ from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInfer
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
 from roll_strategies.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
 from roll_strategies.protocols import InferStrategy, TrainStrategy
+from roll_strategies.schedules import LrDecay, lr_decay_factor
 from roll_strategies.tiny_model import (
     TINY_MODEL_FORMAT_VERSION,
     WarmupExample,
@@ -32,6 +33,7 @@ __all__ = [
     "HFTrainStrategy",
     "InferStrategy",
     "LossFn",
+    "LrDecay",
     "ModelNotFoundError",
     "ReferenceWorker",
     "StrategyError",
@@ -45,6 +47,7 @@ __all__ = [
     "encode_chat_example",
     "export_named_weights",
     "load_named_weights",
+    "lr_decay_factor",
     "position_ids_from_mask",
     "token_log_probs",
 ]

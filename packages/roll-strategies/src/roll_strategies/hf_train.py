@@ -80,14 +80,23 @@ class HFTrainStrategy:
         return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in mb.items()}
 
     def train_step(
-        self, micro_batches: Sequence[Mapping[str, torch.Tensor]], loss_fn: LossFn, *, with_entropy: bool
+        self,
+        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        loss_fn: LossFn,
+        *,
+        with_entropy: bool,
+        lr_scale: float = 1.0,
     ) -> dict[str, float]:
         """One optimizer step accumulated over `micro_batches`.
 
         Each micro-batch needs input_ids and attention_mask [B, T] plus whatever `loss_fn` reads; its
         loss is weighted by mb["loss_scale"] (float or 0-dim tensor) when given, else 1 / len(micro_batches).
-        Returns the metrics averaged with the same weights (normalised), plus grad_norm and lr.
+        `lr_scale` multiplies the warm-up schedule's learning rate for this step only (the caller's decay
+        schedule, e.g. over pipeline steps). Returns the metrics averaged with the same weights
+        (normalised), plus grad_norm and the lr the step used.
         """
+        if not 0.0 <= lr_scale <= 1.0:
+            raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
         if self.optimizer is None or self.scheduler is None:
             raise StrategyError(
                 "Expected a trainable strategy for train_step, got one built with trainable=False "
@@ -115,6 +124,8 @@ class HFTrainStrategy:
             for key, value in {"loss": float(loss.detach()), **metrics}.items():
                 sums[key] = sums.get(key, 0.0) + weight * float(value)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        for group in self.optimizer.param_groups:  # scheduler.step() below resets lr from its base
+            group["lr"] *= lr_scale
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         self.scheduler.step()

@@ -37,10 +37,15 @@ class ActorTrainWorker:
         return self.strategy.compute_log_probs(batch, micro_batch_size)
 
     def train_step(
-        self, micro_batches: Sequence[Mapping[str, torch.Tensor]], loss_fn: LossFn, *, with_entropy: bool
+        self,
+        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        loss_fn: LossFn,
+        *,
+        with_entropy: bool,
+        lr_scale: float = 1.0,
     ) -> dict[str, float]:
         """One optimizer step; returns averaged metrics + grad_norm + lr."""
-        return self.strategy.train_step(micro_batches, loss_fn, with_entropy=with_entropy)
+        return self.strategy.train_step(micro_batches, loss_fn, with_entropy=with_entropy, lr_scale=lr_scale)
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """Weights for `ActorInferWorker.update_weights`."""

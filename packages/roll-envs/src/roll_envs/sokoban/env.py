@@ -97,8 +97,7 @@ class SokobanEnv(BaseEnv):
     def instruction(self) -> str:
         """The system prompt, with this env's symbols."""
         g = self.config.grid_vocab
-        cap = self.config.max_actions_per_turn
-        multi = f" You may give up to {cap} moves separated by ||." if cap > 1 else ""
+        multi = self.multi_action_hint("moves")
         return (
             "You are a Sokoban player. Push every box onto a target. You can push a box but not pull it, "
             "and you cannot push two boxes. "

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from roll_pipeline.loss import ActorLoss
+
+
+def _batch():
+    # 2 rows x 4 tokens; row 0: a confident tag (p=0.999), a decision (p=0.25), a confident tag;
+    # row 1: only confident tokens -> no decision token at all
+    old = torch.log(torch.tensor([[1.0, 0.999, 0.25, 0.995], [1.0, 0.999, 0.999, 1.0]]))
+    mask = torch.tensor([[False, True, True, True], [False, True, True, False]])
+    adv = torch.tensor([[0.0, 5.0, -2.0, 7.0], [0.0, 3.0, 3.0, 0.0]])
+    return {"response_mask": mask, "old_log_probs": old, "advantages": adv}
+
+
+def test_confident_tokens_leave_the_policy_gradient_term():
+    mb = _batch()
+    log_probs = mb["old_log_probs"].clone()  # ratio 1: each token's PPO loss is -advantage
+    loss, metrics = ActorLoss(skip_confident_tokens=0.99)(log_probs, None, mb)
+    assert float(loss) == pytest.approx(2.0)  # only row 0's decision token (-(-2)); row 1 has none
+    assert metrics["actor/pg_token_frac"] == pytest.approx(1 / 5)
+    everything, metrics = ActorLoss()(log_probs, None, mb)
+    # seq-mean-token-mean over every response token: rows (-(5 - 2 + 7) / 3, -(3 + 3) / 2)
+    assert float(everything) == pytest.approx((-10 / 3 - 3) / 2)
+    assert metrics["actor/pg_token_frac"] == 1.0
+
+
+def test_the_threshold_is_a_probability():
+    mb = _batch()
+    loss, metrics = ActorLoss(skip_confident_tokens=0.996)(mb["old_log_probs"].clone(), None, mb)
+    # p=0.995 is now below the threshold and trains; 0.999 still does not
+    assert metrics["actor/pg_token_frac"] == pytest.approx(2 / 5)
+    assert float(loss) == pytest.approx(-(-2.0 + 7.0) / 2)
+    assert math.log(0.996) > float(mb["old_log_probs"][0, 3])
+
+
+def test_kl_term_still_covers_every_response_token():
+    mb = _batch()
+    mb["ref_log_probs"] = mb["old_log_probs"] - 0.5  # the reference is off everywhere
+    log_probs = mb["old_log_probs"].clone()
+    _, with_skip = ActorLoss(skip_confident_tokens=0.99, kl_loss_coef=0.1)(log_probs, None, mb)
+    _, without = ActorLoss(kl_loss_coef=0.1)(log_probs, None, mb)
+    assert (
+        with_skip["actor/kl_loss"] == pytest.approx(without["actor/kl_loss"])
+        and with_skip["actor/kl_loss"] > 0
+    )

@@ -1,0 +1,32 @@
+"""Learning-rate decay over a run, as a multiplier of the optimiser's (warmed-up) learning rate.
+
+The caller owns the notion of progress (the pipeline uses pipeline steps / max_steps, which stays
+exact when the number of optimiser steps per rollout varies) and passes the factor to `train_step`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from roll_strategies.errors import StrategyError
+
+__all__ = ["LrDecay", "lr_decay_factor"]
+
+LrDecay = Literal["constant", "linear", "cosine"]
+
+
+def lr_decay_factor(kind: LrDecay, progress: float, min_ratio: float = 0.0) -> float:
+    """Multiplier in [min_ratio, 1] at `progress` in [0, 1] of the run (1 at the start for every kind)."""
+    if not 0.0 <= min_ratio <= 1.0:
+        raise StrategyError(f"Expected min_ratio in [0, 1], got {min_ratio}.")
+    progress = min(max(progress, 0.0), 1.0)
+    if kind == "constant":
+        return 1.0
+    if kind == "linear":
+        shape = 1.0 - progress
+    elif kind == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        raise StrategyError(f"Expected an lr decay of 'constant', 'linear' or 'cosine', got {kind!r}.")
+    return min_ratio + (1.0 - min_ratio) * shape

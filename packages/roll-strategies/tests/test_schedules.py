@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+from roll_strategies import HFTrainStrategy, StrategyError, lr_decay_factor
+
+
+@pytest.mark.parametrize("kind", ["constant", "linear", "cosine"])
+def test_every_decay_starts_at_one(kind):
+    assert lr_decay_factor(kind, 0.0, 0.1) == 1.0
+
+
+def test_decay_values_against_closed_forms():
+    # linear: 1 - 0.9 * p; cosine: 0.1 + 0.9 * (1 + cos(pi p)) / 2
+    for p in (0.25, 0.5, 1.0):
+        assert lr_decay_factor("linear", p, 0.1) == pytest.approx(1 - 0.9 * p)
+        assert lr_decay_factor("cosine", p, 0.1) == pytest.approx(0.1 + 0.45 * (1 + math.cos(math.pi * p)))
+    assert lr_decay_factor("constant", 0.7) == 1.0
+    assert lr_decay_factor("linear", 2.0) == 0.0  # progress is clamped to the run
+
+
+def test_bad_decay_arguments_are_named():
+    with pytest.raises(StrategyError, match="'constant', 'linear' or 'cosine'"):
+        lr_decay_factor("step", 0.5)  # type: ignore[arg-type]
+    with pytest.raises(StrategyError, match="min_ratio"):
+        lr_decay_factor("linear", 0.5, 1.5)
+
+
+def _nll(log_probs, entropy, mb):
+    return -log_probs[:, 1:].mean(), {}
+
+
+def test_lr_scale_applies_to_one_step_without_compounding(tiny_model_dir):
+    import torch
+
+    strategy = HFTrainStrategy(tiny_model_dir, learning_rate=1e-3, warmup_steps=4)
+    mb = [
+        {"input_ids": torch.arange(8, 20).repeat(2, 1), "attention_mask": torch.ones(2, 12, dtype=torch.long)}
+    ]
+    lrs = [strategy.train_step(mb, _nll, with_entropy=False, lr_scale=s)["lr"] for s in (0.5, 1.0, 0.25, 1.0)]
+    # warm-up gives 1/4, 2/4, 3/4, 4/4 of 1e-3; the scale multiplies only its own step
+    assert lrs == pytest.approx([0.125e-3, 0.5e-3, 0.1875e-3, 1e-3])
+    with pytest.raises(StrategyError, match="lr_scale"):
+        strategy.train_step(mb, _nll, with_entropy=False, lr_scale=2.0)
