@@ -9,7 +9,7 @@ from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInfer
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
 from roll_strategies.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
 from roll_strategies.protocols import InferStrategy, TrainStrategy
-from roll_strategies.schedules import LrDecay, lr_decay_factor
+from roll_strategies.schedules import lr_decay_factor
 from roll_strategies.tiny_model import (
     TINY_MODEL_FORMAT_VERSION,
     WarmupExample,
@@ -33,7 +33,6 @@ __all__ = [
     "HFTrainStrategy",
     "InferStrategy",
     "LossFn",
-    "LrDecay",
     "ModelNotFoundError",
     "ReferenceWorker",
     "StrategyError",
