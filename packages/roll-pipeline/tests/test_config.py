@@ -40,6 +40,12 @@ def test_bad_values_and_cross_field_checks():
         validate({"rollout_batch_size": 12})
     with pytest.raises(ConfigError, match="num_groups_partition"):
         validate({"train_env_manager": {"num_env_groups": 4, "num_groups_partition": [3]}})
+    with pytest.raises(ConfigError, match="skip_confident_tokens"):
+        validate({"skip_confident_tokens": 1.5})  # a probability
+    with pytest.raises(ConfigError, match="lr_scheduler_type"):
+        validate({"actor_train": {"training_args": {"lr_scheduler_type": "step"}}})
+    with pytest.raises(ConfigError, match="min_lr_ratio"):
+        validate({"actor_train": {"training_args": {"min_lr_ratio": 2.0}}})
 
 
 def test_compose_defaults_with_overrides():

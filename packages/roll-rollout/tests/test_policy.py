@@ -145,3 +145,30 @@ def test_random_policy_stops_at_stop_id():
     for out in outs:
         assert out.finish_reason == "stop" and out.output_ids[-1] == 3
         assert 3 not in out.output_ids[:-1]
+
+
+def test_batching_policy_fails_a_short_batch_instead_of_hanging():
+    def drops_one(requests):
+        return [GenerateResult([1], [-0.1], "stop", 0) for _ in requests[1:]]
+
+    async def main():
+        policy = BatchingPolicy(drops_one)
+        first = await asyncio.wait_for(
+            asyncio.gather(
+                *(policy.generate(GenerateRequest([i], SamplingSettings())) for i in range(3)),
+                return_exceptions=True,
+            ),
+            timeout=10,
+        )
+        return first
+
+    errors = asyncio.run(main())
+    assert all(isinstance(e, PayloadError) and "expected 3 generate results, got 2" in str(e) for e in errors)
+
+
+def test_request_list_names_the_item_that_is_not_a_payload():
+    import msgpack
+
+    good = encode_request(GenerateRequest([1], SamplingSettings()))
+    with pytest.raises(PayloadError, match="item 1 is int"):
+        decode_requests(msgpack.packb([good, 7]))

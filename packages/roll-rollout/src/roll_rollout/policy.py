@@ -121,9 +121,31 @@ def _unpack(payload: bytes, what: str) -> dict[str, Any]:
 
 def _unpack_list(payload: bytes, what: str) -> list[bytes]:
     msg = _unpack_any(payload, what)
-    if not isinstance(msg, list) or not all(isinstance(item, bytes) for item in msg):
+    if not isinstance(msg, list):
         raise PayloadError(f"{what}: expected a list of msgpack payloads, got {type(msg).__name__}")
+    for i, item in enumerate(msg):
+        if not isinstance(item, bytes):
+            raise PayloadError(
+                f"{what}: expected a list of msgpack payloads, item {i} is {type(item).__name__}"
+            )
     return msg
+
+
+_Waiting = tuple[GenerateRequest, "asyncio.Future[GenerateResult]"]
+"""A queued request and the future its caller awaits."""
+
+
+def _settle(batch: Sequence[_Waiting], outcome: Sequence[GenerateResult] | BaseException) -> None:
+    """Give each waiting caller its result, or every caller the error (also when the counts differ)."""
+    if not isinstance(outcome, BaseException) and len(outcome) != len(batch):
+        outcome = PayloadError(f"expected {len(batch)} generate results, got {len(outcome)}")
+    for i, (_, fut) in enumerate(batch):
+        if fut.done():
+            continue
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome[i])
 
 
 def _unpack_any(payload: bytes, what: str) -> Any:
@@ -148,7 +170,7 @@ class BatchingPolicy:
         self._generate_batch = generate_batch
         self._max_batch_size = max_batch_size
         self._batch_wait_s = batch_wait_s
-        self._pending: list[tuple[GenerateRequest, asyncio.Future[GenerateResult]]] = []
+        self._pending: list[_Waiting] = []
         self._wakeup: asyncio.Event | None = None
         self._runner: asyncio.Task[None] | None = None
         self.lock = asyncio.Lock()  # held while generating; weight updates take it too
@@ -178,16 +200,12 @@ class BatchingPolicy:
                     try:
                         results = await asyncio.to_thread(self._generate_batch, [r for r, _ in batch])
                     except Exception as exc:  # fail these requests, keep serving the others
-                        for _, fut in batch:
-                            if not fut.done():
-                                fut.set_exception(exc)
+                        _settle(batch, exc)
                         continue
                 self.batch_sizes.append(len(batch))
-                for (_, fut), res in zip(batch, results, strict=True):
-                    if not fut.done():
-                        fut.set_result(res)
+                _settle(batch, results)
 
-    def _take_batch(self) -> list[tuple[GenerateRequest, asyncio.Future[GenerateResult]]]:
+    def _take_batch(self) -> list[_Waiting]:
         sampling = self._pending[0][0].sampling
         batch, rest = [], []
         for item in self._pending:
@@ -216,7 +234,7 @@ class RemotePolicy:
     def __init__(self, remote_generate_many: Callable[[bytes], Any], batch_wait_s: float = 0.002) -> None:
         self._remote = remote_generate_many
         self._batch_wait_s = batch_wait_s
-        self._pending: list[tuple[GenerateRequest, asyncio.Future[GenerateResult]]] = []
+        self._pending: list[_Waiting] = []
         self._flush: asyncio.Task[None] | None = None
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
@@ -233,16 +251,10 @@ class RemotePolicy:
         batch, self._pending = self._pending, []
         try:
             results = decode_results(await self._remote(encode_requests([r for r, _ in batch])))
-            if len(results) != len(batch):
-                raise PayloadError(f"expected {len(batch)} generate results, got {len(results)}")
         except Exception as exc:  # fail this call's requests; later calls go on
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
+            _settle(batch, exc)
             return
-        for (_, fut), res in zip(batch, results, strict=True):
-            if not fut.done():
-                fut.set_result(res)
+        _settle(batch, results)
 
 
 class RandomPolicy:
