@@ -47,3 +47,18 @@ def test_kl_term_still_covers_every_response_token():
         with_skip["actor/kl_loss"] == pytest.approx(without["actor/kl_loss"])
         and with_skip["actor/kl_loss"] > 0
     )
+
+
+def test_tis_weights_each_token_by_the_truncated_train_inference_ratio():
+    mb = _batch()
+    old = mb["old_log_probs"]
+    ln2 = math.log(2.0)
+    # weights exp(old - rollout): row 0 -> [_, 2, 2, 1] (2 truncated to 1.5), row 1 -> [_, 0.5, 1, _]
+    mb["rollout_log_probs"] = old - torch.tensor([[0.0, ln2, ln2, 0.0], [0.0, -ln2, 0.0, 0.0]])
+    loss, metrics = ActorLoss(tis_cap=1.5)(old.clone(), None, mb)  # ratio 1: token loss = -A * w
+    row0 = -(5.0 * 1.5 - 2.0 * 1.5 + 7.0 * 1.0) / 3
+    row1 = -(3.0 * 0.5 + 3.0 * 1.0) / 2
+    assert float(loss) == pytest.approx((row0 + row1) / 2)
+    assert metrics["actor/tis_weight_mean"] == pytest.approx((1.5 + 1.5 + 1.0 + 0.5 + 1.0) / 5)
+    plain, plain_metrics = ActorLoss()(old.clone(), None, mb)  # without tis_cap the weights are ignored
+    assert float(plain) == pytest.approx((-10 / 3 - 3) / 2) and "actor/tis_weight_mean" not in plain_metrics

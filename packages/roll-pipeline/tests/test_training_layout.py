@@ -2,23 +2,29 @@ from __future__ import annotations
 
 import os
 
-from roll_pipeline.pipeline import _cpu_threads
+from roll_pipeline.pipeline import cpu_threads
 
 
 def test_cpu_roles_default_to_every_core():
     # a Ray actor without CPUs reserved would otherwise run torch on one thread
-    assert _cpu_threads(None, "cpu") == (os.cpu_count() or 1)
+    assert cpu_threads(None, "cpu") == (os.cpu_count() or 1)
+
+
+def test_an_asynchronous_rollout_splits_the_cores_between_training_and_inference():
+    cores = os.cpu_count() or 1
+    assert cpu_threads(None, "cpu", share=0.5) == max(1, round(cores / 2))
+    assert cpu_threads(4, "cpu", share=0.5) == 4
 
 
 def test_configured_threads_and_gpu_roles_are_left_alone():
-    assert _cpu_threads(3, "cpu") == 3
-    assert _cpu_threads(None, "cuda:0") is None
-    assert _cpu_threads(2, "cuda") == 2
+    assert cpu_threads(3, "cpu") == 3
+    assert cpu_threads(None, "cuda:0") is None
+    assert cpu_threads(2, "cuda") == 2
 
 
 def test_mini_batches_are_equal_and_cover_every_row_once():
     import torch
-    from roll_pipeline.pipeline import mini_batches
+    from roll_pipeline.actor_update import mini_batches
 
     for rows, cap in [(580, 192), (576, 192), (5, 192), (193, 192), (1, 1)]:
         chunks = mini_batches(torch.randperm(rows), cap)

@@ -32,3 +32,41 @@ def chat_tokenizer():
         unk_token="<unk>",
         chat_template=CHAT_TEMPLATE,
     )
+
+
+@pytest.fixture
+def scheduler_factory(chat_tokenizer):
+    """`make(layout, policy, env_factory=..., **scheduler kwargs)` -> an in-process `RolloutScheduler`."""
+    from roll_rollout import (
+        EnvCallLimits,
+        EnvSlotSpec,
+        EnvWorker,
+        RolloutScheduler,
+        SamplingSettings,
+        WorkerLink,
+    )
+    from roll_rollout.testing import countdown_factory
+
+    def make(layout, policy, env_factory=None, limits=None, max_turns=6, **kwargs):
+        factory = env_factory or countdown_factory()
+
+        def spawn(w):
+            slots = [
+                EnvSlotSpec(e, layout.tag_of_group(layout.group_of_env(e)), "countdown", max_turns=max_turns)
+                for e in layout.env_ids_of_worker(w)
+            ]
+            worker = EnvWorker(
+                slots, chat_tokenizer, policy, env_factory=factory, limits=limits or EnvCallLimits()
+            )
+            return WorkerLink.in_process(worker)
+
+        sampling = {tag: SamplingSettings(max_new_tokens=4) for tag in layout.tags}
+        return RolloutScheduler(layout, spawn, sampling, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def answer_ids(chat_tokenizer):
+    """Token ids of the scripted answer 'Left'."""
+    return chat_tokenizer.encode("Left", add_special_tokens=False)

@@ -1,123 +1,246 @@
-"""The scheduler and env workers, in-process, on a scripted env (no Ray, no model)."""
+"""The scheduler and env workers, in-process, on scripted envs and policies (no Ray, no model)."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from roll_rollout import (
-    EnvLayout,
-    EnvSlotSpec,
-    EnvWorker,
-    GenerateResult,
-    RolloutScheduler,
-    SamplingSettings,
-    SchedulerError,
-    validation_seeds,
-)
+from roll_rollout import EnvLayout, SchedulerError, SchedulerSettings, validation_seeds
+from roll_rollout.testing import CountdownEnv, ScriptedPolicy, countdown_factory
 
 
-class CountdownEnv:
-    """Ends after `seed % 3 + 1` steps; reward 1 per step; `broken` envs raise in step."""
-
-    instruction = "count"
-
-    def __init__(self, broken=False):
-        self.broken = broken
-
-    def reset(self, seed=None, options=None):
-        self.left = seed % 3 + 1
-        self.seed = seed
-        return f"left {self.left}", {}
-
-    def step(self, action):
-        if self.broken:
-            raise RuntimeError("env exploded")
-        self.left -= 1
-        info = {
-            "action_is_valid": True,
-            "action_is_effective": True,
-            "success": self.left == 0,
-            "metrics": {"steps_left": float(self.left)},
-        }
-        return f"left {self.left}", 1.0, self.left == 0, False, info
-
-    def close(self):
-        pass
+def run(coro):
+    return asyncio.run(coro)
 
 
-class ScriptedPolicy:
-    def __init__(self, text_ids):
-        self.text_ids = text_ids
-        self.requests = 0
-
-    async def generate(self, request):
-        self.requests += 1
-        return GenerateResult(list(self.text_ids), [0.0] * len(self.text_ids), "stop", 0)
+async def one_batch(scheduler, n, **kwargs):
+    try:
+        return await scheduler.get_batch(n, **kwargs)
+    finally:
+        await scheduler.stop()
 
 
-def make_scheduler(chat_tokenizer, layout, policy, broken_env_ids=()):
-    workers = []
-    made = iter(range(layout.num_envs))
-    for w in range(layout.num_workers):
-        slots = [
-            EnvSlotSpec(e, layout.tag_of_group(e // layout.group_size), "countdown", max_turns=5)
-            for e in layout.env_ids_of_worker(w)
-        ]
-        worker = EnvWorker(
-            slots, chat_tokenizer, policy, env_factory=lambda t, c: CountdownEnv(next(made) in broken_env_ids)
-        )
-        workers.append(worker.run_episodes)
-    sampling = {tag: SamplingSettings(max_new_tokens=4) for tag in layout.tags}
-    return RolloutScheduler(layout, workers, sampling, seed=3)
-
-
-def test_get_batch_returns_whole_groups_sharing_a_seed(chat_tokenizer):
+def test_get_batch_returns_whole_groups_sharing_a_seed(scheduler_factory, answer_ids):
     layout = EnvLayout(4, 3, ("A", "B"), (3, 1), max_env_num_per_worker=5)
     assert layout.num_workers == 3
-    policy = ScriptedPolicy(chat_tokenizer.encode("Left", add_special_tokens=False))
-    sched = make_scheduler(chat_tokenizer, layout, policy)
-    trajs = asyncio.run(sched.get_batch(12))
-    assert [t.env_id for t in trajs] == list(range(12))
+    policy = ScriptedPolicy(answer_ids)
+    scheduler = scheduler_factory(layout, policy, seed=3)
+    batch = run(one_batch(scheduler, 12))
+    trajs = batch.trajectories
+    assert sorted(t.env_id for t in trajs) == list(range(12))
     for g in range(4):
-        group = [t for t in trajs if t.group_id == g]
-        assert len(group) == 3 and len({t.seed for t in group}) == 1
+        group = [t for t in trajs if layout.group_of_env(t.env_id) == g]
+        assert len(group) == 3 and len({t.seed for t in group}) == 1 and len({t.group_id for t in group}) == 1
         assert {t.tag for t in group} == {"A" if g < 3 else "B"}
-        for t in group:
-            assert len(t.turns) == t.seed % 3 + 1 and t.success and t.terminated
+        for t in group:  # CountdownEnv: 1 + seed % 3 steps, success at the end
+            assert len(t.turns) == 1 + t.seed % 3 and t.success and t.terminated
             assert t.metrics["num_actions"] == len(t.turns)
     assert policy.requests == sum(len(t.turns) for t in trajs)
-    seeds = sched.next_seeds(2)
-    assert all(s < validation_seeds(1)[0] for s in seeds)
+    assert all(s < validation_seeds(1)[0] for s in scheduler.next_seeds(5))
 
 
-def test_rng_state_round_trip(chat_tokenizer):
+def test_sync_mode_is_idle_between_batches_and_async_mode_is_not(scheduler_factory, answer_ids):
+    async def requests_during_training(ratio):
+        layout = EnvLayout(2, 2, ("A",), (2,), 4)
+        policy = ScriptedPolicy(answer_ids, latency=lambda r: 0.002)
+        scheduler = scheduler_factory(
+            layout, policy, settings=SchedulerSettings(async_generation_ratio=ratio)
+        )
+        await scheduler.get_batch(4)
+        before = policy.requests
+        await asyncio.sleep(0.2)
+        during = policy.requests - before
+        queued = len(await scheduler.get_batch(4))
+        await scheduler.stop()
+        return during, queued
+
+    during_sync, _ = run(requests_during_training(0))
+    during_async, queued = run(requests_during_training(1))
+    assert during_sync == 0
+    assert during_async > 0 and queued == 4
+
+
+def test_stale_groups_are_dropped_and_counted(scheduler_factory, answer_ids):
+    async def scenario():
+        layout = EnvLayout(2, 2, ("A",), (2,), 4)
+        policy = ScriptedPolicy(answer_ids)
+        scheduler = scheduler_factory(layout, policy, settings=SchedulerSettings(async_generation_ratio=1))
+        await scheduler.get_batch(4)
+        await asyncio.sleep(0.2)  # the next batch is generated at version 0
+        policy.version = 5
+        scheduler.set_policy_version(5)  # five updates later, those groups are 5 versions old
+        batch = await scheduler.get_batch(4)
+        await scheduler.stop()
+        return batch
+
+    batch = run(scenario())
+    assert batch.metrics["rollout/stale_groups"] >= 1 and batch.metrics["rollout/stale_episodes"] >= 2
+    assert all(turn.policy_version >= 4 for t in batch.trajectories for turn in t.turns)
+
+
+def test_explicit_seeds_play_each_seed_once(scheduler_factory, answer_ids):
+    layout = EnvLayout(4, 1, ("A", "B"), (2, 2), 8)
+    seeds = validation_seeds(6)
+    scheduler = scheduler_factory(layout, ScriptedPolicy(answer_ids))
+
+    async def twice():
+        first = await scheduler.get_batch(6, seeds=seeds)
+        second = await scheduler.get_batch(6, seeds=seeds)
+        await scheduler.stop()
+        return first, second
+
+    first, second = run(twice())
+    for batch in (first, second):
+        assert sorted(t.seed for t in batch.trajectories) == seeds
+        assert [t.tag for t in batch.trajectories].count("A") == 3
+
+
+def test_a_broken_slot_is_replayed_and_redundancy_completes_its_groups(scheduler_factory, answer_ids):
+    broken_slots = {1, 5}  # one slot of layout groups 0 and 1 (3 slots each)
+
+    class SlotEnv(CountdownEnv):
+        pass
+
+    made = iter(range(10_000))
+
+    def factory(_type, _config):
+        env = SlotEnv()
+        env.slot = next(made)
+        return env
+
+    def step(self, action):
+        if getattr(self, "slot", None) in broken_slots:
+            raise RuntimeError("broken slot")
+        return CountdownEnv.step(self, action)
+
+    SlotEnv.step = step
+    layout = EnvLayout(2, 2, ("A",), (2,), 6, group_size_redundancy=1)
+    scheduler = scheduler_factory(
+        layout,
+        ScriptedPolicy(answer_ids),
+        env_factory=factory,
+        settings=SchedulerSettings(max_failures_per_group=8),
+    )
+    batch = run(one_batch(scheduler, 4))
+    assert len(batch) == 4 and all(t.error is None for t in batch.trajectories)
+    assert batch.failed and all(t.error.startswith("env_error: ") for t in batch.failed)
+    assert batch.metrics["rollout/failed_episodes"] == len(batch.failed)
+    assert "broken slot" in batch.failed[0].error
+
+
+def test_every_env_failing_raises_a_clear_error_instead_of_hanging(scheduler_factory, answer_ids):
+    class Broken(CountdownEnv):
+        def step(self, action):
+            raise ValueError("this env is broken")
+
     layout = EnvLayout(2, 2, ("A",), (2,), 4)
-    sched = make_scheduler(chat_tokenizer, layout, ScriptedPolicy([1]))
-    state = sched.rng_state()
-    first = sched.next_seeds(3)
-    sched.set_rng_state(state)
-    assert sched.next_seeds(3) == first
+    scheduler = scheduler_factory(
+        layout,
+        ScriptedPolicy(answer_ids),
+        env_factory=lambda t, c: Broken(),
+        settings=SchedulerSettings(max_failures_per_group=1, max_consecutive_given_up=4),
+    )
+    with pytest.raises(SchedulerError, match=r"every env seems to be failing.*this env is broken"):
+        run(one_batch(scheduler, 4))
+    ledger = scheduler.ledger.total
+    assert sum(ledger.values()) == scheduler.dispatched and ledger["failed"] >= 8
 
 
-def test_a_crashing_env_marks_its_trajectory_and_spares_the_others(chat_tokenizer):
+def test_a_policy_that_never_answers_hits_the_batch_timeout(scheduler_factory, answer_ids):
+    class Silent:
+        async def generate(self, request):
+            await asyncio.Event().wait()
+
+    layout = EnvLayout(1, 2, ("A",), (1,), 2)
+    scheduler = scheduler_factory(layout, Silent(), settings=SchedulerSettings(batch_timeout_s=0.3))
+    with pytest.raises(SchedulerError, match=r"no batch within batch_timeout_s=0.3 s.*running 1"):
+        run(one_batch(scheduler, 2))
+
+
+def test_a_failing_policy_fails_episodes_not_the_rollout(scheduler_factory, answer_ids):
+    class Flaky(ScriptedPolicy):
+        async def generate(self, request):
+            self.requests += 1
+            if self.requests % 3 == 0:
+                raise ConnectionError("inference server went away")
+            return await super().generate(request)
+
     layout = EnvLayout(2, 2, ("A",), (2,), 4)
-    sched = make_scheduler(chat_tokenizer, layout, ScriptedPolicy([1]), broken_env_ids={1})
-    trajs = asyncio.run(sched.get_batch(4))
-    assert len(trajs) == 4
-    assert "env exploded" in trajs[1].error
-    assert [t.error for t in trajs if t.env_id != 1] == [None, None, None]
-    assert all(t.success for t in trajs if t.env_id != 1)
+    scheduler = scheduler_factory(
+        layout, Flaky(answer_ids), settings=SchedulerSettings(max_failures_per_group=20)
+    )
+    batch = run(one_batch(scheduler, 4))
+    assert len(batch) == 4 and batch.failed
+    assert all(t.error.startswith("policy_error: ConnectionError") for t in batch.failed)
 
 
-def test_layout_and_batch_errors(chat_tokenizer):
+def test_a_dying_worker_link_is_restarted_and_its_episodes_replayed(chat_tokenizer, answer_ids):
+    from roll_rollout import EnvSlotSpec, EnvWorker, RolloutScheduler, SamplingSettings, WorkerLink
+
+    layout = EnvLayout(2, 2, ("A",), (2,), 2)
+    policy = ScriptedPolicy(answer_ids, latency=lambda r: 0.01)
+    spawned = []
+
+    def spawn(w):
+        slots = [EnvSlotSpec(e, "A", "countdown") for e in layout.env_ids_of_worker(w)]
+        worker = EnvWorker(slots, chat_tokenizer, policy, env_factory=countdown_factory(min_turns=3))
+        link = WorkerLink.in_process(worker)
+        spawned.append(w)
+        if len(spawned) == 1:  # the first worker dies at its first poll, its two episodes running
+            polls = iter(range(100))
+
+            async def dying_poll(wait):
+                if next(polls) == 0:
+                    worker.close()
+                    raise ConnectionError("actor died")
+                return await worker.poll(wait)
+
+            link.poll = dying_poll
+        return link
+
+    scheduler = RolloutScheduler(layout, spawn, {"A": SamplingSettings(max_new_tokens=4)})
+    batch = run(one_batch(scheduler, 4))
+    assert len(batch) == 4 and spawned.count(0) == 2
+    assert batch.metrics["rollout/env_worker_restarts"] == 1 and batch.metrics["rollout/lost_episodes"] == 2
+    assert sum(scheduler.ledger.total.values()) == scheduler.dispatched
+
+
+def test_rng_state_round_trips_and_rejects_garbage(scheduler_factory, answer_ids):
+    layout = EnvLayout(2, 2, ("A", "B"), (1, 1), 4)
+    scheduler = scheduler_factory(layout, ScriptedPolicy(answer_ids))
+    state = scheduler.rng_state()
+    first = scheduler.next_seeds(3)
+    scheduler.set_rng_state(state)
+    assert scheduler.next_seeds(3) == first
+    for bad in (
+        None,
+        [1, 2, 3],
+        {**state, "rng": [1, 2]},
+        {**state, "episodes": -1},
+        {**state, "groups": True},
+    ):
+        with pytest.raises(SchedulerError, match="set_rng_state"):
+            scheduler.set_rng_state(bad)
+    assert scheduler.next_seeds(3) != first  # the failed calls changed nothing
+
+
+def test_layout_and_batch_errors(scheduler_factory, answer_ids):
     with pytest.raises(SchedulerError, match="sums to"):
         EnvLayout(4, 2, ("A",), (3,), 4)
     with pytest.raises(SchedulerError, match="same length"):
         EnvLayout(4, 2, ("A", "B"), (4,), 4)
+    with pytest.raises(SchedulerError, match="repeat"):
+        EnvLayout(4, 2, ("A", "A"), (2, 2), 4)
     layout = EnvLayout(2, 2, ("A",), (2,), 4)
-    sched = make_scheduler(chat_tokenizer, layout, ScriptedPolicy([1]))
-    with pytest.raises(SchedulerError, match="multiple of group_size"):
-        asyncio.run(sched.get_batch(3))
-    with pytest.raises(SchedulerError, match="only 2 env groups"):
-        asyncio.run(sched.get_batch(6))
+    scheduler = scheduler_factory(layout, ScriptedPolicy(answer_ids))
+    with pytest.raises(SchedulerError, match="multiple of"):
+        run(scheduler.get_batch(3))
+    with pytest.raises(SchedulerError, match="3 seeds for 2 groups"):
+        run(scheduler.get_batch(4, seeds=[1, 2, 3]))
+    asynchronous = scheduler_factory(
+        layout, ScriptedPolicy(answer_ids), settings=SchedulerSettings(async_generation_ratio=1)
+    )
+    with pytest.raises(SchedulerError, match="synchronous mode"):
+        run(asynchronous.get_batch(2, seeds=[1]))
+    with pytest.raises(SchedulerError, match="filter_keep_fraction"):
+        SchedulerSettings(filter_keep_fraction=0)

@@ -34,6 +34,10 @@ class Cluster(Protocol):
         """A picklable callable `f(*args) -> awaitable` that other workers can call."""
         ...
 
+    def kill(self, handle: Any) -> None:
+        """Stop one worker now (a Ray actor's process is killed, freeing its threads)."""
+        ...
+
     def shutdown(self) -> None:
         """Stop every worker."""
         ...
@@ -71,13 +75,23 @@ class LocalCluster:
         """The bound method itself (coroutine methods are awaitable when called)."""
         return _LocalMethod(self, handle, method)
 
+    def kill(self, handle: Any) -> None:
+        """Close the worker (in-process there is no process to kill: its stuck threads live on)."""
+        if any(w is handle for w in self._workers):
+            self._workers = [w for w in self._workers if w is not handle]
+            _close(handle)
+
     def shutdown(self) -> None:
         """Close workers that have a `close` method."""
         for worker in self._workers:
-            close = getattr(worker, "close", None)
-            if callable(close):
-                close()
+            _close(worker)
         self._workers.clear()
+
+
+def _close(worker: Any) -> None:
+    close = getattr(worker, "close", None)
+    if callable(close):
+        close()
 
 
 class _LocalMethod:
@@ -121,6 +135,12 @@ class RayCluster:
     def remote_method(self, handle: Any, method: str) -> Any:
         """A picklable callable other actors use to call `method` on `handle`."""
         return _RayMethod(handle, method)
+
+    def kill(self, handle: Any) -> None:
+        """Kill the actor's process."""
+        self._actors = [a for a in self._actors if a is not handle]
+        with contextlib.suppress(Exception):
+            self._ray.kill(handle)
 
     def shutdown(self) -> None:
         """Kill every actor this cluster started (Ray itself stays up for reuse)."""

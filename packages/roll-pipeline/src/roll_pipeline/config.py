@@ -132,6 +132,31 @@ class EnvManagerConfig(StrictModel):
     num_groups_partition: list[int] | None = Field(
         None, description="groups per tag; default: all to the first"
     )
+    group_size_redundancy: int = Field(
+        0,
+        ge=0,
+        description="extra env slots per group: a group completes on its first group_size finishers and the"
+        " stragglers are cancelled (tail latency for compute)",
+    )
+    max_env_step_concurrent: int = Field(
+        8, ge=1, description="env reset/step calls running at once per env worker (its thread pool)"
+    )
+    env_step_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="an env constructor, reset or step taking longer fails its episode; the env is recreated",
+    )
+    max_hung_env_calls: int = Field(
+        4,
+        ge=1,
+        description="timed-out env calls still stuck in their threads before the env worker is replaced",
+    )
+    max_failures_per_group: int = Field(
+        4,
+        ge=0,
+        description="failed episodes a group episode survives (each replayed on a fresh env, same seed) before"
+        " the group is given up; validation never replays (a failed episode fails its seed)",
+    )
 
     @model_validator(mode="after")
     def _partition(self) -> EnvManagerConfig:
@@ -202,12 +227,46 @@ class AgenticConfig(StrictModel):
     )
     val_batch_size: int | None = Field(None, ge=1, description="validation episodes (default: all val envs)")
     sequence_length: int = Field(1024, ge=16, description="max tokens of a prompt plus its response")
+    async_generation_ratio: int = Field(
+        0,
+        ge=0,
+        description="0: synchronous rollout (paused while the trainer trains, every turn from the current"
+        " weights); r > 0: env loops keep generating during training, up to (1 + r) batches ahead, and a group"
+        " with a turn more than r policy versions old is dropped (docs/rollout.md)",
+    )
+    rollout_filter_ratio: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="StarPO-S: collect rollout_batch_size / ratio trajectories per step and keep the groups of"
+        " largest reward std (1: no filter)",
+    )
+    rollout_batch_timeout_s: float = Field(
+        900.0,
+        gt=0,
+        description="a rollout that cannot deliver its batch within this time (every env failing, a hung"
+        " policy) stops the run with an error naming the last failure",
+    )
+    max_consecutive_skipped_steps: int = Field(
+        5,
+        ge=1,
+        description="steps in a row with nothing to train on (each logged with its reason) before the run"
+        " stops with an error",
+    )
     adv_estimator: AdvEstimatorName = Field("gigpo", description="advantage estimator (docs/algos)")
     ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
     recompute_old_log_probs: bool = Field(
         False,
         description="recompute the rollout's log-probs with the training model; false reuses the sampler's"
-        " (exact when both run the same weights and numerics, e.g. HF on the CPU; set true for vLLM or bf16)",
+        " (exact when both run the same weights and numerics, e.g. HF on the CPU; set true for vLLM or bf16)."
+        " With async_generation_ratio > 0, false makes the PPO ratio pi / pi_behaviour (the clip bounds the"
+        " off-policy ratio); true makes it pi / pi_current and tis_cap corrects pi_current / pi_behaviour",
+    )
+    tis_cap: float | None = Field(
+        None,
+        gt=0,
+        description="truncated importance sampling: weight each token's policy loss by"
+        " min(exp(old_log_prob - inference_log_prob), tis_cap) (needs recompute_old_log_probs; null: off)",
     )
     gamma: float = Field(
         0.9, ge=0, le=1, description="discount (below 1: shorter paths to the goal score higher)"
@@ -285,12 +344,17 @@ class AgenticConfig(StrictModel):
                     f"{name}.tags {unknown} have no entry in custom_envs (defined: {sorted(self.custom_envs)}); "
                     "add them under custom_envs with an env_type"
                 )
+        if self.tis_cap is not None and not self.recompute_old_log_probs:
+            raise ValueError(
+                "tis_cap needs recompute_old_log_probs=true: without recomputation the old log-probs are the"
+                " inference ones and every importance weight is 1; set both, or drop tis_cap"
+            )
         group = self.train_env_manager.group_size
         batch = self.train_rollout_batch_size
-        if batch % group or batch > self.train_env_manager.num_trajectories:
+        if batch % group:
             raise ValueError(
-                f"rollout_batch_size={batch} must be a multiple of train_env_manager.group_size={group} and at most "
-                f"num_env_groups*group_size={self.train_env_manager.num_trajectories}"
+                f"rollout_batch_size={batch} must be a multiple of train_env_manager.group_size={group} (whole"
+                " groups); a batch larger than num_env_groups*group_size is fine: groups play several seeds a step"
             )
         return self
 

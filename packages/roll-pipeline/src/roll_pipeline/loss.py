@@ -16,8 +16,9 @@ from roll_algos import aggregate_loss, kl_penalty, policy_loss
 class ActorLoss:
     """loss = pg_loss + kl_loss_coef * KL(pi || ref) - entropy_loss_coef * entropy.
 
-    Expects micro-batches with `response_mask`, `old_log_probs`, `advantages`, `loss_scale`, and
-    `ref_log_probs` when `kl_loss_coef > 0`. With `skip_confident_tokens = p`, the policy-gradient term
+    Expects micro-batches with `response_mask`, `old_log_probs`, `advantages`, `loss_scale`,
+    `ref_log_probs` when `kl_loss_coef > 0`, and `rollout_log_probs` (the sampler's) when `tis_cap` is
+    set: each token's policy loss is then weighted by min(exp(old - rollout), tis_cap). With `skip_confident_tokens = p`, the policy-gradient term
     leaves out the response tokens the old policy drew with probability >= p (format tokens such as an
     answer tag): they carry no decision, and their tiny, sign-noisy gradients, which AdamW scales up
     to full steps, drown the decision tokens' signal in the embeddings a small model shares. The KL
@@ -32,6 +33,7 @@ class ActorLoss:
     kl_penalty: str = "k3"
     entropy_loss_coef: float = 0.0
     skip_confident_tokens: float | None = None
+    tis_cap: float | None = None
 
     @property
     def needs_entropy(self) -> bool:
@@ -52,6 +54,8 @@ class ActorLoss:
             clip_high=self.clip_high,
             dual_clip=self.dual_clip,
             agg_mode=self.agg_mode,
+            rollout_log_probs=mb.get("rollout_log_probs") if self.tis_cap is not None else None,
+            tis_cap=self.tis_cap,
         )
         loss = pg.loss
         metrics = {
@@ -62,6 +66,8 @@ class ActorLoss:
             "actor/ratio_max": float(pg.ratio_max),
             "actor/pg_token_frac": float(pg_mask.sum() / mask.sum().clamp(min=1)),
         }
+        if self.tis_cap is not None:
+            metrics["actor/tis_weight_mean"] = float(pg.tis_weight_mean)
         if self.kl_loss_coef > 0 and "ref_log_probs" in mb:
             kl = aggregate_loss(
                 kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty), mask, self.agg_mode

@@ -1,44 +1,59 @@
-"""Metric dictionaries in the upstream naming style (`env/FrozenLake/success`, `val/score/mean`, ...)."""
+"""Metric dictionaries in the upstream naming style (`env/FrozenLake/success`, `val/score/mean`, ...).
+
+Failed episodes are never trained on, but they are never hidden either: every success rate counts
+them as failures (`success = successes / (healthy + failed episodes)`), and they are reported on
+their own (`rollout/failed_episodes`, `val/failed_episodes`, `env/{tag}/failed_episodes`).
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
 
-from roll_rollout import Trajectory
+from roll_rollout import RolloutBatch, Trajectory
 
 
 def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 
 
-def env_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
-    """Per-tag means of every episode metric: `{prefix}{tag}/{name}`."""
-    by_tag: dict[str, list[Trajectory]] = defaultdict(list)
+def env_metrics(trajs: Sequence[Trajectory], failed: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    """Per-tag means of every episode metric over the healthy episodes: `{prefix}{tag}/{name}`;
+    `success` over healthy and failed episodes; `failed_episodes` per tag."""
+    healthy: dict[str, list[Trajectory]] = defaultdict(list)
+    broken: dict[str, int] = defaultdict(int)
     for t in trajs:
-        if t.error is None:
-            by_tag[t.tag].append(t)
+        healthy[t.tag].append(t)
+    for t in failed:
+        broken[t.tag] += 1
     out: dict[str, float] = {}
-    for tag, group in by_tag.items():
-        names = {k for t in group for k in t.metrics}
-        for name in sorted(names):
+    for tag in sorted(set(healthy) | set(broken)):
+        group = healthy[tag]
+        for name in sorted({k for t in group for k in t.metrics}):
             out[f"{prefix}{tag}/{name}"] = _mean([t.metrics[name] for t in group if name in t.metrics])
+        episodes = len(group) + broken[tag]
+        out[f"{prefix}{tag}/success"] = sum(t.success for t in group) / episodes
+        out[f"{prefix}{tag}/failed_episodes"] = float(broken[tag])
     return out
 
 
 def score_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     """mean / max / min of the episode scores."""
-    scores = [t.score for t in trajs if t.error is None]
+    scores = [t.score for t in trajs]
     if not scores:
         return {}
     return {f"{prefix}/mean": _mean(scores), f"{prefix}/max": max(scores), f"{prefix}/min": min(scores)}
 
 
-def rollout_metrics(trajs: Sequence[Trajectory], failed: int) -> dict[str, float]:
-    """Metrics of a training rollout."""
-    turns = [turn for t in trajs if t.error is None for turn in t.turns]
-    out = {**env_metrics(trajs, "env/"), **score_metrics(trajs, "critic/score")}
-    out["rollout/failed_trajectories"] = float(failed)
+def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """Metrics of a training rollout: env metrics, scores, token lengths, and the scheduler's counts."""
+    trajs = batch.trajectories
+    turns = [turn for t in trajs for turn in t.turns]
+    out = {
+        **env_metrics(trajs, batch.failed, "env/"),
+        **score_metrics(trajs, "critic/score"),
+        **batch.metrics,
+    }
     out["rollout/num_turns"] = float(len(turns))
     out["tokens/response_length/mean"] = _mean([len(t.response_ids) for t in turns])
     out["tokens/prompt_length/mean"] = _mean([len(t.prompt_ids) for t in turns])
@@ -46,8 +61,11 @@ def rollout_metrics(trajs: Sequence[Trajectory], failed: int) -> dict[str, float
     return out
 
 
-def val_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Metrics of a validation rollout: `val/score/mean`, `val/env/{tag}/success`, ..."""
-    out = {**env_metrics(trajs, "val/env/"), **score_metrics(trajs, "val/score")}
-    out["val/failed_trajectories"] = float(sum(t.error is not None for t in trajs))
+def val_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """Metrics of a validation rollout: `val/score/mean`, `val/env/{tag}/success`, `val/failed_episodes`."""
+    out = {
+        **env_metrics(batch.trajectories, batch.failed, "val/env/"),
+        **score_metrics(batch.trajectories, "val/score"),
+    }
+    out["val/failed_episodes"] = float(len(batch.failed))
     return out

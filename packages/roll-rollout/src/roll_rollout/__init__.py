@@ -1,7 +1,10 @@
 """roll-rollout: env managers, the rollout scheduler, policy clients and the msgpack trajectory schema."""
 
-from roll_rollout.env_manager import EpisodeJob, TrajEnvManager
+from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.env_manager import FAILURE_KINDS, EpisodeJob, TrajEnvManager, failure_kind
 from roll_rollout.errors import PayloadError, RolloutError, SchedulerError
+from roll_rollout.groups import OUTCOMES, GroupFilter, RolloutBatch, SpawnWorker, WorkerLink
+from roll_rollout.layout import EnvLayout, TagMix
 from roll_rollout.policy import (
     BatchingPolicy,
     GenerateRequest,
@@ -12,35 +15,49 @@ from roll_rollout.policy import (
     SamplingSettings,
 )
 from roll_rollout.prompts import PromptBuilder
-from roll_rollout.scheduler import EnvLayout, RolloutScheduler, validation_seeds
+from roll_rollout.scheduler import RolloutScheduler, SchedulerSettings
 from roll_rollout.schema import Trajectory, Turn, decode_trajectory, encode_trajectory, stable_hash
-from roll_rollout.worker import EnvSlotSpec, EnvWorker
+from roll_rollout.seeds import validation_seeds
+from roll_rollout.worker import EnvCallLimits, EnvSlotSpec, EnvWorker
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FAILURE_KINDS",  # env_timeout, env_error, policy_error: prefixes of Trajectory.error
+    "OUTCOMES",  # where a dispatched episode can end up (the scheduler's ledger)
     "BatchingPolicy",  # batches concurrent requests into one backend call
-    "EnvLayout",  # env slots -> groups, tags and workers
-    "EnvSlotSpec",  # one env instance's type, config and episode limits
-    "EnvWorker",  # hosts env managers; run_episodes(jobs) -> trajectories
+    "EnvCallError",  # an env's reset/step/constructor raised
+    "EnvCallLimits",  # threads, timeout and hung-call limit of a worker's env calls
+    "EnvCallTimeout",  # an env call did not return in time
+    "EnvCalls",  # runs env calls in a bounded thread pool under a timeout
+    "EnvLayout",  # env slots -> groups (with redundancy), tags and workers
+    "EnvSlotSpec",  # one env slot's type, config and episode limits
+    "EnvWorker",  # hosts env slots, each looping over its queued episodes (submit/cancel/poll)
     "EpisodeJob",  # which episode an env slot plays next
     "GenerateRequest",  # prompt ids + sampling settings
     "GenerateResult",  # sampled ids + log-probs
+    "GroupFilter",  # (group scores, keep) -> kept group indices (StarPO-S)
     "PayloadError",  # corrupt or foreign msgpack payload
     "PolicyClient",  # protocol: async generate(request) -> result
     "PromptBuilder",  # token-in/token-out multi-turn prompts
     "RandomPolicy",  # random tokens: baselines and tests
     "RemotePolicy",  # forwards msgpack requests to a remote generate
+    "RolloutBatch",  # get_batch's result: trajectories, failed episodes, rollout metrics
     "RolloutError",  # base error
-    "RolloutScheduler",  # get_batch(n) of whole groups
+    "RolloutScheduler",  # async env-granular rollout: get_batch(n) of whole groups
     "SamplingSettings",  # temperature, top_p, greedy, max_new_tokens
-    "SchedulerError",  # inconsistent layout or batch request
+    "SchedulerError",  # inconsistent layout or batch request, or a rollout that cannot deliver
+    "SchedulerSettings",  # sync/async mode, fault limits, timeout, StarPO-S filter
+    "SpawnWorker",  # worker index -> WorkerLink of a fresh env worker
+    "TagMix",  # splits a batch's groups among tags in the partition's proportions
     "TrajEnvManager",  # one env's episode loop
     "Trajectory",  # one episode, msgpack-encodable
     "Turn",  # one agent turn of a trajectory
+    "WorkerLink",  # submit/cancel/poll/kill of one env worker (in-process or Ray)
     "__version__",
     "decode_trajectory",  # validate + decode a payload
     "encode_trajectory",  # msgpack payload of a trajectory
+    "failure_kind",  # why a trajectory failed (None if healthy)
     "stable_hash",  # process-independent 64-bit hash (GiGPO anchors)
     "validation_seeds",  # fixed held-out seeds
 ]

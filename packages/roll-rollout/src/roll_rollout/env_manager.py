@@ -1,25 +1,42 @@
-"""The trajectory-wise env manager: one env running its own episode loop against a policy.
+"""The trajectory-wise env manager: one env slot playing episodes against a policy.
 
 Each turn: build the prompt ids (`PromptBuilder`), ask the policy, decode the sampled ids to text,
-let the env parse and apply it. A failing env or policy call ends the episode with `error` set; the
-exception never escapes into the rollout, so one broken env cannot abort a whole step.
+let the env parse and apply it. The env's constructor, `reset` and `step` run through `EnvCalls` (a
+thread pool with a timeout), so a slow or hung env stalls only its own episode. A failure ends the
+episode with `error` set (`failure_kind` tells env errors, env timeouts and policy errors apart) and
+never escapes into the rollout; after an env failure the env is dropped and a fresh one is made for the
+next episode.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.policy import GenerateRequest, PolicyClient, SamplingSettings
 from roll_rollout.prompts import PromptBuilder
 from roll_rollout.schema import Trajectory, Turn
 
+FAILURE_KINDS = ("env_timeout", "env_error", "policy_error")
+"""Why an episode failed; the prefix of `Trajectory.error`."""
+
+
+def failure_kind(traj: Trajectory) -> str | None:
+    """`env_timeout`, `env_error` or `policy_error` for a failed trajectory, None for a healthy one."""
+    if traj.error is None:
+        return None
+    kind = traj.error.split(":", 1)[0]
+    return kind if kind in FAILURE_KINDS else "policy_error"
+
 
 @dataclass(frozen=True)
 class EpisodeJob:
-    """Which episode an env slot runs next."""
+    """Which episode an env slot plays: `group_id` names the group episode (shared seed) it belongs to."""
 
     env_id: int
     group_id: int
@@ -29,28 +46,61 @@ class EpisodeJob:
 
 
 class TrajEnvManager:
-    """Runs episodes of one env instance; `max_turns` caps the agent turns of an episode."""
+    """Plays episodes on one env slot; `max_turns` caps the agent turns of an episode.
+
+    `make_env()` builds the env (called again after an env failure); `env` may pass a first, already
+    built instance. Env calls go through `calls`, shared by the slots of a worker.
+    """
 
     def __init__(
-        self, env: Any, tag: str, prompts: PromptBuilder, max_turns: int, max_context_tokens: int
+        self,
+        make_env: Callable[[], Any],
+        tag: str,
+        prompts: PromptBuilder,
+        max_turns: int,
+        max_context_tokens: int,
+        calls: EnvCalls,
+        env: Any | None = None,
     ) -> None:
+        self._make_env = make_env
         self.env = env
         self.tag = tag
         self.prompts = prompts
         self.max_turns = max_turns
         self.max_context_tokens = max_context_tokens
+        self.calls = calls
+        self._in_env_call = False
 
     async def run_episode(self, job: EpisodeJob, policy: PolicyClient) -> Trajectory:
-        """Play one episode from `env.reset(seed=job.seed)`; never raises."""
+        """Play one episode from `env.reset(seed=job.seed)`; never raises (but can be cancelled)."""
         traj = Trajectory(job.env_id, job.group_id, job.episode_id, self.tag, job.seed)
         try:
             await self._play(traj, job, policy)
+        except EnvCallTimeout as exc:
+            traj.error = f"env_timeout: {exc}"
+            self._drop_env(close=False)  # its thread is still inside the env
+        except EnvCallError as exc:
+            cause = exc.__cause__ or exc
+            traj.error = f"env_error: {exc}\n{''.join(traceback.format_exception(cause, limit=-4))}"
+            await self._close_env_in_pool()
         except Exception as exc:
-            traj.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
+            traj.error = f"policy_error: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
         return traj
 
+    async def _env_call(self, fn: Callable[..., Any], *args: Any, what: str) -> Any:
+        self._in_env_call = True
+        try:
+            return await self.calls.run(fn, *args, what=f"env {self.tag!r} {what}")
+        except asyncio.CancelledError:
+            self._drop_env(close=False)  # its thread is still inside the env: never reuse it
+            raise
+        finally:
+            self._in_env_call = False
+
     async def _play(self, traj: Trajectory, job: EpisodeJob, policy: PolicyClient) -> None:
-        obs, info = self.env.reset(seed=job.seed)
+        if self.env is None:
+            self.env = await self._env_call(self._make_env, what="constructor")
+        obs, info = await self._env_call(functools.partial(self.env.reset, seed=job.seed), what="reset")
         observations, responses = [obs], []
         metric_log: list[dict[str, float]] = []
         for _ in range(self.max_turns):
@@ -64,7 +114,9 @@ class TrajEnvManager:
                 sampling = SamplingSettings(**{**sampling.__dict__, "max_new_tokens": budget})
             result = await policy.generate(GenerateRequest(prompt_ids, sampling))
             text = self.prompts.tokenizer.decode(result.output_ids, skip_special_tokens=True)
-            next_obs, reward, terminated, truncated, info = self.env.step(text)
+            next_obs, reward, terminated, truncated, info = await self._env_call(
+                self.env.step, text, what="step"
+            )
             traj.turns.append(
                 Turn(
                     prompt_ids=prompt_ids,
@@ -90,9 +142,32 @@ class TrajEnvManager:
             traj.truncated = True
         traj.metrics = _episode_metrics(traj, metric_log, getattr(self.env, "metric_aggregation", {}))
 
+    def _drop_env(self, close: bool) -> None:
+        """Forget the env so the next episode makes a fresh one; close it if no thread is inside it."""
+        env, self.env = self.env, None
+        if close and env is not None:
+            _close_quietly(env)
+
+    async def _close_env_in_pool(self) -> None:
+        """Drop an env that raised; close it in a pool thread (its close may misbehave too)."""
+        env, self.env = self.env, None
+        if env is not None:
+            try:
+                await self.calls.run(_close_quietly, env, what=f"env {self.tag!r} close")
+            except EnvCallError:
+                return
+
     def close(self) -> None:
-        """Close the env."""
-        self.env.close()
+        """Close the env (unless a thread is still inside it)."""
+        self._drop_env(close=not self._in_env_call)
+
+
+def _close_quietly(env: Any) -> None:
+    """`env.close()`, ignoring its errors (a broken env must not stop the others from closing)."""
+    try:
+        env.close()
+    except Exception:
+        return
 
 
 _AGGREGATORS: dict[str, Any] = {

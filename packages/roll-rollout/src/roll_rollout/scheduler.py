@@ -1,155 +1,453 @@
-"""`RolloutScheduler.get_batch(n)`: n trajectories made of whole env groups.
+"""`RolloutScheduler`: env-granular asynchronous rollout with bounded staleness.
 
-The env slots are laid out group by group: group g owns env ids [g*group_size, (g+1)*group_size),
-all of which play the same episode seed in a step (the GRPO group). Tags are given to groups by
-`num_groups_partition`. Slots are spread over workers, `max_env_num_per_worker` each; every worker
-runs its envs' episode loops concurrently and the policy batches their requests.
+Every env slot runs its own loop on its worker (`EnvWorker`); the scheduler, on the driver's event
+loop, hands each layout group its next *group episode* (a seed that all its slots play), collects
+finished episodes as they stream in, and queues a group as soon as `group_size` of its episodes
+finished healthy (redundant slots' stragglers are cancelled). `get_batch(n)` takes whole groups from
+that queue, oldest first, in the tag mix of `num_groups_partition`.
 
-This is the synchronous mode: `get_batch` returns when every requested episode has ended.
+Modes (`async_generation_ratio` r):
+- r = 0, synchronous: group episodes start only for a pending `get_batch`; when it returns nothing
+  runs, so every trained turn comes from the weights of the current policy version.
+- r > 0: group episodes keep starting while the trainer trains, up to (1 + r) batches queued or in
+  flight; at `get_batch` a group holding a turn older than `policy_version - r` is dropped as stale.
+
+Faults: a failed episode (env error, env timeout, policy error) is never trained on; its slot replays
+the same group episode (same seed) with a fresh env, and a group episode with more than
+`max_failures_per_group` failures is given up (its healthy episodes counted as dropped) and the layout
+group moves on to a new seed. A worker that dies, or whose hung env calls need a new process, is
+killed and respawned, and its running episodes are replayed. See docs/rollout.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from roll_rollout.env_manager import EpisodeJob
+from roll_rollout.env_manager import EpisodeJob, failure_kind
 from roll_rollout.errors import SchedulerError
+from roll_rollout.group_queue import GroupQueue
+from roll_rollout.groups import GroupEpisode, GroupFilter, Ledger, RolloutBatch, SpawnWorker
+from roll_rollout.layout import EnvLayout, TagMix
 from roll_rollout.policy import SamplingSettings
-from roll_rollout.schema import Trajectory, decode_trajectory
-from roll_rollout.worker import encode_jobs
-
-RunEpisodes = Callable[[bytes], Awaitable[list[bytes]]]
+from roll_rollout.pool import WorkerPool
+from roll_rollout.schema import Trajectory
+from roll_rollout.seeds import VALIDATION_SEED_BASE, rng_state_problem
 
 
 @dataclass(frozen=True)
-class EnvLayout:
-    """Which group, tag and worker each env id belongs to."""
+class SchedulerSettings:
+    """How the scheduler runs; the pipeline fills these from `AgenticConfig`."""
 
-    num_env_groups: int
-    group_size: int
-    tags: tuple[str, ...]
-    num_groups_partition: tuple[int, ...]
-    max_env_num_per_worker: int
+    async_generation_ratio: int = 0
+    """0: synchronous; r > 0: generate during training, turns at most r policy versions old."""
+    max_failures_per_group: int = 4
+    """Failed episodes a group episode survives (each replayed) before it is given up."""
+    batch_timeout_s: float = 900.0
+    """`get_batch` raises if no batch is ready within this many seconds."""
+    max_consecutive_given_up: int = 16
+    """`get_batch` raises when this many group episodes in a row were given up (every env failing)."""
+    max_worker_restarts: int = 16
+    """Env-worker restarts (deaths and recycles) tolerated over the scheduler's life."""
+    filter_keep_fraction: float = 1.0
+    """StarPO-S: collect need / f groups per tag and keep `need` of them with `group_filter`."""
+    poll_wait_s: float = 0.05
+    """Longest wait of one `poll` call on a worker."""
 
     def __post_init__(self) -> None:
-        if len(self.tags) != len(self.num_groups_partition):
-            raise SchedulerError(
-                f"tags {list(self.tags)} and num_groups_partition {list(self.num_groups_partition)} "
-                "must have the same length (one group count per tag)"
-            )
-        if sum(self.num_groups_partition) != self.num_env_groups:
-            raise SchedulerError(
-                f"num_groups_partition {list(self.num_groups_partition)} sums to "
-                f"{sum(self.num_groups_partition)}, but num_env_groups is {self.num_env_groups}: make them agree"
-            )
-        if self.group_size < 1 or self.max_env_num_per_worker < 1:
-            raise SchedulerError("group_size and max_env_num_per_worker must be >= 1")
-
-    @property
-    def num_envs(self) -> int:
-        """All env slots."""
-        return self.num_env_groups * self.group_size
-
-    @property
-    def num_workers(self) -> int:
-        """Workers needed to host every slot."""
-        return -(-self.num_envs // self.max_env_num_per_worker)
-
-    def tag_of_group(self, group: int) -> str:
-        """The tag whose share of groups contains `group`."""
-        end = 0
-        for tag, count in zip(self.tags, self.num_groups_partition, strict=True):
-            end += count
-            if group < end:
-                return tag
-        raise SchedulerError(f"group {group} is out of range (num_env_groups={self.num_env_groups})")
-
-    def env_ids_of_group(self, group: int) -> range:
-        """The env slots of `group`."""
-        return range(group * self.group_size, (group + 1) * self.group_size)
-
-    def worker_of_env(self, env_id: int) -> int:
-        """Index of the worker hosting `env_id`."""
-        return env_id // self.max_env_num_per_worker
-
-    def env_ids_of_worker(self, worker: int) -> range:
-        """The env slots hosted by `worker`."""
-        start = worker * self.max_env_num_per_worker
-        return range(start, min(start + self.max_env_num_per_worker, self.num_envs))
+        if self.async_generation_ratio < 0 or self.max_failures_per_group < 0:
+            raise SchedulerError("async_generation_ratio and max_failures_per_group must be >= 0")
+        if not 0 < self.filter_keep_fraction <= 1:
+            raise SchedulerError(f"filter_keep_fraction must be in (0, 1], got {self.filter_keep_fraction}")
 
 
 class RolloutScheduler:
-    """Hands out episodes to the workers' env slots and gathers whole groups of trajectories."""
+    """Keeps the env slots of a layout busy and hands out whole groups of trajectories."""
 
     def __init__(
         self,
         layout: EnvLayout,
-        workers: Sequence[RunEpisodes],
+        spawn_worker: SpawnWorker,
         sampling_by_tag: dict[str, SamplingSettings],
+        *,
         seed: int = 0,
+        settings: SchedulerSettings | None = None,
+        group_filter: GroupFilter | None = None,
     ) -> None:
-        if len(workers) != layout.num_workers:
-            raise SchedulerError(f"layout needs {layout.num_workers} workers, got {len(workers)}")
         missing = sorted(set(layout.tags) - set(sampling_by_tag))
         if missing:
             raise SchedulerError(f"no sampling settings for tags {missing}")
         self.layout = layout
-        self.workers = list(workers)
+        self.settings = settings or SchedulerSettings()
+        if self.settings.filter_keep_fraction < 1 and group_filter is None:
+            raise SchedulerError("filter_keep_fraction < 1 needs a group_filter")
         self.sampling_by_tag = dict(sampling_by_tag)
+        self.group_filter = group_filter
+        self.policy_version = 0
+        self.ledger = Ledger()
+        self.dispatched = 0
         self._rng = random.Random(seed)
         self._episode_counter = 0
+        self._group_counter = 0
+        self._mix = TagMix(dict(zip(layout.tags, layout.num_groups_partition, strict=True)))
+        self._pool = WorkerPool(
+            layout.num_workers, spawn_worker, self._on_results, self._on_replaced, self.settings.poll_wait_s
+        )
+        self._busy: dict[int, GroupEpisode] = {}  # layout group -> its running group episode
+        self._next_group = {tag: 0 for tag in layout.tags}  # round-robin cursor per tag
+        self._owner: dict[int, GroupEpisode] = {}  # running episode id -> its group episode
+        self._ready = GroupQueue(layout.tags, self.ledger, self._count, group_filter)
+        self._want: dict[str, int] = dict.fromkeys(layout.tags, 0)
+        self._seed_queue: dict[str, deque[int]] = {tag: deque() for tag in layout.tags}
+        self._given_up_explicit: dict[str, int] = dict.fromkeys(layout.tags, 0)
+        self._failed: list[Trajectory] = []
+        self._counts: dict[str, float] = {}
+        self._worker_stats: dict[int, dict[str, int]] = {}
+        self._consecutive_given_up = 0
+        self._last_failure = ""
+        self._fatal: SchedulerError | None = None
+        self._changed: asyncio.Event | None = None
+        self._started = False
 
-    def rng_state(self) -> list[int]:
-        """The seed stream's state and the episode counter, JSON-friendly (for checkpoints)."""
-        version, internal, _gauss = self._rng.getstate()
-        return [version, *internal, self._episode_counter]
-
-    def set_rng_state(self, state: list[int]) -> None:
-        """Restore what `rng_state` returned."""
-        *rng, counter = state
-        self._rng.setstate((rng[0], tuple(rng[1:]), None))
-        self._episode_counter = counter
-
+    # ------------------------------------------------------------------ seeds and state
     def next_seeds(self, num_groups: int) -> list[int]:
         """Fresh training seeds, one per group (below 2**31, disjoint from `validation_seeds`)."""
         return [self._rng.randrange(0, VALIDATION_SEED_BASE) for _ in range(num_groups)]
 
-    async def get_batch(self, num_trajectories: int, seeds: Sequence[int] | None = None) -> list[Trajectory]:
-        """Play `num_trajectories` episodes (whole groups) and return them ordered by env id."""
+    def rng_state(self) -> dict[str, Any]:
+        """The seed stream, the id counters and the tag mix, JSON-friendly (for checkpoints)."""
+        version, internal, _gauss = self._rng.getstate()
+        return {
+            "rng": [version, *internal],
+            "episodes": self._episode_counter,
+            "groups": self._group_counter,
+            "tag_mix": self._mix.state(),
+        }
+
+    def set_rng_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what `rng_state` returned; anything else raises `SchedulerError` and changes nothing."""
+        expected = self.rng_state()
+        problem = rng_state_problem(state, expected)
+        if problem:
+            raise SchedulerError(
+                f"set_rng_state: {problem}; pass what rng_state() returned (the checkpoint's pipeline state "
+                "is corrupt or from another roll version)"
+            )
+        rng = state["rng"]
+        try:
+            self._rng.setstate((rng[0], tuple(rng[1:]), None))
+        except (ValueError, TypeError) as exc:
+            raise SchedulerError(f"set_rng_state: not a random.Random state ({exc})") from exc
+        self._episode_counter, self._group_counter = state["episodes"], state["groups"]
+        self._mix.set_state(state["tag_mix"])
+
+    def set_policy_version(self, version: int) -> None:
+        """The version of the weights the policy now samples with (staleness is measured against it)."""
+        self.policy_version = int(version)
+
+    # ------------------------------------------------------------------ get_batch
+    async def get_batch(self, num_trajectories: int, seeds: Sequence[int] | None = None) -> RolloutBatch:
+        """Exactly `num_trajectories` trajectories of whole complete groups, oldest first.
+
+        `seeds` (synchronous mode only) plays these seeds, one group episode each, instead of drawing
+        fresh ones: validation. A seed whose episodes keep failing is given up, so that batch is
+        short by its group and the failures are in `RolloutBatch.failed`.
+        """
+        need = self._plan(num_trajectories, seeds)
+        self._start()
+        assert self._changed is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.batch_timeout_s
+        while True:
+            if self._fatal is not None:
+                raise self._fatal
+            self._ready.drop_stale(self.policy_version - self.settings.async_generation_ratio)
+            if self._satisfied(need, explicit=seeds is not None):
+                break
+            self._refill()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise SchedulerError(self._timeout_message(num_trajectories, need))
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(remaining, 1.0)):
+                    await self._changed.wait()
+        batch = self._take(need, explicit=seeds is not None)
+        if self.settings.async_generation_ratio == 0:
+            self._want = dict.fromkeys(self.layout.tags, 0)
+        self._refill()
+        return batch
+
+    def _plan(self, num_trajectories: int, seeds: Sequence[int] | None) -> dict[str, int]:
+        """Groups per tag for this batch; sets what the refill aims for."""
         size = self.layout.group_size
-        if num_trajectories % size:
+        if num_trajectories <= 0 or num_trajectories % size:
             raise SchedulerError(
-                f"get_batch({num_trajectories}): the batch must be whole groups, a multiple of group_size={size}"
+                f"get_batch({num_trajectories}): the batch must be whole groups, a positive multiple of "
+                f"group_size={size}"
             )
-        num_groups = num_trajectories // size
-        if num_groups > self.layout.num_env_groups:
-            raise SchedulerError(
-                f"get_batch({num_trajectories}) needs {num_groups} groups but only "
-                f"{self.layout.num_env_groups} env groups exist: raise num_env_groups or ask for fewer"
+        need = self._mix.split(num_trajectories // size)
+        ratio = self.settings.async_generation_ratio
+        keep = self.settings.filter_keep_fraction
+        if seeds is not None:
+            if ratio > 0:
+                raise SchedulerError("explicit seeds need the synchronous mode (async_generation_ratio=0)")
+            if len(seeds) != num_trajectories // size:
+                raise SchedulerError(f"got {len(seeds)} seeds for {num_trajectories // size} groups")
+            it = iter(seeds)
+            for tag in self.layout.tags:
+                self._seed_queue[tag].extend(next(it) for _ in range(need[tag]))
+                self._given_up_explicit[tag] = 0
+            self._want = dict.fromkeys(self.layout.tags, 0)  # the seed queue alone says what to play
+        elif ratio == 0:
+            self._want = {tag: math.ceil(n / keep - 1e-9) for tag, n in need.items()}
+        else:
+            self._want = {tag: math.ceil((1 + ratio) * n / keep - 1e-9) for tag, n in need.items()}
+        return need
+
+    def _collect_count(self, tag: str, need: int, explicit: bool) -> int:
+        """Groups to take from the queue for `need` groups of `tag` (more when the filter is on)."""
+        if explicit:
+            return need - self._given_up_explicit[tag]
+        return math.ceil(need / self.settings.filter_keep_fraction - 1e-9)
+
+    def _satisfied(self, need: dict[str, int], explicit: bool) -> bool:
+        if explicit:  # every seed played (or given up)
+            return all(not self._seed_queue[t] and not self._running_of_tag(t) for t in need)
+        return all(self._ready.size(t) >= self._collect_count(t, n, False) for t, n in need.items())
+
+    def _take(self, need: dict[str, int], explicit: bool) -> RolloutBatch:
+        taken = [
+            ge
+            for tag, n in need.items()
+            for ge in self._ready.take(
+                tag, self._collect_count(tag, n, explicit), n if not explicit else 1 << 62
             )
-        seeds = list(seeds) if seeds is not None else self.next_seeds(num_groups)
-        if len(seeds) != num_groups:
-            raise SchedulerError(f"got {len(seeds)} seeds for {num_groups} groups")
-        jobs_by_worker: dict[int, list[EpisodeJob]] = {}
-        for group, seed in enumerate(seeds):
-            sampling = self.sampling_by_tag[self.layout.tag_of_group(group)]
-            for env_id in self.layout.env_ids_of_group(group):
-                job = EpisodeJob(env_id, group, self._episode_counter, seed, sampling)
-                self._episode_counter += 1
-                jobs_by_worker.setdefault(self.layout.worker_of_env(env_id), []).append(job)
-        payloads = await asyncio.gather(
-            *(self.workers[w](encode_jobs(jobs)) for w, jobs in sorted(jobs_by_worker.items()))
+        ]
+        trajs = [t for ge in taken for t in sorted(ge.finished, key=lambda t: t.env_id)]
+        self.ledger.add("delivered", len(trajs))
+        return RolloutBatch(trajs, self._take_failed(), self._metrics(trajs))
+
+    # ------------------------------------------------------------------ dispatch
+    def _start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._changed = asyncio.Event()
+        self._pool.start()
+
+    def _running_of_tag(self, tag: str) -> int:
+        return sum(1 for ge in self._busy.values() if ge.tag == tag)
+
+    def _refill(self) -> None:
+        """Start group episodes on idle layout groups: the queued explicit seeds, then fresh seeds
+        until each tag has `_want` groups queued or running."""
+        for tag in self.layout.tags:
+            queue = self._seed_queue[tag]
+            have = self._ready.size(tag) + self._running_of_tag(tag)
+            while queue or have < self._want[tag]:
+                group = self._idle_group(tag, self.layout.groups_of_tag(tag))
+                if group is None:
+                    break
+                if queue:
+                    self._start_group(group, tag, queue.popleft(), explicit=True)
+                else:
+                    self._start_group(group, tag, self.next_seeds(1)[0], explicit=False)
+                have += 1
+
+    def _idle_group(self, tag: str, groups: range) -> int | None:
+        for i in range(len(groups)):
+            group = groups[(self._next_group[tag] + i) % len(groups)]
+            if group not in self._busy:
+                self._next_group[tag] = (self._next_group[tag] + i + 1) % len(groups)
+                return group
+        return None
+
+    def _start_group(self, group: int, tag: str, seed: int, explicit: bool) -> None:
+        ge = GroupEpisode(self._group_counter, group, tag, seed, explicit)
+        self._group_counter += 1
+        self._busy[group] = ge
+        self._dispatch([(ge, env_id) for env_id in self.layout.env_ids_of_group(group)])
+
+    def _dispatch(self, slots: Sequence[tuple[GroupEpisode, int]]) -> None:
+        by_worker: dict[int, list[EpisodeJob]] = {}
+        for ge, env_id in slots:
+            job = EpisodeJob(env_id, ge.key, self._episode_counter, ge.seed, self.sampling_by_tag[ge.tag])
+            self._episode_counter += 1
+            self.dispatched += 1
+            ge.running[job.episode_id] = env_id
+            self._owner[job.episode_id] = ge
+            by_worker.setdefault(self.layout.worker_of_env(env_id), []).append(job)
+        for w, jobs in by_worker.items():
+            self._pool.submit(w, jobs)
+
+    # ------------------------------------------------------------------ collection
+    def _on_results(
+        self, w: int, done: list[Trajectory], cancelled: list[int], stats: dict[str, Any]
+    ) -> None:
+        for episode_id in cancelled:
+            self._on_cancelled(w, episode_id)
+        for traj in done:
+            self._on_finished(w, traj)
+        self._note_stats(w, stats)
+
+    def _on_cancelled(self, w: int, episode_id: int) -> None:
+        ge = self._owner.pop(episode_id, None)
+        if ge is None:
+            return
+        ge.running.pop(episode_id, None)
+        self.ledger.add("cancelled")
+
+    def _on_finished(self, w: int, traj: Trajectory) -> None:
+        ge = self._owner.pop(traj.episode_id, None)
+        if ge is None or traj.group_id != ge.key:
+            self._fatal = SchedulerError(
+                f"worker {w} returned episode {traj.episode_id} of group {traj.group_id}, which is not running"
+            )
+            self._notify()
+            return
+        ge.running.pop(traj.episode_id, None)
+        kind = failure_kind(traj)
+        if kind is not None:
+            self.ledger.add("failed")
+            self._failed.append(traj)
+            self._count(f"rollout/{kind}s")
+            self._last_failure = traj.error or ""
+        if ge.closed:
+            if kind is None:
+                self.ledger.add("straggler")
+            return
+        if kind is not None:
+            ge.failures += 1
+            if ge.failures > self.settings.max_failures_per_group:
+                self._give_up(ge)
+            else:
+                self._dispatch([(ge, traj.env_id)])
+            return
+        ge.finished.append(traj)
+        if len(ge.finished) == self.layout.group_size:
+            self._complete(ge)
+
+    def _complete(self, ge: GroupEpisode) -> None:
+        self._close(ge)
+        self._consecutive_given_up = 0
+        self._ready.push(ge)
+        self._notify()
+        self._refill()
+
+    def _give_up(self, ge: GroupEpisode) -> None:
+        self._close(ge)
+        self.ledger.add("dropped_incomplete", len(ge.finished))
+        self._count("rollout/given_up_groups")
+        if ge.explicit_seed:
+            self._given_up_explicit[ge.tag] += 1
+        self._consecutive_given_up += 1
+        if self._consecutive_given_up >= self.settings.max_consecutive_given_up:
+            self._fatal = SchedulerError(
+                f"every env seems to be failing: {self._consecutive_given_up} group episodes in a row were "
+                f"given up after more than max_failures_per_group={self.settings.max_failures_per_group} "
+                f"failed episodes each. Last error: {self._last_failure[:2000]}"
+            )
+        self._notify()
+        self._refill()
+
+    def _close(self, ge: GroupEpisode) -> None:
+        """Mark `ge` done, free its layout group, cancel its still running episodes."""
+        ge.closed = True
+        self._busy.pop(ge.layout_group, None)
+        by_worker: dict[int, list[int]] = {}
+        for episode_id, env_id in ge.running.items():
+            by_worker.setdefault(self.layout.worker_of_env(env_id), []).append(episode_id)
+        for w, ids in by_worker.items():
+            self._pool.cancel(w, ids)
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    # ------------------------------------------------------------------ worker restarts
+    def _on_replaced(self, w: int, lost: list[int], reason: str, recycle: bool) -> None:
+        """Worker `w` was replaced: count its episodes as lost and replay those of open groups."""
+        self._count("rollout/env_worker_recycles" if recycle else "rollout/env_worker_restarts")
+        if self._pool.restarts > self.settings.max_worker_restarts:
+            self._fatal = SchedulerError(
+                f"env workers had to be restarted {self._pool.restarts} times, more than max_worker_restarts="
+                f"{self.settings.max_worker_restarts} (last: worker {w}, {reason})"
+            )
+            self._notify()
+            return
+        replay: list[tuple[GroupEpisode, int]] = []
+        for episode_id in lost:
+            ge = self._owner.pop(episode_id, None)
+            if ge is None:
+                continue
+            env_id = ge.running.pop(episode_id)
+            self.ledger.add("lost")
+            if not ge.closed:
+                replay.append((ge, env_id))
+        self._dispatch(replay)
+
+    # ------------------------------------------------------------------ metrics and stop
+    def _count(self, name: str, value: float = 1.0) -> None:
+        self._counts[name] = self._counts.get(name, 0.0) + value
+
+    def _note_stats(self, w: int, stats: dict[str, int]) -> None:
+        self._worker_stats[w] = stats
+        for name in ("env_errors", "env_timeouts", "policy_errors"):
+            if stats.get(name):
+                self._count(f"rollout/worker_{name}", stats[name])
+
+    def _take_failed(self) -> list[Trajectory]:
+        failed, self._failed = self._failed, []
+        return failed
+
+    def _metrics(self, trajs: Sequence[Trajectory]) -> dict[str, float]:
+        delta = self.ledger.take_delta()
+        counts, self._counts = self._counts, {}
+        behind = [self.policy_version - turn.policy_version for t in trajs for turn in t.turns]
+        stats = self._worker_stats.values()
+        metrics = {
+            **counts,
+            "rollout/failed_episodes": float(delta["failed"]),
+            "rollout/dropped_episodes": float(delta["dropped_incomplete"]),
+            "rollout/stale_episodes": float(delta["stale"]),
+            "rollout/filtered_episodes": float(delta["filtered"]),
+            "rollout/straggler_episodes": float(delta["straggler"]),
+            "rollout/cancelled_episodes": float(delta["cancelled"]),
+            "rollout/lost_episodes": float(delta["lost"]),
+            "rollout/queued_groups": float(sum(self._ready.sizes().values())),
+            "rollout/running_groups": float(len(self._busy)),
+            "rollout/hung_env_calls": float(sum(s.get("hung_env_calls", 0) for s in stats)),
+            "rollout/env_worker_threads_max": float(max((s.get("threads", 0) for s in stats), default=0)),
+        }
+        if behind:
+            metrics["rollout/staleness/mean"] = sum(behind) / len(behind)
+            metrics["rollout/staleness/max"] = float(max(behind))
+        return metrics
+
+    async def stop(self) -> None:
+        """Cancel everything running, stop polling and kill the workers; the ledger closes its books."""
+        self._started = False
+        await self._pool.stop()
+        self.ledger.add("cancelled", len(self._owner))
+        self._owner.clear()
+        for ge in self._busy.values():  # finished episodes of group episodes left incomplete
+            self.ledger.add("unconsumed", len(ge.finished))
+        self._busy.clear()
+        self._ready.drain()
+
+    def _timeout_message(self, num_trajectories: int, need: dict[str, int]) -> str:
+        ready = self._ready.sizes()
+        failed = self.ledger.total["failed"]
+        return (
+            f"get_batch({num_trajectories}) got no batch within batch_timeout_s={self.settings.batch_timeout_s:g} s: "
+            f"groups needed per tag {need}, ready {ready}, running {len(self._busy)}; {failed} episodes failed so "
+            f"far (last error: {self._last_failure[:500] or 'none'}). Check the env and the policy server, or raise "
+            "rollout_batch_timeout_s if episodes are just slow."
         )
-        trajs = [decode_trajectory(p) for batch in payloads for p in batch]
-        return sorted(trajs, key=lambda t: t.env_id)
-
-
-VALIDATION_SEED_BASE = 1_000_000_000
-
-
-def validation_seeds(count: int, offset: int = 0) -> list[int]:
-    """Fixed held-out seeds; never produced by `RolloutScheduler.next_seeds`."""
-    return [VALIDATION_SEED_BASE + offset + i for i in range(count)]

@@ -1,28 +1,40 @@
-"""`EnvWorker`: hosts several env managers in one process and runs their episodes concurrently.
+"""`EnvWorker`: hosts env slots in one process; each slot runs its own loop of episodes.
 
-A plain class: the pipeline wraps it with `ray.remote` (one actor per `max_env_num_per_worker`
-envs) or uses it in-process. Jobs come in and trajectories go out as msgpack.
+A plain class: the pipeline wraps it with `ray.remote` (one actor per `max_env_num_per_worker` env
+slots) or uses it in-process. The scheduler talks to it through three calls, all msgpack on the wire:
+
+- `submit(jobs)`: queue episode jobs, each on its env slot (a slot plays its jobs one after another);
+- `cancel(episode_ids)`: drop queued jobs and stop running ones (stragglers of a completed group);
+- `poll(max_wait_s)`: the episodes finished and the jobs cancelled since the last poll, plus counters;
+  waits up to `max_wait_s` for at least one.
+
+Each slot's loop runs until `close`: take the next job, play it, put the trajectory in the outbox, take
+the next. Nothing waits for a whole batch, so a slow episode holds up only its own slot.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgpack
 
-from roll_rollout.env_manager import EpisodeJob, TrajEnvManager
+from roll_rollout.env_calls import EnvCalls
+from roll_rollout.env_manager import EpisodeJob, TrajEnvManager, failure_kind
 from roll_rollout.errors import PayloadError
 from roll_rollout.policy import PolicyClient, SamplingSettings
 from roll_rollout.prompts import ChatTokenizer, PromptBuilder
-from roll_rollout.schema import encode_trajectory
+from roll_rollout.schema import Trajectory, encode_trajectory
 
 
 @dataclass(frozen=True)
 class EnvSlotSpec:
-    """One env instance: its id, tag, registry type and config, and the episode limits."""
+    """One env slot: its id, tag, registry type and config, and the episode limits."""
 
     env_id: int
     tag: str
@@ -32,6 +44,15 @@ class EnvSlotSpec:
     max_history_turns: int | None = 0
     max_context_tokens: int = 2048
     instruction: str | None = None  # None: the env's own `instruction`
+
+
+@dataclass(frozen=True)
+class EnvCallLimits:
+    """How env calls run: threads, timeout per call, hung calls tolerated before a recycle."""
+
+    max_env_step_concurrent: int = 8
+    env_step_timeout_s: float = 60.0
+    max_hung_env_calls: int = 4
 
 
 def encode_jobs(jobs: Sequence[EpisodeJob]) -> bytes:
@@ -48,6 +69,17 @@ def decode_jobs(payload: bytes) -> list[EpisodeJob]:
         raise PayloadError(f"episode jobs payload is malformed: {exc}") from exc
 
 
+def decode_episode_ids(payload: bytes) -> list[int]:
+    """A msgpack list of episode ids (the `cancel` payload), validated."""
+    try:
+        ids = msgpack.unpackb(payload, raw=False)
+    except Exception as exc:
+        raise PayloadError(f"episode id list is not valid msgpack: {exc}") from exc
+    if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+        raise PayloadError(f"expected a msgpack list of int episode ids, got {ids!r:.200}")
+    return ids
+
+
 def make_registry_env(env_type: str, env_config: dict[str, Any]) -> Any:
     """Build an env through the roll-envs registry."""
     import roll_envs
@@ -55,8 +87,20 @@ def make_registry_env(env_type: str, env_config: dict[str, Any]) -> Any:
     return roll_envs.make(env_type, **env_config)
 
 
+@dataclass
+class _Slot:
+    """One env slot's manager, job queue and current episode."""
+
+    manager: TrajEnvManager
+    queue: deque[EpisodeJob] = field(default_factory=deque)
+    wakeup: asyncio.Event | None = None
+    current: EpisodeJob | None = None
+    task: asyncio.Task[Trajectory] | None = None
+    loop: asyncio.Task[None] | None = None
+
+
 class EnvWorker:
-    """Owns the env managers of `slots`; `run_episodes` plays one episode per job concurrently."""
+    """Owns the env slots of `slots`; their loops play the jobs `submit` queues."""
 
     def __init__(
         self,
@@ -64,29 +108,149 @@ class EnvWorker:
         tokenizer: ChatTokenizer,
         policy: PolicyClient,
         env_factory: Callable[[str, dict[str, Any]], Any] = make_registry_env,
+        limits: EnvCallLimits | None = None,
     ) -> None:
+        limits = limits or EnvCallLimits()
         self.policy = policy
-        self.managers: dict[int, TrajEnvManager] = {}
-        for slot in slots:
-            env = env_factory(slot.env_type, dict(slot.env_config))
-            instruction = env.instruction if slot.instruction is None else slot.instruction
-            prompts = PromptBuilder(tokenizer, instruction, slot.max_history_turns)
-            self.managers[slot.env_id] = TrajEnvManager(
-                env, slot.tag, prompts, slot.max_turns, slot.max_context_tokens
+        self.calls = EnvCalls(
+            limits.max_env_step_concurrent, limits.env_step_timeout_s, limits.max_hung_env_calls
+        )
+        self._slots: dict[int, _Slot] = {}
+        for spec in slots:
+            env = env_factory(spec.env_type, dict(spec.env_config))  # fails fast on a bad env config
+            instruction = env.instruction if spec.instruction is None else spec.instruction
+            manager = TrajEnvManager(
+                _bind_factory(env_factory, spec),
+                spec.tag,
+                PromptBuilder(tokenizer, instruction, spec.max_history_turns),
+                spec.max_turns,
+                spec.max_context_tokens,
+                self.calls,
+                env=env,
+            )
+            self._slots[spec.env_id] = _Slot(manager)
+        self._done: list[bytes] = []
+        self._cancelled: list[int] = []
+        self._cancel_requested: set[int] = set()
+        self._outbox_ready: asyncio.Event | None = None
+        self._counts: dict[str, int] = {}
+        self._closed = False
+
+    @property
+    def env_ids(self) -> list[int]:
+        """The env slots this worker hosts."""
+        return sorted(self._slots)
+
+    # ------------------------------------------------------------------ the three calls
+    async def submit(self, jobs_payload: bytes) -> None:
+        """Queue every job on its env slot; the slot's loop plays them in order."""
+        jobs = decode_jobs(jobs_payload)
+        unknown = sorted({j.env_id for j in jobs} - set(self._slots))
+        if unknown:
+            raise PayloadError(f"env ids {unknown} are not hosted by this worker (it has {self.env_ids})")
+        for job in jobs:
+            slot = self._slots[job.env_id]
+            slot.queue.append(job)
+            self._ensure_loop(job.env_id, slot)
+            assert slot.wakeup is not None
+            slot.wakeup.set()
+
+    async def cancel(self, episode_ids_payload: bytes) -> None:
+        """Drop the queued jobs and stop the running episodes of these ids (acknowledged by `poll`)."""
+        wanted = set(decode_episode_ids(episode_ids_payload))
+        for slot in self._slots.values():
+            kept = deque(j for j in slot.queue if j.episode_id not in wanted)
+            for job in slot.queue:
+                if job.episode_id in wanted:
+                    self._acknowledge_cancel(job.episode_id)
+            slot.queue = kept
+            if slot.current is not None and slot.current.episode_id in wanted and slot.task is not None:
+                self._cancel_requested.add(slot.current.episode_id)
+                slot.task.cancel()
+
+    async def poll(self, max_wait_s: float = 0.05) -> bytes:
+        """msgpack {"done": [trajectory payloads], "cancelled": [episode ids], "stats": {...}}.
+
+        Returns at once when something finished since the last poll, else after up to `max_wait_s`.
+        """
+        ready = self._outbox_event()
+        if not self._done and not self._cancelled and max_wait_s > 0:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel racing its timeout
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max_wait_s):
+                    await ready.wait()
+        ready.clear()
+        done, self._done = self._done, []
+        cancelled, self._cancelled = self._cancelled, []
+        counts, self._counts = self._counts, {}
+        stats = {
+            **counts,
+            "hung_env_calls": self.calls.hung,
+            "needs_recycle": self.calls.needs_recycle,
+            "threads": threading.active_count(),
+        }
+        return msgpack.packb({"done": done, "cancelled": cancelled, "stats": stats})
+
+    # ------------------------------------------------------------------ slot loops
+    def _ensure_loop(self, env_id: int, slot: _Slot) -> None:
+        if slot.loop is None or slot.loop.done():
+            slot.wakeup = asyncio.Event()
+            slot.loop = asyncio.get_running_loop().create_task(
+                self._slot_loop(slot), name=f"env-slot-{env_id}"
             )
 
-    async def run_episodes(self, jobs_payload: bytes) -> list[bytes]:
-        """Run every job (each on its own env slot) and return the encoded trajectories."""
-        jobs = decode_jobs(jobs_payload)
-        unknown = sorted({j.env_id for j in jobs} - set(self.managers))
-        if unknown:
-            raise PayloadError(
-                f"env ids {unknown} are not hosted by this worker (it has {sorted(self.managers)})"
-            )
-        trajs = await asyncio.gather(*(self.managers[j.env_id].run_episode(j, self.policy) for j in jobs))
-        return [encode_trajectory(t) for t in trajs]
+    async def _slot_loop(self, slot: _Slot) -> None:
+        assert slot.wakeup is not None
+        while not self._closed:
+            if not slot.queue:
+                slot.wakeup.clear()
+                await slot.wakeup.wait()
+                continue
+            job = slot.current = slot.queue.popleft()
+            slot.task = asyncio.get_running_loop().create_task(slot.manager.run_episode(job, self.policy))
+            await asyncio.wait({slot.task})  # not `await task`: its cancellation must not end this loop
+            slot.current = None
+            if slot.task.cancelled():
+                self._acknowledge_cancel(job.episode_id)
+                continue
+            traj = slot.task.result()
+            if job.episode_id in self._cancel_requested:  # finished before the cancel reached it
+                self._cancel_requested.discard(job.episode_id)
+            self._finish(traj)
+
+    def _finish(self, traj: Trajectory) -> None:
+        kind = failure_kind(traj)
+        self._count("finished_episodes")
+        if kind is not None:
+            self._count(f"{kind}s")
+        self._done.append(encode_trajectory(traj))
+        self._outbox_event().set()
+
+    def _acknowledge_cancel(self, episode_id: int) -> None:
+        self._cancel_requested.discard(episode_id)
+        self._cancelled.append(episode_id)
+        self._count("cancelled_episodes")
+        self._outbox_event().set()
+
+    def _count(self, name: str) -> None:
+        self._counts[name] = self._counts.get(name, 0) + 1
+
+    def _outbox_event(self) -> asyncio.Event:
+        if self._outbox_ready is None:
+            self._outbox_ready = asyncio.Event()
+        return self._outbox_ready
 
     def close(self) -> None:
-        """Close every env."""
-        for manager in self.managers.values():
-            manager.close()
+        """Stop the slot loops and close every env."""
+        self._closed = True
+        for slot in self._slots.values():
+            for task in (slot.task, slot.loop):
+                if task is not None and not task.done():
+                    task.cancel()
+            slot.manager.close()
+        self.calls.shutdown()
+
+
+def _bind_factory(env_factory: Callable[[str, dict[str, Any]], Any], spec: EnvSlotSpec) -> Callable[[], Any]:
+    """A no-argument constructor of the slot's env (used to remake it after a failure)."""
+    return lambda: env_factory(spec.env_type, dict(spec.env_config))

@@ -1,0 +1,94 @@
+"""Print the rollout benchmark table (P1, P2, P3, P5), every row measured side by side in this run.
+
+    uv run python benchmarks/rollout_table.py            # everything (~10 min on 2 cores)
+    uv run python benchmarks/rollout_table.py --only P1 P2 --json out.json
+
+Ratios are computed between rows of the same run; compare absolute numbers only across runs on the
+same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import rollout_bench as rb  # noqa: E402
+
+
+def run_p1(rows: list[rb.Measurement]) -> list[str]:
+    tok = rb.tiny_tokenizer()
+    loop = rb.p1_in_process_loop(tok)
+    lockstep = rb.p1_lockstep_ray(tok)
+    ray_roll = rb.p1_roll(tok, use_ray=True)
+    local_roll = rb.p1_roll(tok, use_ray=False)
+    rows += [ray_roll, local_roll, lockstep, loop]
+    return [
+        f"P1: roll (Ray) / lockstep = {ray_roll.value / lockstep.value:.1f}x (target >= 10x); "
+        f"roll (Ray) / in-process loop = {ray_roll.value / loop.value:.0%} (target >= 50%); "
+        f"roll (in-process) / loop = {local_roll.value / loop.value:.0%}"
+    ]
+
+
+def run_p2(rows: list[rb.Measurement]) -> list[str]:
+    tok = rb.tiny_tokenizer()
+    lockstep = rb.p2_lockstep(tok)
+    roll = rb.p2_roll(tok)
+    redundant = rb.p2_roll(tok, overprovision=1.0, redundancy=2, ratio=0)
+    rows += [roll, redundant, lockstep]
+    return [
+        f"P2: lockstep / roll = {lockstep.value / roll.value:.2f}x (target >= 2.5x); roll = "
+        f"{roll.detail['of_bound']:.2f}x its ideal bound (target within 1.10x); lockstep = "
+        f"{lockstep.detail['of_bound']:.2f}x its bound"
+    ]
+
+
+def run_p3(rows: list[rb.Measurement]) -> list[str]:
+    sync = rb.p3_pipeline(0)
+    asynchronous = rb.p3_pipeline(1)
+    rows += [sync, asynchronous]
+    return [f"P3: step time sync / async(r=1) = {sync.value / asynchronous.value:.2f}x (target >= 1.8x)"]
+
+
+def run_p5(rows: list[rb.Measurement]) -> list[str]:
+    one = rb.p5_generation(1, min_turns=64)
+    many = rb.p5_generation(64)
+    rows += [many, one]
+    return [f"P5: 64 concurrent envs / one at a time = {many.value / one.value:.1f}x tokens/s (target >= 10x)"]
+
+
+SUITES = {"P1": run_p1, "P2": run_p2, "P3": run_p3, "P5": run_p5}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="*", choices=sorted(SUITES), default=sorted(SUITES))
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = parser.parse_args()
+    rows: list[rb.Measurement] = []
+    notes: list[str] = []
+    for name in args.only:
+        print(f"[bench] running {name} ...", flush=True)
+        notes += SUITES[name](rows)
+    print(
+        f"\nroll rollout benchmarks, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}\n"
+    )
+    print("| benchmark | value | unit | detail |\n|---|---|---|---|")
+    for r in rows:
+        detail = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.detail.items())
+        print(f"| {r.name} | {r.value:.3g} | {r.unit} | {detail} |")
+    print()
+    for note in notes:
+        print(note)
+    if args.json:
+        args.json.write_text(rb.as_json(rows), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Env calls off the event loop: a bounded thread pool, a timeout per call, hung calls counted.
+
+An env's `reset`/`step`/constructor is user code: it may be slow, raise, or never return. Run on the
+worker's event loop, one such call would stall every env of the worker. `EnvCalls.run` runs it in a
+thread instead, at most `max_concurrent` at a time, and gives up waiting after `timeout_s`.
+
+Python cannot kill a thread. A call that timed out (or whose episode was cancelled) keeps its thread
+until the env returns; `hung` counts those threads. The pool keeps `max_hung` spare threads so the
+other envs go on; once `hung` reaches `max_hung` the worker reports `needs_recycle` and the scheduler
+replaces the worker (a Ray actor is killed and restarted, which frees its threads; in-process, a fresh
+worker is made and the stuck threads live on until their calls return, see docs/rollout.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from roll_rollout.errors import RolloutError
+
+T = TypeVar("T")
+
+
+class EnvCallError(RolloutError):
+    """An env's reset, step or constructor raised; `__cause__` is the env's own exception."""
+
+
+class EnvCallTimeout(EnvCallError):
+    """An env call did not return within the timeout; its thread is counted as hung."""
+
+
+class EnvCalls:
+    """Runs env calls in a bounded thread pool, each under a timeout."""
+
+    def __init__(self, max_concurrent: int = 8, timeout_s: float = 60.0, max_hung: int = 4) -> None:
+        if max_concurrent < 1 or max_hung < 1 or not timeout_s > 0:
+            raise ValueError(
+                f"EnvCalls needs max_concurrent >= 1, max_hung >= 1 and timeout_s > 0; got "
+                f"{max_concurrent}, {max_hung}, {timeout_s}"
+            )
+        self.max_concurrent = max_concurrent
+        self.timeout_s = timeout_s
+        self.max_hung = max_hung
+        # Spare threads for calls that hang, so the healthy envs keep max_concurrent threads.
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_concurrent + max_hung, thread_name_prefix="roll-env"
+        )
+        self._slots: asyncio.Semaphore | None = None
+        self._lock = threading.Lock()
+        self._hung = 0
+
+    @property
+    def hung(self) -> int:
+        """Calls still running in their thread after a timeout or a cancelled episode."""
+        with self._lock:
+            return self._hung
+
+    @property
+    def needs_recycle(self) -> bool:
+        """Whether hung calls hold every spare thread: the worker process should be replaced."""
+        return self.hung >= self.max_hung
+
+    async def run(self, fn: Callable[..., T], *args: Any, what: str = "env call") -> T:
+        """`fn(*args)` in a pool thread; `EnvCallError` if it raises, `EnvCallTimeout` after `timeout_s`.
+
+        Cancelling the awaiting task does not stop the thread: the call is counted as hung until it ends,
+        and the caller must not use the env again (it may be mid-step).
+        """
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_concurrent)
+        async with self._slots:
+            future = self._pool.submit(fn, *args)
+            waiter = asyncio.wrap_future(future)
+            try:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel racing its timeout
+                async with asyncio.timeout(self.timeout_s):
+                    return await asyncio.shield(waiter)
+            except TimeoutError:
+                self._detach(future, waiter)
+                raise EnvCallTimeout(
+                    f"{what} did not return within env_step_timeout_s={self.timeout_s:g} s; the env is "
+                    "abandoned and recreated (raise the timeout if the env is just slow)"
+                ) from None
+            except asyncio.CancelledError:
+                if not future.done():
+                    self._detach(future, waiter)
+                raise
+            except Exception as exc:
+                raise EnvCallError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+    def _detach(self, future: concurrent.futures.Future[Any], waiter: asyncio.Future[Any]) -> None:
+        """Count `future`'s thread as hung until the call returns (whose outcome nobody reads)."""
+        with self._lock:
+            self._hung += 1
+        future.add_done_callback(self._call_ended)
+        waiter.add_done_callback(_ignore_outcome)
+
+    def _call_ended(self, _future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._hung -= 1
+
+    def shutdown(self) -> None:
+        """Stop accepting calls; idle threads exit, hung ones when their call returns."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _ignore_outcome(future: asyncio.Future[Any]) -> None:
+    """Mark an abandoned call's exception as read (asyncio would log it as never retrieved)."""
+    if not future.cancelled():
+        future.exception()

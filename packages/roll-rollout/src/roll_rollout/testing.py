@@ -1,0 +1,204 @@
+"""Test doubles for rollout code: scripted policies, a simulated LLM server, envs of known behaviour.
+
+Used by roll's own tests and benchmarks, and importable by env authors who test their envs against the
+scheduler without a model. Everything here is deterministic given its seed (latencies included, when
+`time_scale` sleeps are real but their lengths are drawn from a seeded stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from roll_rollout.policy import GenerateRequest, GenerateResult
+
+__all__ = [
+    "CountdownEnv",
+    "FaultyEnv",
+    "ScriptedPolicy",
+    "SimulatedLLMServer",
+    "countdown_factory",
+]
+
+
+class ScriptedPolicy:
+    """Answers every request with `response_ids`, after `latency(request)` seconds (default none).
+
+    `version` is stamped on every result as its policy version; tests bump it to simulate training.
+    """
+
+    def __init__(
+        self,
+        response_ids: Sequence[int],
+        latency: Callable[[GenerateRequest], float] | None = None,
+        version: int = 0,
+    ) -> None:
+        self.response_ids = list(response_ids)
+        self.latency = latency
+        self.version = version
+        self.requests = 0
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """The scripted response, stamped with the current `version`."""
+        self.requests += 1
+        if self.latency is not None:
+            await asyncio.sleep(self.latency(request))
+        ids = self.response_ids[: request.sampling.max_new_tokens]
+        return GenerateResult(list(ids), [-0.5] * len(ids), "stop", self.version)
+
+
+class SimulatedLLMServer:
+    """An LLM server with `num_slots` concurrent sequences and heavy-tailed latency per request.
+
+    Each request waits for a free slot, then holds it for a lognormal time (median `median_s`, shape
+    `sigma`) drawn from a seeded stream. `busy_s` sums the service times: `busy_s / num_slots` is the
+    least wall time any scheduler could need for the same requests (the ideal bound).
+    """
+
+    def __init__(
+        self,
+        response_ids: Sequence[int],
+        num_slots: int,
+        median_s: float,
+        sigma: float = 1.0,
+        seed: int = 0,
+    ) -> None:
+        self.response_ids = list(response_ids)
+        self.num_slots = num_slots
+        self.median_s = median_s
+        self.sigma = sigma
+        self._rng = random.Random(seed)
+        self._slots: asyncio.Semaphore | None = None
+        self.busy_s = 0.0
+        self.requests = 0
+        self.version = 0
+
+    def service_time(self) -> float:
+        """One request's service time (seconds)."""
+        return self.median_s * math.exp(self._rng.gauss(0.0, self.sigma))
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Wait for a slot, hold it for a sampled service time, answer."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.num_slots)
+        async with self._slots:
+            duration = self.service_time()
+            self.busy_s += duration
+            self.requests += 1
+            await asyncio.sleep(duration)
+        ids = self.response_ids[: request.sampling.max_new_tokens]
+        return GenerateResult(list(ids), [-0.5] * len(ids), "stop", self.version)
+
+
+class CountdownEnv:
+    """An episode of `min_turns + seed % spread` steps, reward 1 per step, success at the end.
+
+    Episode length varies with the seed (deterministically), which is what the scheduler tests need.
+    `step_s` makes each step sleep (a slow env); `reward_noise` adds a uniform draw in [0, noise) to
+    each reward, from a stream seeded by `noise_seed`, so episodes of one seed score differently.
+    """
+
+    instruction = "count down"
+    metric_aggregation: ClassVar[dict[str, str]] = {"steps_left": "min"}
+
+    def __init__(
+        self,
+        min_turns: int = 1,
+        spread: int = 3,
+        step_s: float = 0.0,
+        reward_noise: float = 0.0,
+        noise_seed: int = 0,
+    ) -> None:
+        self.min_turns, self.spread, self.step_s = min_turns, spread, step_s
+        self.reward_noise = reward_noise
+        self._rng = random.Random(noise_seed)
+        self.left = 0
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode whose length depends on `seed`."""
+        self.left = self.min_turns + (seed or 0) % self.spread
+        return f"left {self.left}", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """One step closer to the end."""
+        if self.step_s:
+            time.sleep(self.step_s)
+        self.left -= 1
+        info = {
+            "action_is_valid": True,
+            "action_is_effective": True,
+            "success": self.left == 0,
+            "metrics": {"steps_left": float(self.left)},
+        }
+        reward = 1.0 + (self._rng.random() * self.reward_noise if self.reward_noise else 0.0)
+        return f"left {self.left}", reward, self.left == 0, False, info
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def countdown_factory(
+    min_turns: int = 1, spread: int = 3, step_s: float = 0.0, reward_noise: float = 0.0
+) -> Callable[[str, dict[str, Any]], Any]:
+    """An `env_factory` for `EnvWorker` that makes `CountdownEnv`s whatever the env type (each with its
+    own noise stream)."""
+    made = itertools.count()
+    return lambda _type, _config: CountdownEnv(min_turns, spread, step_s, reward_noise, next(made))
+
+
+class FaultyEnv:
+    """Wraps an env; each `step` raises with probability `p_raise` or hangs with probability `p_hang`.
+
+    Decisions come from a stream seeded by (`seed`, instance number), so a run injects the same faults
+    in the same order. Every injected fault calls `record(kind)` ("raise" or "hang") first: the test's
+    independent count. A hang blocks until `release` is set (never, by default: a truly hung env).
+    """
+
+    _instances = 0
+    _instances_lock = threading.Lock()
+
+    def __init__(
+        self,
+        env: Any,
+        p_raise: float,
+        p_hang: float,
+        seed: int = 0,
+        record: Callable[[str], None] = lambda kind: None,
+        release: threading.Event | None = None,
+    ) -> None:
+        with FaultyEnv._instances_lock:
+            FaultyEnv._instances += 1
+            instance = FaultyEnv._instances
+        self.env = env
+        self.p_raise, self.p_hang = p_raise, p_hang
+        self._rng = random.Random(seed * 1_000_003 + instance)
+        self._record = record
+        self._release = release or threading.Event()
+        self.instruction = getattr(env, "instruction", "")
+        self.metric_aggregation = getattr(env, "metric_aggregation", {})
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[str, dict[str, Any]]:
+        """The wrapped env's reset (faults are injected in `step` only)."""
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The wrapped env's step, or an injected fault."""
+        draw = self._rng.random()
+        if draw < self.p_raise:
+            self._record("raise")
+            raise RuntimeError("injected env fault")
+        if draw < self.p_raise + self.p_hang:
+            self._record("hang")
+            self._release.wait()
+            raise RuntimeError("hung env released")
+        return self.env.step(action)
+
+    def close(self) -> None:
+        """Close the wrapped env."""
+        self.env.close()

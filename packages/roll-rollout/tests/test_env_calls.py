@@ -1,0 +1,97 @@
+"""`EnvCalls`: env calls in a bounded pool, under a timeout, with hung threads counted."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from roll_rollout import EnvCallError, EnvCalls, EnvCallTimeout
+
+
+def test_a_call_returns_its_value_and_an_error_keeps_its_cause():
+    calls = EnvCalls(max_concurrent=2, timeout_s=5)
+
+    def boom():
+        raise KeyError("bad state")
+
+    async def scenario():
+        assert await calls.run(lambda a, b: a + b, 2, 3) == 5
+        with pytest.raises(EnvCallError, match="step raised KeyError") as info:
+            await calls.run(boom, what="step")
+        return info.value
+
+    error = asyncio.run(scenario())
+    assert isinstance(error.__cause__, KeyError)
+    calls.shutdown()
+
+
+def test_a_hung_call_times_out_and_is_counted_until_it_returns():
+    calls = EnvCalls(max_concurrent=2, timeout_s=0.05, max_hung=2)
+    release = threading.Event()
+
+    async def scenario():
+        with pytest.raises(EnvCallTimeout, match=r"env_step_timeout_s=0\.05"):
+            await calls.run(release.wait, what="step")
+        assert calls.hung == 1 and not calls.needs_recycle
+        with pytest.raises(EnvCallTimeout):
+            await calls.run(release.wait)
+        assert calls.hung == 2 and calls.needs_recycle
+        # the spare threads keep healthy calls going while two threads hang
+        assert await asyncio.gather(*(calls.run(time.sleep, 0.01) for _ in range(4))) == [None] * 4
+        release.set()
+        for _ in range(100):
+            if calls.hung == 0:
+                break
+            await asyncio.sleep(0.01)
+        return calls.hung
+
+    assert asyncio.run(scenario()) == 0
+    calls.shutdown()
+
+
+def test_at_most_max_concurrent_calls_run_at_once():
+    calls = EnvCalls(max_concurrent=3, timeout_s=5)
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def work():
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+
+    async def scenario():
+        await asyncio.gather(*(calls.run(work) for _ in range(20)))
+
+    asyncio.run(scenario())
+    assert peak[0] == 3
+    calls.shutdown()
+
+
+def test_a_cancelled_call_counts_as_hung_while_its_thread_runs():
+    calls = EnvCalls(max_concurrent=1, timeout_s=5)
+    release = threading.Event()
+
+    async def scenario():
+        task = asyncio.get_running_loop().create_task(calls.run(release.wait))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        hung_while_blocked = calls.hung
+        release.set()
+        await asyncio.sleep(0.05)
+        return hung_while_blocked, calls.hung
+
+    assert asyncio.run(scenario()) == (1, 0)
+    calls.shutdown()
+
+
+def test_bad_limits_are_rejected():
+    with pytest.raises(ValueError, match="max_concurrent >= 1"):
+        EnvCalls(max_concurrent=0)
+    with pytest.raises(ValueError, match="timeout_s > 0"):
+        EnvCalls(timeout_s=0)

@@ -1,0 +1,108 @@
+"""`EnvWorker`'s protocol: submit, cancel and poll; every job ends done or cancelled, exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgpack
+import pytest
+from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, PayloadError, SamplingSettings, decode_trajectory
+from roll_rollout.testing import CountdownEnv, ScriptedPolicy, countdown_factory
+from roll_rollout.worker import encode_jobs
+
+SAMPLING = SamplingSettings(max_new_tokens=4)
+
+
+def job(env_id, episode_id, seed=0):
+    return EpisodeJob(env_id, group_id=0, episode_id=episode_id, seed=seed, sampling=SAMPLING)
+
+
+async def drain(worker, expected, timeout=10.0):
+    """Poll until `expected` jobs are done or cancelled; returns (done trajectories, cancelled ids)."""
+    done, cancelled = [], []
+    async with asyncio.timeout(timeout):
+        while len(done) + len(cancelled) < expected:
+            msg = msgpack.unpackb(await worker.poll(0.05))
+            done += [decode_trajectory(p) for p in msg["done"]]
+            cancelled += msg["cancelled"]
+    return done, cancelled
+
+
+def make_worker(chat_tokenizer, answer_ids, num_slots=2, latency=0.0, env_factory=None):
+    slots = [EnvSlotSpec(e, "A", "countdown", max_turns=5) for e in range(num_slots)]
+    policy = ScriptedPolicy(answer_ids, latency=(lambda r: latency) if latency else None)
+    return EnvWorker(slots, chat_tokenizer, policy, env_factory=env_factory or countdown_factory(min_turns=2))
+
+
+def test_a_slot_plays_its_queued_jobs_in_order(chat_tokenizer, answer_ids):
+    worker = make_worker(chat_tokenizer, answer_ids)
+
+    async def scenario():
+        await worker.submit(encode_jobs([job(0, 10, seed=1), job(0, 11, seed=2), job(1, 12)]))
+        return await drain(worker, 3)
+
+    done, cancelled = asyncio.run(scenario())
+    assert cancelled == []
+    slot0 = [t.episode_id for t in done if t.env_id == 0]
+    assert slot0 == [10, 11] and {t.episode_id for t in done} == {10, 11, 12}
+    assert [len(t.turns) for t in done if t.env_id == 0] == [2 + 1 % 3, 2 + 2 % 3]
+
+
+def test_cancel_stops_running_and_queued_jobs_and_is_acknowledged_once(chat_tokenizer, answer_ids):
+    worker = make_worker(chat_tokenizer, answer_ids, latency=0.05)
+
+    async def scenario():
+        await worker.submit(encode_jobs([job(0, 1), job(0, 2), job(1, 3)]))
+        await asyncio.sleep(0.02)  # job 1 running, job 2 queued
+        await worker.cancel(msgpack.packb([1, 2, 99]))  # 99 is unknown: ignored
+        return await drain(worker, 3)
+
+    done, cancelled = asyncio.run(scenario())
+    assert sorted(cancelled) == [1, 2]
+    assert [t.episode_id for t in done] == [3]
+
+
+def test_cancelling_a_finished_job_changes_nothing(chat_tokenizer, answer_ids):
+    worker = make_worker(chat_tokenizer, answer_ids)
+
+    async def scenario():
+        await worker.submit(encode_jobs([job(0, 1)]))
+        done, _ = await drain(worker, 1)
+        await worker.cancel(msgpack.packb([1]))
+        msg = msgpack.unpackb(await worker.poll(0.05))
+        return done, msg
+
+    done, msg = asyncio.run(scenario())
+    assert [t.episode_id for t in done] == [1] and msg["cancelled"] == [] and msg["done"] == []
+    assert "cancelled_episodes" not in msg["stats"]  # nothing was cancelled
+
+
+def test_an_env_cancelled_mid_step_is_replaced_by_a_fresh_one(chat_tokenizer, answer_ids):
+    made = []
+
+    def factory(_type, _config):
+        made.append(CountdownEnv(min_turns=3, step_s=0.2))
+        return made[-1]
+
+    worker = make_worker(chat_tokenizer, answer_ids, num_slots=1, env_factory=factory)
+
+    async def scenario():
+        await worker.submit(encode_jobs([job(0, 1)]))
+        await asyncio.sleep(0.1)  # inside the first env.step (0.2 s)
+        await worker.cancel(msgpack.packb([1]))
+        await worker.submit(encode_jobs([job(0, 2)]))
+        return await drain(worker, 2)
+
+    done, cancelled = asyncio.run(scenario())
+    assert cancelled == [1] and [t.episode_id for t in done] == [2]
+    assert len(made) == 2  # the env that was mid-step was never reused
+
+
+def test_bad_payloads_are_rejected_with_a_clear_error(chat_tokenizer, answer_ids):
+    worker = make_worker(chat_tokenizer, answer_ids)
+    with pytest.raises(PayloadError, match=r"env ids \[7\] are not hosted"):
+        asyncio.run(worker.submit(encode_jobs([job(7, 1)])))
+    with pytest.raises(PayloadError, match="episode jobs payload is malformed"):
+        asyncio.run(worker.submit(b"\xc1garbage"))
+    with pytest.raises(PayloadError, match="list of int episode ids"):
+        asyncio.run(worker.cancel(msgpack.packb(["1"])))
