@@ -10,16 +10,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import os
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from roll_rollout.policy import GenerateRequest, GenerateResult
 
 __all__ = [
     "CountdownEnv",
+    "FaultyCountdownFactory",
     "FaultyEnv",
     "ScriptedPolicy",
     "SimulatedLLMServer",
@@ -202,3 +205,23 @@ class FaultyEnv:
     def close(self) -> None:
         """Close the wrapped env."""
         self.env.close()
+
+
+@dataclass(frozen=True)
+class FaultyCountdownFactory:
+    """A picklable `env_factory` (it crosses into Ray actors) of `CountdownEnv`s wrapped in `FaultyEnv`.
+
+    Hangs are real: nothing ever releases them, as with an env stuck in a C call. The fault stream is
+    salted with the process id, so a recycled worker process does not replay its predecessor's faults.
+    """
+
+    p_raise: float
+    p_hang: float
+    min_turns: int = 2
+    spread: int = 3
+    seed: int = 0
+
+    def __call__(self, _type: str, _config: dict[str, Any]) -> FaultyEnv:
+        """A fresh faulty env."""
+        salted = self.seed + 7919 * os.getpid()
+        return FaultyEnv(CountdownEnv(self.min_turns, self.spread), self.p_raise, self.p_hang, salted)

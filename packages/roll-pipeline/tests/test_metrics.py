@@ -1,0 +1,33 @@
+"""Rollout and validation metrics: failed episodes count as failures and are reported on their own."""
+
+from __future__ import annotations
+
+import pytest
+from roll_pipeline.metrics import rollout_metrics, val_metrics
+from roll_rollout import RolloutBatch, Trajectory, Turn
+
+
+def traj(tag, success, error=None, reward=1.0):
+    t = Trajectory(env_id=0, group_id=0, episode_id=0, tag=tag, seed=0, success=success, error=error)
+    if error is None:
+        t.turns.append(Turn([1, 2], [3], [-0.1], reward, True, True, "s"))
+        t.metrics = {"success": float(success), "num_actions": 1.0}
+    return t
+
+
+def test_failed_episodes_lower_the_success_rate_and_are_counted_per_tag():
+    healthy = [traj("A", True), traj("A", True), traj("A", False), traj("B", True)]
+    failed = [traj("A", False, error="env_error: boom"), traj("B", False, error="env_timeout: slow")] * 2
+    batch = RolloutBatch(healthy, failed, {"rollout/failed_episodes": 4.0})
+    m = rollout_metrics(batch)
+    assert m["env/A/success"] == pytest.approx(2 / (3 + 2))  # not 2/3: two A episodes failed
+    assert m["env/B/success"] == pytest.approx(1 / (1 + 2))
+    assert m["env/A/failed_episodes"] == 2 and m["env/B/failed_episodes"] == 2
+    assert m["env/A/num_actions"] == 1.0  # other episode metrics are over healthy episodes
+    assert m["rollout/failed_episodes"] == 4.0
+    assert m["critic/score/mean"] == 1.0  # scores of healthy episodes only
+
+
+def test_a_tag_whose_every_episode_failed_reports_zero_success():
+    m = val_metrics(RolloutBatch([], [traj("A", False, error="env_error: x")]))
+    assert m["val/env/A/success"] == 0.0 and m["val/failed_episodes"] == 1.0
