@@ -20,7 +20,9 @@ from __future__ import annotations
 import importlib.util
 import math
 import random
+import statistics
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -200,6 +202,31 @@ def test_bench_encode_legacy(benchmark, payloads, trajectories):
         ]
 
     assert benchmark.pedantic(legacy, rounds=3, iterations=1) == payloads
+
+
+def test_decoders_side_by_side(benchmark, payloads):
+    """The decoders in turn, 30 rounds, CPU time of this process: robust to the load of a shared machine
+    (each round meets the same load). Prints min and median per decoder (the table in docs/benchmarks.md)."""
+    if benchmark.disabled:
+        pytest.skip("a measurement: runs with --benchmark-enable")
+    model = _pydantic_model()
+    decoders = {
+        "typed (decode_trajectory)": lambda: [decode_trajectory(p) for p in payloads],
+        "legacy (before issue 16)": lambda: [legacy_decode(p) for p in payloads],
+        "unpack only (no checks)": lambda: [msgpack.unpackb(p, raw=False) for p in payloads],
+        "python checks": lambda: [python_checks_decode(p) for p in payloads],
+        "pydantic": lambda: [model.model_validate(msgpack.unpackb(p)["trajectory"]) for p in payloads],
+    }
+    times: dict[str, list[float]] = {name: [] for name in decoders}
+    for _ in range(30):
+        for name, decode in decoders.items():
+            start = time.process_time()
+            decode()
+            times[name].append(time.process_time() - start)
+    print(f"\n{NUM_TRAJ} trajectories x {NUM_TURNS} turns, CPU ms | min | median |")
+    for name, values in times.items():
+        print(f"| {name} | {min(values) * 1e3:.1f} | {statistics.median(values) * 1e3:.1f} |")
+    benchmark.pedantic(decoders["typed (decode_trajectory)"], rounds=1, iterations=1)
 
 
 def _fuzz_module() -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -90,7 +90,7 @@ def stable_hash(text: str) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
-class _TurnWire(msgspec.Struct, forbid_unknown_fields=True):
+class _TurnWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """`Turn` as it travels: every field required, each with its range."""
 
     prompt_ids: list[TokenId]
@@ -105,7 +105,7 @@ class _TurnWire(msgspec.Struct, forbid_unknown_fields=True):
     response_text: Text
 
 
-class _TrajectoryWire(msgspec.Struct, forbid_unknown_fields=True):
+class _TrajectoryWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """`Trajectory` as it travels: every field required, each with its range."""
 
     env_id: Count
@@ -121,8 +121,17 @@ class _TrajectoryWire(msgspec.Struct, forbid_unknown_fields=True):
     error: Text | None
 
 
+class _Payload(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A whole payload, decoded in one pass (the fast path of a valid payload)."""
+
+    schema: str
+    version: int
+    trajectory: _TrajectoryWire
+
+
 class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
-    """Schema name and version, checked before the body is decoded (the body's layout depends on them)."""
+    """Schema name and version alone, checked before the body when a payload fails: the body's layout
+    depends on them, so a payload of another version is reported as such, not as a field error."""
 
     schema: Any = None
     version: Any = None
@@ -130,6 +139,7 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _ENCODER = msgspec.msgpack.Encoder()
+_PAYLOAD = msgspec.msgpack.Decoder(_Payload)
 _ENVELOPE = msgspec.msgpack.Decoder(_Envelope)
 _BODY = msgspec.msgpack.Decoder(_TrajectoryWire)
 _CLIPPED = "\n[... error message clipped to fit the trajectory schema]"
@@ -144,23 +154,13 @@ def encode_trajectory(traj: Trajectory) -> bytes:
 
 def decode_trajectory(payload: bytes) -> Trajectory:
     """Decode and validate a payload made by `encode_trajectory`; raise `PayloadError` otherwise."""
-    envelope = decode_typed(_ENVELOPE, payload, "trajectory payload")
-    if envelope.schema != SCHEMA_NAME:
-        raise PayloadError(
-            f"expected a {SCHEMA_NAME!r} payload, got schema {envelope.schema!r:.80}: "
-            "this payload was not made by encode_trajectory"
-        )
-    if type(envelope.version) is not int or envelope.version != SCHEMA_VERSION:
-        raise PayloadError(
-            f"trajectory schema version {envelope.version!r:.80} is not supported (expected the int "
-            f"{SCHEMA_VERSION}); producer and consumer run different roll-rollout versions: install the "
-            "same version on both"
-        )
-    if not len(envelope.trajectory):
-        raise PayloadError(
-            "trajectory payload has no 'trajectory' body: it was not made by encode_trajectory"
-        )
-    body = decode_typed(_BODY, envelope.trajectory, "trajectory")
+    try:
+        decoded = _PAYLOAD.decode(payload)
+    except Exception:  # say what is wrong, in order: envelope, schema, version, then the body
+        decoded = None
+    if decoded is None or decoded.schema != SCHEMA_NAME or decoded.version != SCHEMA_VERSION:
+        _raise_payload_error(payload)
+    body = decoded.trajectory
     turns = []
     for i, t in enumerate(body.turns):
         if len(t.log_probs) != len(t.response_ids):
@@ -195,3 +195,25 @@ def decode_trajectory(payload: bytes) -> Trajectory:
         body.metrics,
         body.error,
     )
+
+
+def _raise_payload_error(payload: bytes) -> NoReturn:
+    """Raise the `PayloadError` that first says what is wrong with a payload the fast path rejected."""
+    envelope = decode_typed(_ENVELOPE, payload, "trajectory payload")
+    if envelope.schema != SCHEMA_NAME:
+        raise PayloadError(
+            f"expected a {SCHEMA_NAME!r} payload, got schema {envelope.schema!r:.80}: "
+            "this payload was not made by encode_trajectory"
+        )
+    if type(envelope.version) is not int or envelope.version != SCHEMA_VERSION:
+        raise PayloadError(
+            f"trajectory schema version {envelope.version!r:.80} is not supported (expected the int "
+            f"{SCHEMA_VERSION}); producer and consumer run different roll-rollout versions: install the "
+            "same version on both"
+        )
+    if not len(envelope.trajectory):
+        raise PayloadError(
+            "trajectory payload has no 'trajectory' body: it was not made by encode_trajectory"
+        )
+    decode_typed(_BODY, envelope.trajectory, "trajectory")
+    raise PayloadError("trajectory payload is malformed")  # not reached: the body decode raised

@@ -107,9 +107,9 @@ def decode_typed(decoder: msgspec.msgpack.Decoder[T], payload: Any, what: str) -
     except msgspec.ValidationError as exc:
         raise PayloadError(describe_validation_error(str(exc), payload, what)) from None
     except TypeError as exc:  # not a bytes-like object
-        raise PayloadError(f"{what} payload must be bytes, got {type(payload).__name__} ({exc})") from None
+        raise PayloadError(f"{what} must be bytes, got {type(payload).__name__} ({exc})") from None
     except Exception as exc:  # garbage raises DecodeError, UnicodeDecodeError, RecursionError, ...
-        raise PayloadError(f"{what} payload is not valid msgpack ({type(exc).__name__}: {exc})") from None
+        raise PayloadError(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
 
 
 def describe_validation_error(message: str, payload: Any, what: str) -> str:
