@@ -184,5 +184,5 @@ def _read(path: Path, load: Callable[[], T]) -> T:
     except Exception as exc:  # safetensors, torch and pickle raise unrelated types on a damaged file
         raise CheckpointError(
             f"{path} cannot be read ({type(exc).__name__}: {exc}); the file is damaged or truncated. "
-            "Resume from an earlier checkpoint (roll_pipeline.checkpoint.newest_verified finds one)."
+            "Resume from an earlier checkpoint."
         ) from exc
