@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import rollout_bench as rb  # noqa: E402
+import rollout_bench as rb
 
 
 def run_p1(rows: list[rb.Measurement]) -> list[str]:

@@ -39,6 +39,7 @@ def test_any_discrete_env_with_a_render_function():
         render_fn=lambda e, o: f"your sum {o[0]}, dealer shows {o[1]}",
         action_names=["Stick", "Hit"],
         instruction="Beat the dealer without going over 21.",
+        format_penalty=1.0,  # a lost hand scores -1: garbage must not score more (check_env warns otherwise)
     )
     obs, _ = env.reset(seed=3)
     assert obs.startswith("your sum") and "Stick, Hit" in env.instruction

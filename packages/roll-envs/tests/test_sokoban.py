@@ -113,7 +113,7 @@ def test_wall_bump_costs_a_step_and_is_not_effective():
     assert reward == pytest.approx(-0.1) and not (terminated or truncated)
     assert info["action_is_valid"] and not info["action_is_effective"] and obs.splitlines()[1] == "#P_X_#"
     _, reward, *_ = env.step("<answer>dance</answer>")
-    assert reward == 0.0  # an invalid answer is a no-op; format_penalty defaults to 0
+    assert reward == pytest.approx(-1.1)  # a no-op costing format_penalty: as much as the worst move
 
 
 def test_box_on_and_off_target_and_solved_bonus():

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
+
 import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from roll_rollout import PayloadError, Trajectory, Turn, decode_trajectory, encode_trajectory, stable_hash
 from roll_rollout.schema import SCHEMA_NAME
+from roll_rollout.wire import MAX_NAME_CHARS, MAX_TEXT_CHARS, MAX_TOKEN_ID
 
 
 def make_traj(n_turns: int = 2) -> Trajectory:
@@ -65,21 +68,129 @@ def test_wrong_version_says_what_to_do():
         decode_trajectory(msgpack.packb(body))
 
 
-def test_field_type_and_length_checks():
-    body = msgpack.unpackb(encode_trajectory(make_traj()))
-    body["trajectory"]["seed"] = "nope"
-    with pytest.raises(PayloadError, match=r"trajectory\.seed: expected int"):
+def _body() -> dict:
+    return msgpack.unpackb(encode_trajectory(make_traj()))
+
+
+def test_encoding_is_the_msgpack_of_the_dataclasses():
+    """The wire format is unchanged: the msgpack of `asdict`, as the previous encoder wrote it."""
+    traj = make_traj(3)
+    expected = msgpack.packb({"schema": SCHEMA_NAME, "version": 1, "trajectory": dataclasses.asdict(traj)})
+    assert encode_trajectory(traj) == expected
+
+
+def set_at(body: dict, path: str, value) -> dict:
+    node = body["trajectory"]
+    keys = [int(k) if k.isdigit() else k for k in path.replace("[", ".").replace("]", "").split(".")]
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    return body
+
+
+# The twelve wrongly typed payloads that the container-only decoder accepted (issue 16).
+BAD_FIELDS = [
+    ("turns.0.prompt_ids.1", "x", r"trajectory\.turns\[0\]\.prompt_ids\[1\]: expected int, got str"),
+    ("turns.0.response_ids.0", 4.0, r"trajectory\.turns\[0\]\.response_ids\[0\]: expected int, got float"),
+    (
+        "turns.1.prompt_ids.0",
+        2**63,
+        r"prompt_ids\[0\]: expected int <= 2147483647 \(value: 9223372036854775808\)",
+    ),
+    ("turns.1.response_ids.1", -1, r"response_ids\[1\]: expected int >= 0 \(value: -1\); token ids"),
+    ("turns.0.log_probs.0", "low", r"log_probs\[0\]: expected float, got str"),
+    ("turns.0.reward", float("nan"), r"turns\[0\]\.reward: expected a finite float \(value: nan\)"),
+    ("turns.1.log_probs.1", float("-inf"), r"log_probs\[1\]: expected a finite float \(value: -inf\)"),
+    ("env_id", True, r"trajectory\.env_id: expected int, got bool"),
+    ("turns.0.policy_version", True, r"policy_version: expected int, got bool"),
+    ("metrics.success", "yes", r"trajectory\.metrics\[\.\.\.\]: expected float, got str"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), BAD_FIELDS)
+def test_wrongly_typed_fields_name_the_field(path, value, message):
+    with pytest.raises(PayloadError, match=message):
+        decode_trajectory(msgpack.packb(set_at(_body(), path, value)))
+
+
+@pytest.mark.parametrize("version", [1.0, True, "1", None, 2])
+def test_version_must_be_the_exact_int(version):
+    body = _body()
+    body["version"] = version
+    with pytest.raises(PayloadError, match="expected the int 1"):
         decode_trajectory(msgpack.packb(body))
-    body = msgpack.unpackb(encode_trajectory(make_traj()))
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("turns.0.log_probs.0", 0.5, r"log_probs\[0\]: expected float <= 0.0 \(value: 0.5\)"),
+        ("turns.0.reward", float("inf"), r"reward: expected a finite float \(value: inf\)"),
+        ("metrics.success", float("nan"), r"metrics\[\.\.\.\]: expected a finite float; metrics map"),
+        ("turns.0.action_is_valid", 1, "action_is_valid: expected bool, got int"),
+        ("success", 0, "success: expected bool, got int"),
+        ("seed", -5, r"seed: expected int >= 0 \(value: -5\)"),
+        ("group_id", 2**64 - 1, r"group_id: expected int <= 9223372036854775807"),
+        ("tag", "t" * (MAX_NAME_CHARS + 1), "tag: expected str of length <= 256"),
+        ("turns.0.finish_reason", "s" * (MAX_NAME_CHARS + 1), "finish_reason: expected str of length <= 256"),
+        ("error", b"bytes are not str", r"error: expected str \| null, got bytes"),
+        ("turns", {"0": 1}, "turns: expected array, got object"),
+    ],
+)
+def test_ranges_and_strict_types(path, value, message):
+    with pytest.raises(PayloadError, match=message):
+        decode_trajectory(msgpack.packb(set_at(_body(), path, value)))
+
+
+def test_boundary_values_are_accepted_with_exact_types():
+    traj = make_traj(1)
+    turn = traj.turns[0]
+    turn.prompt_ids = [0, MAX_TOKEN_ID - 1]
+    turn.log_probs = [0.0, -1e308]
+    traj.tag = "t" * MAX_NAME_CHARS
+    traj.seed = 2**63 - 1
+    back = decode_trajectory(encode_trajectory(traj))
+    assert back == traj
+    body = _body()
+    body["trajectory"]["turns"][0]["reward"] = 3  # an int reward is read as the float 3.0
+    back = decode_trajectory(msgpack.packb(body))
+    assert type(back.turns[0].reward) is float and back.turns[0].reward == 3.0
+
+
+def test_unknown_missing_and_mismatched_fields():
+    body = _body()
     body["trajectory"]["turns"][0]["log_probs"] = [0.0]
-    with pytest.raises(PayloadError, match="same length"):
+    with pytest.raises(PayloadError, match=r"turns\[0\]: 1 log_probs for 2 response ids"):
         decode_trajectory(msgpack.packb(body))
-    body = msgpack.unpackb(encode_trajectory(make_traj()))
+    body = _body()
     del body["trajectory"]["turns"][1]["reward"]
-    body["trajectory"]["turns"][1]["extra"] = 1
-    with pytest.raises(PayloadError, match="missing fields"):
+    with pytest.raises(PayloadError, match=r"trajectory\.turns\[1\]: object missing required field reward"):
         decode_trajectory(msgpack.packb(body))
-    assert msgpack.unpackb(encode_trajectory(make_traj()))["schema"] == SCHEMA_NAME
+    body = _body()
+    body["trajectory"]["turns"][1]["extra"] = 1
+    with pytest.raises(PayloadError, match=r"trajectory\.turns\[1\]: object contains unknown field extra"):
+        decode_trajectory(msgpack.packb(body))
+    body = _body()
+    body["sidecar"] = 1
+    with pytest.raises(PayloadError, match="unknown field sidecar"):
+        decode_trajectory(msgpack.packb(body))
+    del body["sidecar"], body["trajectory"]
+    with pytest.raises(PayloadError, match="no 'trajectory' body"):
+        decode_trajectory(msgpack.packb(body))
+    with pytest.raises(PayloadError, match="must be bytes"):
+        decode_trajectory("not bytes")
+
+
+def test_an_over_long_error_is_clipped_when_encoded():
+    traj = make_traj(1)
+    traj.error = "boom " * MAX_TEXT_CHARS
+    back = decode_trajectory(encode_trajectory(traj))
+    assert len(back.error) == MAX_TEXT_CHARS and back.error.startswith("boom boom")
+    assert back.error.endswith("clipped to fit the trajectory schema]")
+    assert len(traj.error) == 5 * MAX_TEXT_CHARS  # the caller's trajectory is left as it was
+    traj.turns[0].state_key = "s" * (MAX_TEXT_CHARS + 1)  # other text is not clipped: a schema error
+    with pytest.raises(PayloadError, match=r"state_key: expected str of length <= 1048576"):
+        decode_trajectory(encode_trajectory(traj))
 
 
 def test_stable_hash_is_deterministic_and_signed_64bit():

@@ -14,6 +14,7 @@ from roll_envs.config import EnvConfig
 from roll_envs.errors import (
     CheckEnvError,
     EnvConfigError,
+    GarbagePaysWarning,
     RegistrationError,
     ResetNeeded,
     RollEnvsError,
@@ -42,6 +43,7 @@ __all__ = [
     "EnvSpec",
     "FrozenLakeConfig",
     "FrozenLakeEnv",
+    "GarbagePaysWarning",
     "GymAdapterConfig",
     "GymAdapterEnv",
     "ParsedTurn",

@@ -8,18 +8,22 @@ problem (or returns the empty list).
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Any
 
 import msgpack
 import numpy as np
 
-from roll_envs.errors import CheckEnvError
+from roll_envs.errors import CheckEnvError, GarbagePaysWarning
 
 REQUIRED_INFO = {"action_is_valid": bool, "action_is_effective": bool, "success": bool, "metrics": dict}
 """Info keys every reset and step must return, with their types."""
 
 GARBAGE_TURNS = ("", "no tags at all", "<answer></answer>", "<answer>\x00\x07</answer>", "x" * 100_000)
 """Turns that must be invalid actions, not exceptions."""
+
+NO_ACTION_TURNS = ("", "no tags at all", "<answer></answer>")
+"""Answers with no valid action, scored against the valid actions by `check_reward_rule`."""
 
 
 def check_interface(env: Any) -> list[str]:
@@ -203,6 +207,60 @@ def check_garbage(env: Any, seed: int) -> list[str]:
     return problems
 
 
+def _replay(env: Any, seed: int, prefix: list[str]) -> Any:
+    """Reset with `seed` and play the turns of `prefix`; the last step's result (None if none)."""
+    env.reset(seed=seed)
+    out = None
+    for text in prefix:
+        out = env.step(text)
+    return out
+
+
+def _reward_after(env: Any, seed: int, prefix: list[str], text: str) -> tuple[float, bool]:
+    """(reward, action_is_valid) of `text` played in the state that `prefix` reaches."""
+    _replay(env, seed, prefix)
+    _, reward, _, _, info = env.step(text)
+    return float(reward), bool(info.get("action_is_valid"))
+
+
+def check_reward_rule(env: Any, seed: int, turns: int = 8, max_actions: int = 16) -> list[str]:
+    """Garbage never pays: from each state of a random episode, an answer with no valid action scores
+    no more than the worst valid action (at most `max_actions` of them tried per state).
+
+    States are revisited by resetting with `seed` and replaying the turns so far (the env must be
+    deterministic, which `check_determinism` checks). Returns at most one problem: the state where
+    garbage pays most, with the `format_penalty` that would make it pay no more than that action.
+    """
+    rng = random.Random(seed)
+    prefix: list[str] = []
+    worst_case: tuple[float, int, float, float, str] | None = None  # (excess, turn, garbage, reward, action)
+    for turn in range(turns):
+        _replay(env, seed, prefix)
+        actions = list(env.valid_actions)
+        if not actions:
+            break
+        tried = actions if len(actions) <= max_actions else rng.sample(actions, max_actions)
+        garbage = max(_reward_after(env, seed, prefix, text)[0] for text in NO_ACTION_TURNS)
+        scored = [(_reward_after(env, seed, prefix, f"<answer>{a}</answer>"), a) for a in tried]
+        valid = [(reward, a) for (reward, ok), a in scored if ok]
+        if valid and garbage - min(valid)[0] > max(1e-9, worst_case[0] if worst_case else 0.0):
+            reward, action = min(valid)
+            worst_case = (garbage - reward, turn, garbage, reward, action)
+        prefix.append(f"<answer>{rng.choice(actions)}</answer>")
+        _, _, terminated, truncated, _ = _replay(env, seed, prefix)
+        if terminated or truncated:
+            break
+    if worst_case is None:
+        return []
+    excess, turn, garbage, reward, action = worst_case
+    penalty = float(getattr(getattr(env, "config", None), "format_penalty", 0.0))
+    return [
+        f"seed {seed} turn {turn}: an answer with no valid action scores {garbage:g}, more than the valid "
+        f"action {action!r} ({reward:g}): a policy can learn to stop answering. Fix: set format_penalty to "
+        f"at least {penalty + excess:g} (now {penalty:g}), minus the worst reward of one action."
+    ]
+
+
 def check_render(env: Any, seed: int) -> list[str]:
     """Every mode in metadata['render_modes']: `text` gives a str, `rgb_array` an (H, W, 3) uint8 array."""
     env.reset(seed=seed)
@@ -227,6 +285,9 @@ def check_env(
 ) -> list[str]:
     """Run every check on `env`; raise `CheckEnvError` listing all problems (or return them).
 
+    An env that passes is also checked for the reward rule (`check_reward_rule`); where an answer with
+    no valid action scores more than a valid action, a `GarbagePaysWarning` says which penalty fixes it.
+
     >>> import roll_envs
     >>> check_env(roll_envs.make("frozen_lake"))
     []
@@ -244,6 +305,9 @@ def check_env(
                 problems += check()
             except Exception as exc:
                 problems.append(f"the env raised {exc!r} during the checks; fix the env so that it does not.")
+        if not problems:
+            for warning in check_reward_rule(env, seeds[0]):
+                warnings.warn(f"{type(env).__name__}: {warning}", GarbagePaysWarning, stacklevel=2)
     if problems and raise_on_error:
         listing = "\n".join(f"  - {p}" for p in problems)
         raise CheckEnvError(f"{type(env).__name__} fails {len(problems)} check(s):\n{listing}")

@@ -33,6 +33,10 @@ class CheckEnvError(RollEnvsError, AssertionError):
     """`check_env` found a violation of the env contract (the message says what to change)."""
 
 
+class GarbagePaysWarning(UserWarning):
+    """`check_env` found a state where an answer with no valid action scores more than a valid action."""
+
+
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
     """A ` Did you mean 'x' or 'y'?` suffix for an error message, or '' when nothing is close."""
     pool = list(candidates)

@@ -74,12 +74,17 @@ def ansi_text(env: Any, obs: Any) -> str:
 
 @dataclass(frozen=True)
 class GameText:
-    """How a known Gymnasium game is shown to a model: action names, renderer and instruction."""
+    """How a known Gymnasium game is shown to a model: action names, renderer and instruction.
+
+    `format_penalty` is the game's default penalty of an answer with no valid action: minus the worst
+    reward one action can get, so that garbage never scores more than playing.
+    """
 
     actions: tuple[str, ...]
     renderer: Renderer
     instruction: str
     success: SuccessTest = positive_termination
+    format_penalty: float = 0.0
 
 
 KNOWN_GAMES: dict[str, GameText] = {
@@ -89,12 +94,14 @@ KNOWN_GAMES: dict[str, GameText] = {
         "Walk from the start to the goal G along the cliff. P is you, C is the cliff, _ is ground. "
         "Each move costs 1 point; stepping on the cliff costs 100 and sends you back to the start.",
         any_termination,
+        format_penalty=100.0,  # a step onto the cliff
     ),
     "Taxi": GameText(
         ("Down", "Up", "Right", "Left", "Pickup", "Dropoff"),
         taxi_text,
         "Drive the taxi T to the passenger, pick them up, drive to the destination and drop them off. "
         "R, G, Y and B are the stops; | is a wall. Each move costs 1 point, a wrong pickup or dropoff 10.",
+        format_penalty=10.0,  # a wrong pickup or dropoff
     ),
 }
 """Text front ends of Gymnasium games, keyed by the name before the version."""
@@ -105,6 +112,12 @@ class GymAdapterConfig(EnvConfig):
 
     max_steps: int = Field(
         100, ge=1, le=100_000, description="turns (calls to step) before the episode is truncated"
+    )
+    format_penalty: float = Field(
+        0.0,
+        ge=0.0,
+        description="subtracted from the reward of a turn whose answer is not a valid action; when not set,"
+        " a known game's own (CliffWalking 100, Taxi 10: minus its worst reward for one action)",
     )
     gym_id: str | None = Field(None, description="Gymnasium id, e.g. 'Taxi-v4' (or pass gym_env= in Python)")
     gym_kwargs: dict[str, Any] = Field(
@@ -189,6 +202,8 @@ class GymAdapterEnv(BaseEnv):
             game.instruction if game else f"Play {type(self.inner).__name__}."
         )
         self._success = success_fn or (game.success if game else positive_termination)
+        if game is not None and "format_penalty" not in cfg.model_fields_set:
+            self.config = cfg.model_copy(update={"format_penalty": game.format_penalty})
         self._obs: Any = None
         self._last: tuple[float, bool] = (0.0, False)
 

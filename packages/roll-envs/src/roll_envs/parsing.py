@@ -8,7 +8,13 @@ Accepted formats, tags case-insensitive, whitespace inside tags ignored:
 
 Special chat tokens (`<|im_end|>`, `</s>`, ...) and control characters are removed, and the action
 names are looked up case-insensitively. Anything else (no tags, an empty answer, megabytes of text)
-gives an invalid turn, never an exception; the cost is linear in the length of the text.
+gives an invalid turn, never an exception.
+
+Cost: only the last `MAX_PARSE_CHARS` (65,536) characters of a turn are looked at, where the answer
+of a model that thinks first is; a longer turn whose answer lies before them is an invalid turn. No
+pattern can backtrack over an unbounded run (whitespace inside tags is matched possessively), so the
+cost is linear in the text looked at and bounded for any input: a few milliseconds at most, whatever
+the length of the turn (benchmarks/test_bench_parsing.py, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -23,10 +29,16 @@ ACTION_SEPARATOR = "||"
 MAX_ANSWER_CHARS = 4096
 """An answer longer than this is not parsed (no env's action text is that long)."""
 
-_ANSWER_TAG = re.compile(r"<\s*(/?)\s*answer\s*>", re.IGNORECASE)
-_THINK_CLOSE = re.compile(r"<\s*/\s*think\s*>", re.IGNORECASE)
+MAX_PARSE_CHARS = 65_536
+"""Only the last this many characters of a turn are parsed (16 times the longest answer, plus room for
+the end of a long reasoning trace): the cost of a turn is bounded whatever its length."""
+
+# Possessive `\s*+` never gives back whitespace: what follows it is never whitespace, so the matches are
+# those of `\s*`, but a run of spaces after `<` is scanned once instead of once per split point.
+_ANSWER_TAG = re.compile(r"<\s*+(/?)\s*+answer\s*+>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"<\s*+/\s*+think\s*+>", re.IGNORECASE)
 _SPECIAL_TOKEN = re.compile(
-    r"<\|[^<>|\s]{1,48}\|>|</?s>|<\s*/?\s*(?:eos|bos|pad|unk|endoftext)\s*>|\[/?INST\]", re.IGNORECASE
+    r"<\|[^<>|\s]{1,48}\|>|</?s>|<\s*+/?\s*+(?:eos|bos|pad|unk|endoftext)\s*+>|\[/?INST\]", re.IGNORECASE
 )
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\ufeff]")
 _SPACES = re.compile(r"\s+")
@@ -62,8 +74,11 @@ def clean_text(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
-def extract_answer(text: object) -> str | None:
+def extract_answer(text: object, *, max_chars: int | None = MAX_PARSE_CHARS) -> str | None:
     """The cleaned content of the first `<answer>...</answer>` block after any `</think>`, or None.
+
+    Only the last `max_chars` characters of `text` are looked at (None: all of it; the cost stays
+    linear in the length, only no longer bounded).
 
     >>> extract_answer("<think>go left</think> <answer> Left </answer><|im_end|>")
     'Left'
@@ -72,6 +87,8 @@ def extract_answer(text: object) -> str | None:
     """
     if not isinstance(text, str):
         return None
+    if max_chars is not None and len(text) > max_chars:
+        text = text[-max_chars:]
     think_end = None
     for think_end in _THINK_CLOSE.finditer(text):  # noqa: B007 - the last match is wanted
         pass

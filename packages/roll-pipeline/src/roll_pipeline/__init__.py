@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AgenticConfig",  # the validated run configuration (pydantic, unknown keys rejected)
     "AgenticPipeline",  # AgenticPipeline(config).run() -> RunSummary
-    "CheckpointError",  # a checkpoint folder is missing or incomplete
+    "CheckpointError",  # a checkpoint folder is missing, incomplete or damaged (names the file)
     "CheckpointManager",  # atomic checkpoints under run_dir/checkpoints
     "ConfigError",  # a config file or override is wrong (message names the key and the fix)
     "RunSummary",  # steps, wall time, validation history, last checkpoint

@@ -1,22 +1,154 @@
-"""Checkpoints that survive a crash mid-write.
+"""Checkpoints that survive a crash mid-write and say so when a file is damaged later.
 
 `run_dir/checkpoints/checkpoint-{step}/` holds `model/` (the train strategy's files: weights,
-tokenizer, optimiser state) and `pipeline_state.json` (step, seed stream). A checkpoint is written
-into a `.tmp` folder and renamed into place only when complete, so a crash leaves at worst a stray
-`.tmp` folder, never a half checkpoint under a valid name; `latest` names the newest complete one.
+tokenizer, optimiser state), `pipeline_state.json` (step, seed stream) and, written last,
+`manifest.json`: the size and sha256 of every other file. A checkpoint is written into a `.tmp` folder
+and renamed into place only when complete, so a crash leaves at worst a stray `.tmp` folder, never a
+half checkpoint under a valid name.
+
+Loading verifies the manifest first: a truncated, missing or altered file raises `CheckpointError`
+naming the file and the newest earlier checkpoint that verifies. `newest_verified` finds that
+checkpoint (`CheckpointManager.latest` uses it, warning when it passes over a damaged newer one).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
+import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "MANIFEST_FILE",  # name of the manifest inside a checkpoint folder
+    "STATE_FILE",  # name of the pipeline state inside a checkpoint folder
+    "CheckpointError",  # missing, incomplete or damaged checkpoint
+    "CheckpointManager",  # save / latest / load_state under a checkpoints/ folder
+    "checkpoint_problem",  # why a checkpoint does not verify, or None
+    "newest_verified",  # the newest checkpoint under a folder that verifies
+    "verify_checkpoint",  # raise CheckpointError unless a checkpoint verifies
+    "write_manifest",  # size + sha256 of every file of a checkpoint folder
+]
+
+MANIFEST_FILE = "manifest.json"
+"""The manifest: {"format": 1, "files": {relative path: {"size": bytes, "sha256": hex}}}."""
+
+STATE_FILE = "pipeline_state.json"
+"""The pipeline's own state (step, rollout seed stream)."""
+
+_NAME = re.compile(r"^checkpoint-(\d+)$")
+_CHUNK = 1 << 20
+_verified: dict[Path, tuple[tuple[str, int, int], ...]] = {}  # folder -> file stats when last verified
+
 
 class CheckpointError(Exception):
-    """A checkpoint folder is missing or incomplete."""
+    """A checkpoint folder is missing, incomplete or damaged (the message names the file and the fix)."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and p.relative_to(folder).as_posix() != MANIFEST_FILE
+    )
+
+
+def write_manifest(folder: Path) -> Path:
+    """Write `folder/manifest.json` listing the size and sha256 of every other file; return its path."""
+    folder = Path(folder)
+    files = {
+        p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)}
+        for p in _files(folder)
+    }
+    path = folder / MANIFEST_FILE
+    path.write_text(json.dumps({"format": 1, "files": files}, indent=1, sort_keys=True), encoding="utf-8")
+    return path
+
+
+def _stats(folder: Path) -> tuple[tuple[str, int, int], ...]:
+    return tuple(
+        (p.as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in [folder / MANIFEST_FILE, *_files(folder)]
+    )
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why `checkpoint` does not verify against its manifest (naming the file), or None if it does.
+
+    A folder verified earlier in this process and unchanged since (same files, sizes and mtimes) is not
+    hashed again.
+    """
+    folder = Path(checkpoint)
+    if not folder.is_dir():
+        return f"{folder} does not exist or is not a folder"
+    manifest = folder / MANIFEST_FILE
+    if not manifest.is_file():
+        return f"{MANIFEST_FILE} is missing (the save did not finish, or the checkpoint predates manifests)"
+    key = folder.resolve()
+    if _verified.get(key) == _stats(folder):
+        return None
+    try:
+        listed = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        entries = {str(name): (int(e["size"]), str(e["sha256"])) for name, e in listed.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"{MANIFEST_FILE} is damaged ({type(exc).__name__}: {exc})"
+    for required in (STATE_FILE, "model/"):
+        if not any(name == required or name.startswith(required) for name in entries):
+            return f"the manifest lists no {required}: not a pipeline checkpoint"
+    for name, (size, _) in sorted(entries.items()):  # the cheap checks first: missing or truncated
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        actual = path.stat().st_size
+        if actual != size:
+            return f"{name} has {actual} bytes where the manifest says {size} (truncated or overwritten)"
+    for name, (_, sha) in sorted(entries.items()):
+        if _sha256(folder / name) != sha:
+            return f"{name} does not match its sha256 in the manifest (the file was altered or corrupted)"
+    _verified[key] = _stats(folder)
+    return None
+
+
+def checkpoint_step(checkpoint: Path) -> int | None:
+    """The step of a `checkpoint-N` folder, or None for any other name."""
+    match = _NAME.match(Path(checkpoint).name)
+    return int(match.group(1)) if match else None
+
+
+def newest_verified(root: Path, before: int | None = None) -> Path | None:
+    """The newest `checkpoint-N` folder under `root` (with N < `before`, when given) that verifies."""
+    found = [(checkpoint_step(p), p) for p in Path(root).glob("checkpoint-*") if p.is_dir()]
+    for step, path in sorted(((s, p) for s, p in found if s is not None), reverse=True):
+        if (before is None or step < before) and checkpoint_problem(path) is None:
+            return path
+    return None
+
+
+def verify_checkpoint(checkpoint: Path) -> None:
+    """Raise `CheckpointError` naming the damaged file and the newest earlier checkpoint that verifies."""
+    checkpoint = Path(checkpoint)
+    problem = checkpoint_problem(checkpoint)
+    if problem is None:
+        return
+    step = checkpoint_step(checkpoint)
+    earlier = newest_verified(checkpoint.parent, before=step) if step is not None else None
+    fix = (
+        f"The newest earlier checkpoint that verifies is {earlier}: resume from it with "
+        f"resume_from_checkpoint={earlier}"
+        if earlier is not None
+        else "No earlier checkpoint next to it verifies: start the run without resume_from_checkpoint, or "
+        "pass a checkpoint-N folder written by `roll train`"
+    )
+    raise CheckpointError(f"checkpoint {checkpoint} does not verify: {problem}. {fix}.")
 
 
 class CheckpointManager:
@@ -39,28 +171,40 @@ class CheckpointManager:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         await save_model(self.model_dir(tmp))
-        (tmp / "pipeline_state.json").write_text(json.dumps(state), encoding="utf-8")
+        (tmp / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+        write_manifest(tmp)  # last: a folder with a manifest is complete
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         (self.root / "latest").write_text(final.name, encoding="utf-8")
         return final
 
     def latest(self) -> Path | None:
-        """The newest complete checkpoint, or None."""
-        marker = self.root / "latest"
-        if not marker.exists():
-            return None
-        path = self.root / marker.read_text(encoding="utf-8").strip()
-        return path if (path / "pipeline_state.json").exists() else None
+        """The newest checkpoint that verifies, or None; warns when it passes over a damaged newer one."""
+        found = newest_verified(self.root)
+        newer = [
+            p
+            for p in self.root.glob("checkpoint-*")
+            if (step := checkpoint_step(p)) is not None and (found is None or step > checkpoint_step(found))
+        ]
+        for path in sorted(newer, key=checkpoint_step):
+            warnings.warn(
+                f"checkpoint {path} does not verify ({checkpoint_problem(path)}); "
+                f"falling back to {found or 'no checkpoint'}",
+                stacklevel=2,
+            )
+        return found
 
     @staticmethod
     def load_state(checkpoint: Path) -> dict[str, Any]:
-        """Read a checkpoint's pipeline state, checking the folder is complete."""
+        """Verify a checkpoint against its manifest, then read its pipeline state."""
         checkpoint = Path(checkpoint)
-        state_file = checkpoint / "pipeline_state.json"
-        if not state_file.exists() or not CheckpointManager.model_dir(checkpoint).exists():
+        verify_checkpoint(checkpoint)
+        try:
+            state = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
+        except ValueError as exc:  # verified bytes that are not JSON: written so by a bug, not damaged later
+            raise CheckpointError(f"{checkpoint / STATE_FILE} is not JSON ({exc})") from None
+        if not isinstance(state, dict):
             raise CheckpointError(
-                f"{checkpoint} is not a complete checkpoint (expected pipeline_state.json and model/); "
-                "pass a checkpoint-N folder from a run's checkpoints/ directory"
+                f"{checkpoint / STATE_FILE} holds a {type(state).__name__}, expected an object"
             )
-        return json.loads(state_file.read_text(encoding="utf-8"))
+        return state

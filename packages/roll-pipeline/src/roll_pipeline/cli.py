@@ -12,10 +12,12 @@ EXAMPLES_DIR = Path(__file__).resolve().parents[4] / "examples"  # the repo's ex
 
 
 def train(argv: list[str]) -> int:
-    """Compose the config, print baselines, run the pipeline, print before/after validation."""
+    """Compose and check the config (before any worker starts), run the pipeline, print the report."""
     args = parse_args(argv)
     try:
-        config = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR)
+        config = compose(
+            args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR, preflight=True
+        )
     except ConfigError as exc:
         print(f"roll train: {exc}", file=sys.stderr)
         return 2
@@ -34,12 +36,14 @@ def train(argv: list[str]) -> int:
 
 
 def show_config(argv: list[str]) -> int:
-    """Print the composed, validated config as YAML."""
+    """Print the composed config as YAML, after the checks `roll train` makes before it starts."""
     import yaml
 
     args = parse_args(argv, prog="roll config")
     try:
-        config = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR)
+        config = compose(
+            args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR, preflight=True
+        )
     except ConfigError as exc:
         print(f"roll config: {exc}", file=sys.stderr)
         return 2

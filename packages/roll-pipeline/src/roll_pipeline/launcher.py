@@ -1,7 +1,10 @@
 """Hydra at the edge: compose YAML + overrides, then validate into `AgenticConfig`.
 
 Both flag spellings of the upstream docs are accepted (`--config_path/--config_name` and
-`--config-path/--config-name`), followed by Hydra overrides such as `exp_name=my_run seed=123`.
+`--config-path/--config-name`), with Hydra overrides such as `exp_name=my_run seed=123` before or after
+the flags. With `preflight=True` (what `roll config` and `roll train` use) the composed config is also
+checked against the env registry, the checkpoint and the model folder (`roll_pipeline.preflight`), and
+every problem, of the schema or of these checks, is reported in one `ConfigError`.
 Without a config the defaults of `AgenticConfig` are composed (Hydra config `roll_defaults`); example
 YAML files start with `defaults: [roll_defaults, _self_]` and override only what they change.
 """
@@ -24,7 +27,7 @@ class ConfigError(ValueError):
 
 
 def parse_args(argv: list[str] | None, prog: str = "roll train") -> argparse.Namespace:
-    """`--config-path/--config_path`, `--config-name/--config_name`, then Hydra overrides."""
+    """`--config-path/--config_path`, `--config-name/--config_name` and Hydra overrides, in any order."""
     parser = argparse.ArgumentParser(prog=prog, description="Train an LLM agent with RL (agentic pipeline).")
     parser.add_argument(
         "--config-path",
@@ -42,7 +45,7 @@ def parse_args(argv: list[str] | None, prog: str = "roll train") -> argparse.Nam
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. exp_name=my_run seed=123")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)
 
 
 def defaults_node() -> dict[str, Any]:
@@ -54,9 +57,15 @@ def defaults_node() -> dict[str, Any]:
 
 
 def compose(
-    config_path: str | None, config_name: str | None, overrides: list[str], search_from: Path | None = None
+    config_path: str | None,
+    config_name: str | None,
+    overrides: list[str],
+    search_from: Path | None = None,
+    *,
+    preflight: bool = False,
 ) -> AgenticConfig:
-    """Compose with Hydra and validate; raise `ConfigError` with a helpful message."""
+    """Compose with Hydra and validate (`preflight`: also check envs, checkpoint and model folder);
+    raise `ConfigError` listing every problem."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.config_store import ConfigStore
@@ -74,20 +83,36 @@ def compose(
     except Exception as exc:  # hydra raises several types; all mean "your config/overrides are wrong"
         raise ConfigError(f"could not compose the config: {exc}") from exc
     data = OmegaConf.to_container(cfg, resolve=True)
-    return validate(data)
+    return validate(data, preflight=preflight)
 
 
-def validate(data: Any) -> AgenticConfig:
-    """`AgenticConfig.model_validate` with errors that name the key, suggest fixes and list valid keys."""
+def validate(data: Any, *, preflight: bool = False) -> AgenticConfig:
+    """`AgenticConfig.model_validate` with errors that name the key, suggest fixes and list valid keys;
+    with `preflight`, the checks of `roll_pipeline.preflight` too, all problems in one `ConfigError`."""
+    problems: list[str] = []
+    config = None
     try:
-        return AgenticConfig.model_validate(data)
+        config = AgenticConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc)) from None
+        problems = validation_problems(exc)
+    if preflight and isinstance(data, dict):
+        from roll_pipeline.preflight import preflight_problems
+
+        problems += [f"  - {problem}" for problem in preflight_problems(data)]
+    if problems or config is None:
+        raise ConfigError("\n".join([f"{len(problems)} problem(s) in the config:", *problems]))
+    return config
 
 
 def format_validation_error(exc: ValidationError) -> str:
     """One line per problem: where, what, and a suggestion for unknown keys."""
-    lines = [f"{exc.error_count()} problem(s) in the config:"]
+    problems = validation_problems(exc)
+    return "\n".join([f"{len(problems)} problem(s) in the config:", *problems])
+
+
+def validation_problems(exc: ValidationError) -> list[str]:
+    """One `  - ...` line per schema error: where, what, and a suggestion for unknown keys."""
+    lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
@@ -101,7 +126,7 @@ def format_validation_error(exc: ValidationError) -> str:
             )
         else:
             lines.append(f"  - {loc or '(top level)'}: {err['msg']} (got {err.get('input')!r})")
-    return "\n".join(lines)
+    return lines
 
 
 def _fields_at(path: tuple[Any, ...]) -> set[str]:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import msgpack
 
 from roll_rollout.errors import PayloadError
+from roll_rollout.wire import REQUEST_DECODER, RESULT_DECODER, decode_typed
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,11 @@ def encode_request(request: GenerateRequest) -> bytes:
 
 
 def decode_request(payload: bytes) -> GenerateRequest:
-    """Inverse of `encode_request`, validating the payload."""
-    msg = _unpack(payload, "generate request")
-    try:
-        return GenerateRequest(list(msg["prompt_ids"]), SamplingSettings(**msg["sampling"]))
-    except (KeyError, TypeError) as exc:
-        raise PayloadError(f"generate request is malformed: {exc}") from exc
+    """Inverse of `encode_request`, checking every field's type and range (`roll_rollout.wire`)."""
+    msg = decode_typed(REQUEST_DECODER, payload, "generate request")
+    s = msg.sampling
+    sampling = SamplingSettings(s.max_new_tokens, s.temperature, s.top_p, s.top_k, s.greedy)
+    return GenerateRequest(msg.prompt_ids, sampling)
 
 
 def encode_result(result: GenerateResult) -> bytes:
@@ -84,12 +84,14 @@ def encode_result(result: GenerateResult) -> bytes:
 
 
 def decode_result(payload: bytes) -> GenerateResult:
-    """Inverse of `encode_result`, validating the payload."""
-    msg = _unpack(payload, "generate result")
-    try:
-        return GenerateResult(**msg)
-    except TypeError as exc:
-        raise PayloadError(f"generate result is malformed: {exc}") from exc
+    """Inverse of `encode_result`, checking every field's type and range (`roll_rollout.wire`)."""
+    msg = decode_typed(RESULT_DECODER, payload, "generate result")
+    if len(msg.log_probs) != len(msg.output_ids):
+        raise PayloadError(
+            f"generate result: {len(msg.log_probs)} log_probs for {len(msg.output_ids)} output ids; "
+            "the backend must return one log-prob per sampled token"
+        )
+    return GenerateResult(msg.output_ids, msg.log_probs, msg.finish_reason, msg.policy_version)
 
 
 def encode_requests(requests: Sequence[GenerateRequest]) -> bytes:
@@ -110,13 +112,6 @@ def encode_results(results: Sequence[GenerateResult]) -> bytes:
 def decode_results(payload: bytes) -> list[GenerateResult]:
     """Inverse of `encode_results`, validating every result."""
     return [decode_result(item) for item in _unpack_list(payload, "generate result list")]
-
-
-def _unpack(payload: bytes, what: str) -> dict[str, Any]:
-    msg = _unpack_any(payload, what)
-    if not isinstance(msg, dict):
-        raise PayloadError(f"{what}: expected a map, got {type(msg).__name__}")
-    return msg
 
 
 def _unpack_list(payload: bytes, what: str) -> list[bytes]:

@@ -4,19 +4,33 @@ A trajectory is one episode of one env: per-turn prompt and response token ids e
 saw and sampled them (token-in/token-out), the inference log-probs, the env's reward and flags per
 turn, a state key per turn (GiGPO anchors) and the policy version that produced each turn.
 
-Payloads carry a schema name and version; `decode_trajectory` validates both and every field's type,
-so a corrupt or foreign payload fails with a clear `PayloadError` instead of deep inside training.
+Payloads carry a schema name and version. `decode_trajectory` checks both, then decodes the body with
+msgspec into typed structs that mirror `Turn` and `Trajectory` field for field, so every value is
+checked down to its element type and range (the rules are in `roll_rollout.wire`): a corrupt, foreign
+or out-of-range payload fails with a `PayloadError` naming the field path, never deep inside training.
+Unknown and missing fields are errors too: the version says which fields a payload has.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
-import msgpack
+import msgspec
 
 from roll_rollout.errors import PayloadError
+from roll_rollout.wire import (
+    MAX_TEXT_CHARS,
+    Count,
+    FiniteFloat,
+    LogProb,
+    Name,
+    Text,
+    TokenId,
+    decode_typed,
+)
 
 SCHEMA_NAME = "roll.trajectory"
 SCHEMA_VERSION = 1
@@ -76,75 +90,130 @@ def stable_hash(text: str) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
-_TURN_TYPES: dict[str, tuple[type, ...]] = {
-    "prompt_ids": (list,),
-    "response_ids": (list,),
-    "log_probs": (list,),
-    "reward": (float, int),
-    "action_is_valid": (bool,),
-    "action_is_effective": (bool,),
-    "state_key": (str,),
-    "policy_version": (int,),
-    "finish_reason": (str,),
-    "response_text": (str,),
-}
-_TRAJ_TYPES: dict[str, tuple[type, ...]] = {
-    "env_id": (int,),
-    "group_id": (int,),
-    "episode_id": (int,),
-    "tag": (str,),
-    "seed": (int,),
-    "turns": (list,),
-    "success": (bool,),
-    "terminated": (bool,),
-    "truncated": (bool,),
-    "metrics": (dict,),
-    "error": (str, type(None)),
-}
+class _TurnWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """`Turn` as it travels: every field required, each with its range."""
+
+    prompt_ids: list[TokenId]
+    response_ids: list[TokenId]
+    log_probs: list[LogProb]
+    reward: FiniteFloat
+    action_is_valid: bool
+    action_is_effective: bool
+    state_key: Text
+    policy_version: Count
+    finish_reason: Name
+    response_text: Text
+
+
+class _TrajectoryWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """`Trajectory` as it travels: every field required, each with its range."""
+
+    env_id: Count
+    group_id: Count
+    episode_id: Count
+    tag: Name
+    seed: Count
+    turns: list[_TurnWire]
+    success: bool
+    terminated: bool
+    truncated: bool
+    metrics: dict[Name, FiniteFloat]
+    error: Text | None
+
+
+class _Payload(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A whole payload, decoded in one pass (the fast path of a valid payload)."""
+
+    schema: str
+    version: int
+    trajectory: _TrajectoryWire
+
+
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """Schema name and version alone, checked before the body when a payload fails: the body's layout
+    depends on them, so a payload of another version is reported as such, not as a field error."""
+
+    schema: Any = None
+    version: Any = None
+    trajectory: msgspec.Raw = msgspec.Raw()
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_PAYLOAD = msgspec.msgpack.Decoder(_Payload)
+_ENVELOPE = msgspec.msgpack.Decoder(_Envelope)
+_BODY = msgspec.msgpack.Decoder(_TrajectoryWire)
+_CLIPPED = "\n[... error message clipped to fit the trajectory schema]"
 
 
 def encode_trajectory(traj: Trajectory) -> bytes:
-    """Encode a trajectory as a versioned msgpack payload."""
-    body = asdict(traj)
-    return msgpack.packb({"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, "trajectory": body})
+    """Encode a trajectory as a versioned msgpack payload (an over-long `error` text is clipped)."""
+    if traj.error is not None and len(traj.error) > MAX_TEXT_CHARS:
+        traj = dataclasses.replace(traj, error=traj.error[: MAX_TEXT_CHARS - len(_CLIPPED)] + _CLIPPED)
+    return _ENCODER.encode({"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, "trajectory": traj})
 
 
 def decode_trajectory(payload: bytes) -> Trajectory:
     """Decode and validate a payload made by `encode_trajectory`; raise `PayloadError` otherwise."""
     try:
-        msg = msgpack.unpackb(payload, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise PayloadError(f"trajectory payload is not valid msgpack ({type(exc).__name__}: {exc})") from exc
-    if not isinstance(msg, dict) or msg.get("schema") != SCHEMA_NAME:
-        got = msg.get("schema") if isinstance(msg, dict) else type(msg).__name__
-        raise PayloadError(f"expected a '{SCHEMA_NAME}' payload, got schema {got!r}")
-    if msg.get("version") != SCHEMA_VERSION:
-        raise PayloadError(
-            f"trajectory schema version {msg.get('version')!r} is not supported (expected {SCHEMA_VERSION}); "
-            "producer and consumer run different roll-rollout versions: install the same version on both"
-        )
-    body = msg.get("trajectory")
-    _check_fields(body, _TRAJ_TYPES, "trajectory")
+        decoded = _PAYLOAD.decode(payload)
+    except Exception:  # say what is wrong, in order: envelope, schema, version, then the body
+        decoded = None
+    if decoded is None or decoded.schema != SCHEMA_NAME or decoded.version != SCHEMA_VERSION:
+        _raise_payload_error(payload)
+    body = decoded.trajectory
     turns = []
-    for i, raw in enumerate(body["turns"]):
-        _check_fields(raw, _TURN_TYPES, f"trajectory.turns[{i}]")
-        if len(raw["log_probs"]) != len(raw["response_ids"]):
+    for i, t in enumerate(body.turns):
+        if len(t.log_probs) != len(t.response_ids):
             raise PayloadError(
-                f"trajectory.turns[{i}]: {len(raw['log_probs'])} log_probs for "
-                f"{len(raw['response_ids'])} response ids; they must have the same length"
+                f"trajectory.turns[{i}]: {len(t.log_probs)} log_probs for {len(t.response_ids)} response "
+                "ids; they must have the same length (one log-prob per sampled token)"
             )
-        turns.append(Turn(**raw))
-    return Trajectory(**{**body, "turns": turns})
+        turns.append(
+            Turn(
+                t.prompt_ids,
+                t.response_ids,
+                t.log_probs,
+                t.reward,
+                t.action_is_valid,
+                t.action_is_effective,
+                t.state_key,
+                t.policy_version,
+                t.finish_reason,
+                t.response_text,
+            )
+        )
+    return Trajectory(
+        body.env_id,
+        body.group_id,
+        body.episode_id,
+        body.tag,
+        body.seed,
+        turns,
+        body.success,
+        body.terminated,
+        body.truncated,
+        body.metrics,
+        body.error,
+    )
 
 
-def _check_fields(obj: Any, types: dict[str, tuple[type, ...]], where: str) -> None:
-    if not isinstance(obj, dict):
-        raise PayloadError(f"{where}: expected a map, got {type(obj).__name__}")
-    missing = sorted(set(types) - set(obj))
-    extra = sorted(set(obj) - set(types))
-    if missing or extra:
-        raise PayloadError(f"{where}: missing fields {missing}, unknown fields {extra}")
-    for name, allowed in types.items():
-        if not isinstance(obj[name], allowed):
-            names = "/".join(t.__name__ for t in allowed)
-            raise PayloadError(f"{where}.{name}: expected {names}, got {type(obj[name]).__name__}")
+def _raise_payload_error(payload: bytes) -> NoReturn:
+    """Raise the `PayloadError` that first says what is wrong with a payload the fast path rejected."""
+    envelope = decode_typed(_ENVELOPE, payload, "trajectory payload")
+    if envelope.schema != SCHEMA_NAME:
+        raise PayloadError(
+            f"expected a {SCHEMA_NAME!r} payload, got schema {envelope.schema!r:.80}: "
+            "this payload was not made by encode_trajectory"
+        )
+    if type(envelope.version) is not int or envelope.version != SCHEMA_VERSION:
+        raise PayloadError(
+            f"trajectory schema version {envelope.version!r:.80} is not supported (expected the int "
+            f"{SCHEMA_VERSION}); producer and consumer run different roll-rollout versions: install the "
+            "same version on both"
+        )
+    if not len(envelope.trajectory):
+        raise PayloadError(
+            "trajectory payload has no 'trajectory' body: it was not made by encode_trajectory"
+        )
+    decode_typed(_BODY, envelope.trajectory, "trajectory")
+    raise PayloadError("trajectory payload is malformed")  # not reached: the body decode raised

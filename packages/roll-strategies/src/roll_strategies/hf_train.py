@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -30,6 +30,8 @@ class LossFn(Protocol):
 
 
 TRAINER_STATE_FILE = "trainer_state.pt"
+
+T = TypeVar("T")
 
 
 class HFTrainStrategy:
@@ -159,8 +161,10 @@ class HFTrainStrategy:
                 f"{sorted(p.name for p in path.iterdir()) if path.is_dir() else 'no folder'}; pass a folder "
                 "written by HFTrainStrategy.save_checkpoint."
             )
-        load_named_weights(self.model, load_file(str(weights), device=str(self.device)))
-        state = torch.load(state_file, weights_only=True, map_location="cpu")
+        load_named_weights(
+            self.model, _read(weights, lambda: load_file(str(weights), device=str(self.device)))
+        )
+        state = _read(state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu"))
         self.step = int(state["step"])
         torch.set_rng_state(state["rng"])
         if self.optimizer is not None and self.scheduler is not None:
@@ -171,3 +175,14 @@ class HFTrainStrategy:
                 )
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
+
+
+def _read(path: Path, load: Callable[[], T]) -> T:
+    """`load()`, with any failure to read `path` raised as a `CheckpointError` naming the file."""
+    try:
+        return load()
+    except Exception as exc:  # safetensors, torch and pickle raise unrelated types on a damaged file
+        raise CheckpointError(
+            f"{path} cannot be read ({type(exc).__name__}: {exc}); the file is damaged or truncated. "
+            "Resume from an earlier checkpoint."
+        ) from exc

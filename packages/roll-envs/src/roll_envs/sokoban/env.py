@@ -46,6 +46,8 @@ STEP_PENALTY = -0.1
 BOX_ON_TARGET = 1.0
 BOX_OFF_TARGET = -1.0
 SOLVED_BONUS = 10.0
+WORST_MOVE_REWARD = STEP_PENALTY + BOX_OFF_TARGET
+"""The lowest reward of one move (pushing a box off a target): -1.1."""
 
 
 class SokobanConfig(EnvConfig):
@@ -53,6 +55,12 @@ class SokobanConfig(EnvConfig):
 
     max_steps: int = Field(
         100, ge=1, le=100_000, description="turns (calls to step) before the episode is truncated"
+    )
+    format_penalty: float = Field(
+        -WORST_MOVE_REWARD,
+        ge=0.0,
+        description="subtracted from the reward of a turn whose answer is not a valid action; the default "
+        "1.1 makes garbage score as the worst move (a box pushed off a target), never better",
     )
     dim_x: int = Field(6, ge=4, le=20, description="grid width, walls included")
     dim_y: int = Field(6, ge=4, le=20, description="grid height, walls included")
