@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from roll_strategies._loading import load_model_and_tokenizer
 from roll_strategies.errors import CheckpointError, StrategyError
+from roll_strategies.forward import micro_batch_outputs
 from roll_strategies.logprobs import batched_log_probs, token_log_probs
 from roll_strategies.weights import export_named_weights, load_named_weights
 
@@ -21,7 +22,9 @@ __all__ = ["HFTrainStrategy", "LossFn"]
 class LossFn(Protocol):
     """loss_fn(log_probs [B, T], entropy [B, T] | None, micro_batch) -> (scalar loss, {name: float}).
 
-    log_probs / entropy are aligned with micro_batch["input_ids"] (position 0 is 0) and carry grad.
+    log_probs / entropy are aligned with micro_batch["input_ids"] (position 0 is 0) and carry grad. With a
+    `response_mask` in the micro-batch they are computed at its positions only (zero elsewhere), padded or
+    packed (`forward.PACK_CAPACITY_KEY`); with `forward.REF_FULL_KEY` the strategy adds `full_kl` [B, T].
     """
 
     def __call__(
@@ -113,13 +116,19 @@ class HFTrainStrategy:
         for raw in micro_batches:
             mb = self._to_device(raw)
             weight = float(mb.get("loss_scale", 1.0 / len(micro_batches)))
-            log_probs, entropy = token_log_probs(
-                self.model,
-                mb["input_ids"],
-                mb["attention_mask"],
-                with_entropy=with_entropy,
-                needed=mb.get("response_mask"),
-            )
+            if (
+                "response_mask" in mb
+            ):  # padded or packed (`pack_capacity`), exact KL with `ref_full_log_probs`
+                out = micro_batch_outputs(
+                    self.model, mb, with_entropy=with_entropy, pad_id=int(self.tokenizer.pad_token_id or 0)
+                )
+                log_probs, entropy = out.log_probs, out.entropy
+                if out.full_kl is not None:
+                    mb["full_kl"] = out.full_kl
+            else:
+                log_probs, entropy = token_log_probs(
+                    self.model, mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy
+                )
             loss, metrics = loss_fn(log_probs, entropy, mb)
             (loss * weight).backward()
             total_weight += weight

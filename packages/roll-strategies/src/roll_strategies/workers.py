@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from roll_strategies.critic import HFCriticStrategy, ValueLossFn
+from roll_strategies.forward import full_log_probs, packing_supported
 from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
 
-__all__ = ["ActorInferWorker", "ActorTrainWorker", "ReferenceWorker"]
+__all__ = ["ActorInferWorker", "ActorTrainWorker", "CriticWorker", "ReferenceWorker"]
 
 
 def _set_threads(num_threads: int | None) -> None:
@@ -63,6 +65,16 @@ class ActorTrainWorker:
         """Optimizer steps taken (restored by load_checkpoint)."""
         return self.strategy.step
 
+    def packing_supported(self) -> bool:
+        """Whether packed micro-batches (`forward.PACK_CAPACITY_KEY`) give the padded results on this model."""
+        return packing_supported(self.strategy.model)
+
+    def compute_full_log_probs(
+        self, batch: Mapping[str, torch.Tensor], micro_batch_size: int
+    ) -> torch.Tensor:
+        """[N, V] log-softmax at the response positions (row-major): the exact `full` KL estimator's input."""
+        return full_log_probs(self.strategy.model, batch, micro_batch_size, device=self.strategy.device)
+
 
 class ActorInferWorker:
     """Owns the sampling copy of the policy (`HFInferStrategy`); kwargs go to the strategy."""
@@ -107,3 +119,45 @@ class ReferenceWorker:
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """Reference log-probs [B, T] aligned with input_ids."""
         return self.strategy.compute_log_probs(batch, micro_batch_size)
+
+    def compute_full_log_probs(
+        self, batch: Mapping[str, torch.Tensor], micro_batch_size: int
+    ) -> torch.Tensor:
+        """[N, V] reference log-softmax at the response positions (row-major), for the `full` KL."""
+        return full_log_probs(self.strategy.model, batch, micro_batch_size, device=self.strategy.device)
+
+
+class CriticWorker:
+    """Owns the PPO critic (`HFCriticStrategy`: a value model with its own optimiser); kwargs go to it."""
+
+    def __init__(
+        self, model_path: str | Path, *, num_threads: int | None = None, **strategy_kwargs: Any
+    ) -> None:
+        _set_threads(num_threads)
+        self.strategy = HFCriticStrategy(model_path, **strategy_kwargs)
+
+    def compute_values(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
+        """Values [B, T] at the response positions, aligned with input_ids."""
+        return self.strategy.compute_values(batch, micro_batch_size)
+
+    def train_step(
+        self,
+        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        loss_fn: ValueLossFn,
+        *,
+        lr_scale: float = 1.0,
+    ) -> dict[str, float]:
+        """One optimiser step of the critic; returns averaged metrics + grad_norm + lr."""
+        return self.strategy.train_step(micro_batches, loss_fn, lr_scale=lr_scale)
+
+    def packing_supported(self) -> bool:
+        """Whether packed micro-batches give the padded values on this model."""
+        return self.strategy.packing_supported()
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        """See `HFCriticStrategy.save_checkpoint`."""
+        self.strategy.save_checkpoint(Path(path))
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """See `HFCriticStrategy.load_checkpoint`."""
+        self.strategy.load_checkpoint(Path(path))

@@ -1,0 +1,170 @@
+"""`HFCriticStrategy`: the PPO critic, a value model (`value_model.py`) trained with its own AdamW.
+
+The same seam as the actor's `HFTrainStrategy`: `compute_values` on a batch (like `compute_log_probs`),
+`train_step(micro_batches, loss_fn)` accumulating one optimiser step over micro-batches (padded, or
+packed when a micro-batch carries `forward.PACK_CAPACITY_KEY`), checkpoints. The loss is the caller's:
+`loss_fn(values [B, T], micro_batch) -> (loss, metrics)`, e.g. a clipped value loss against GAE returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from safetensors.torch import load_file
+
+from roll_strategies.errors import CheckpointError, StrategyError
+from roll_strategies.forward import PACK_CAPACITY_KEY, packing_supported, value_outputs
+from roll_strategies.hf_train import TRAINER_STATE_FILE, _read
+from roll_strategies.value_model import load_value_model
+from roll_strategies.weights import load_named_weights
+
+__all__ = ["HFCriticStrategy", "ValueLossFn"]
+
+
+class ValueLossFn(Protocol):
+    """loss_fn(values [B, T], micro_batch) -> (scalar loss, {name: float}); values carry grad and are
+    aligned with micro_batch["input_ids"] (zero outside micro_batch["response_mask"])."""
+
+    def __call__(
+        self, values: torch.Tensor, micro_batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+class HFCriticStrategy:
+    """A Hugging Face value model trained with AdamW (linear warm-up, grad-norm clipping), CPU or one GPU."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        learning_rate: float = 1e-4,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        max_grad_norm: float = 1.0,
+        warmup_steps: int = 0,
+        seed: int = 0,
+    ) -> None:
+        torch.manual_seed(seed)
+        self.device = torch.device(device)
+        self.model, self.tokenizer = load_value_model(model_path, device=device, dtype=dtype)
+        self.pad_id = int(self.tokenizer.pad_token_id or 0)
+        self.max_grad_norm = max_grad_norm
+        self.step = 0
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=learning_rate, weight_decay=weight_decay, betas=tuple(betas), eps=eps
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+        )
+
+    def packing_supported(self) -> bool:
+        """Whether packed micro-batches give the same values as padded ones for this model."""
+        return packing_supported(self.model, value_model=True)
+
+    def compute_values(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
+        """[B, T] values at batch["response_mask"] positions (zero elsewhere), no grad, on CPU."""
+        if micro_batch_size < 1:
+            raise StrategyError(f"Expected micro_batch_size >= 1, got {micro_batch_size}.")
+        ids, mask, needed = batch["input_ids"], batch["attention_mask"], batch["response_mask"]
+        out = torch.zeros(ids.shape, dtype=torch.float32)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for start in range(0, ids.shape[0], micro_batch_size):
+                    sl = slice(start, start + micro_batch_size)
+                    if not bool(needed[sl].any()):
+                        continue
+                    values = value_outputs(
+                        self.model,
+                        ids[sl].to(self.device),
+                        mask[sl].to(self.device),
+                        needed[sl].to(self.device),
+                    )
+                    out[sl] = values.cpu()
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def train_step(
+        self,
+        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        loss_fn: ValueLossFn,
+        *,
+        lr_scale: float = 1.0,
+    ) -> dict[str, float]:
+        """One optimiser step accumulated over `micro_batches` (input_ids, attention_mask, response_mask and
+        whatever `loss_fn` reads); each loss weighted by mb["loss_scale"] (default 1 / count). Returns the
+        weighted metrics plus grad_norm and lr."""
+        if not 0.0 <= lr_scale <= 1.0:
+            raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
+        if not micro_batches:
+            raise StrategyError("Expected at least one micro-batch in train_step, got none.")
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        total = 0.0
+        for raw in micro_batches:
+            mb = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
+            weight = float(mb.get("loss_scale", 1.0 / len(micro_batches)))
+            capacity = mb.get(PACK_CAPACITY_KEY)
+            values = value_outputs(
+                self.model,
+                mb["input_ids"],
+                mb["attention_mask"],
+                mb["response_mask"],
+                pack_capacity=None if capacity is None else int(capacity),
+                pad_id=self.pad_id,
+            )
+            loss, metrics = loss_fn(values, mb)
+            (loss * weight).backward()
+            total += weight
+            for key, value in {"loss": float(loss.detach()), **metrics}.items():
+                sums[key] = sums.get(key, 0.0) + weight * float(value)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        for group in self.optimizer.param_groups:  # scheduler.step() resets lr from its base
+            group["lr"] *= lr_scale
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        norm = total or 1.0
+        return {**{k: v / norm for k, v in sums.items()}, "grad_norm": float(grad_norm), "lr": float(lr)}
+
+    def save_checkpoint(self, path: Path) -> None:
+        """Value model (safetensors, loadable by `load_value_model`) + tokenizer + optimiser state."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+        state = {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
+        torch.save(state, path / TRAINER_STATE_FILE)
+
+    def load_checkpoint(self, path: Path) -> None:
+        """Restore what `save_checkpoint` wrote."""
+        path = Path(path)
+        weights, state_file = path / "model.safetensors", path / TRAINER_STATE_FILE
+        if not weights.exists() or not state_file.exists():
+            raise CheckpointError(
+                f"Expected {weights.name} and {state_file.name} in {path}, found "
+                f"{sorted(p.name for p in path.iterdir()) if path.is_dir() else 'no folder'}; pass a folder "
+                "written by HFCriticStrategy.save_checkpoint."
+            )
+        load_named_weights(
+            self.model, _read(weights, lambda: load_file(str(weights), device=str(self.device)))
+        )
+        state = _read(state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu"))
+        self.step = int(state["step"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
