@@ -1,101 +1,209 @@
-"""From trajectories to training rows: one row per agent turn (that turn's prompt + response).
+"""From trajectories to training samples, in one of two shapes, plus the per-turn view the estimators use.
 
-Rows are right-padded into tensors; `response_mask` is aligned with `input_ids` (True where the token
-was sampled by the policy), so log-probs computed position by position can be masked directly.
-The per-row ids (trajectory, group, step, anchor) feed every advantage estimator with one call shape.
+- `step`: one row per agent turn, that turn's prompt + response (GiGPO's step-wise training);
+- `trajectory`: one row per episode (StarPO): the whole conversation as the policy saw it. Each turn's
+  prompt must extend the previous turn's prompt + response token for token (prompts that keep the
+  whole history), so the row is the last turn's prompt + response, every turn's response sits at the
+  column where its own prompt ends, and the observations in between are masked. The row is built from
+  the exact sampled ids: nothing is re-tokenised, and a trajectory whose prompts do not chain is an error.
+
+Advantages are computed on the *turn view*: one compact row per turn holding only its response tokens,
+the row model of every estimator in roll_algos (a turn's token sequence, step rewards, anchors). Both
+sample shapes hold the same response tokens, so `to_train` / `to_turns` move per-token tensors (values,
+log-probs, advantages) between the views exactly; which shape trains never changes what an estimator
+computes, and every estimator works with either shape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from roll_algos import AdvantageInputs
 from roll_rollout import Trajectory
 
+SampleShape = Literal["step", "trajectory"]
+
+
+class SampleError(ValueError):
+    """Trajectories cannot be turned into samples of the requested shape (the message says why and the fix)."""
+
 
 @dataclass
-class RowBatch:
-    """Padded rows of a batch of trajectories. R rows, T tokens."""
+class TurnView:
+    """One compact row per turn (N turns, Q = longest response): the estimators' inputs."""
 
-    input_ids: torch.Tensor  # [R, T] long
+    response_mask: torch.Tensor  # [N, Q] bool
+    token_rewards: torch.Tensor  # [N, Q]: the turn's env reward on its last response token
+    episode_scores: torch.Tensor  # [N]
+    step_rewards: torch.Tensor  # [N]
+    trajectory_ids: torch.Tensor  # [N] long
+    group_ids: torch.Tensor  # [N] long
+    step_ids: torch.Tensor  # [N] long
+    anchor_ids: torch.Tensor  # [N] long
+
+
+@dataclass
+class Samples:
+    """Training rows of a batch (R rows, T tokens) and the turn view of the same response tokens."""
+
+    shape: SampleShape
+    input_ids: torch.Tensor  # [R, T] long, right-padded
     attention_mask: torch.Tensor  # [R, T] long
-    response_mask: torch.Tensor  # [R, T] bool
-    infer_log_probs: torch.Tensor  # [R, T] float, 0 off the response
-    token_rewards: torch.Tensor  # [R, T] float: the turn's env reward on its last response token
-    episode_scores: torch.Tensor  # [R]
-    step_rewards: torch.Tensor  # [R]
-    trajectory_ids: torch.Tensor  # [R] long
-    group_ids: torch.Tensor  # [R] long
-    step_ids: torch.Tensor  # [R] long
-    anchor_ids: torch.Tensor  # [R] long
-    tags: list[str]
+    response_mask: torch.Tensor  # [R, T] bool: the sampled tokens (trained)
+    segment_ids: torch.Tensor  # [R, T] long: 1 + turn index on response tokens, 0 elsewhere
+    infer_log_probs: torch.Tensor  # [R, T] the sampler's log-probs, 0 off the response
+    row_trajectory: torch.Tensor  # [R] long: index of the row's trajectory in the batch
+    turns: TurnView
+    tags: list[str]  # per row
+    _train_index: torch.Tensor  # [M] flat positions in [R, T] of the M response tokens
+    _turn_index: torch.Tensor  # [M] flat positions in [N, Q] of the same tokens
 
     @property
     def num_rows(self) -> int:
         """R."""
         return int(self.input_ids.shape[0])
 
+    @property
+    def lengths(self) -> torch.Tensor:
+        """[R] real tokens per row."""
+        return self.attention_mask.sum(dim=1)
+
+    def to_train(self, x: torch.Tensor) -> torch.Tensor:
+        """A per-token tensor of the turn view [N, Q] -> the training rows [R, T] (0 off the response)."""
+        out = x.new_zeros(self.input_ids.shape)
+        out.view(-1)[self._train_index] = x.reshape(-1)[self._turn_index]
+        return out
+
+    def to_turns(self, x: torch.Tensor) -> torch.Tensor:
+        """A per-token tensor of the training rows [R, T] -> the turn view [N, Q] (0 off the response)."""
+        out = x.new_zeros(self.turns.response_mask.shape)
+        out.view(-1)[self._turn_index] = x.reshape(-1)[self._train_index]
+        return out
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """What a forward pass over the rows needs."""
+        return {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "response_mask": self.response_mask,
+        }
+
     def advantage_inputs(
         self,
+        values: torch.Tensor | None = None,
         old_log_probs: torch.Tensor | None = None,
         ref_log_probs: torch.Tensor | None = None,
-        values: torch.Tensor | None = None,
     ) -> AdvantageInputs:
-        """The estimator inputs of these rows."""
+        """Estimator inputs on the turn view; per-token tensors are given in the training rows' layout."""
+        t = self.turns
+
+        def view(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else self.to_turns(x)
+
         return AdvantageInputs(
-            response_mask=self.response_mask,
-            token_rewards=self.token_rewards,
-            episode_scores=self.episode_scores,
-            step_rewards=self.step_rewards,
-            trajectory_ids=self.trajectory_ids,
-            group_ids=self.group_ids,
-            step_ids=self.step_ids,
-            anchor_ids=self.anchor_ids,
-            values=values,
-            old_log_probs=old_log_probs,
-            ref_log_probs=ref_log_probs,
+            response_mask=t.response_mask,
+            token_rewards=t.token_rewards,
+            episode_scores=t.episode_scores,
+            step_rewards=t.step_rewards,
+            trajectory_ids=t.trajectory_ids,
+            group_ids=t.group_ids,
+            step_ids=t.step_ids,
+            anchor_ids=t.anchor_ids,
+            values=view(values),
+            old_log_probs=view(old_log_probs),
+            ref_log_probs=view(ref_log_probs),
         )
 
 
-def build_rows(trajectories: Sequence[Trajectory], pad_id: int) -> RowBatch:
-    """One row per turn of every trajectory (trajectories without turns contribute nothing)."""
-    rows = [(ti, t, k, turn) for ti, t in enumerate(trajectories) for k, turn in enumerate(t.turns)]
-    if not rows:
-        raise ValueError("no turns to train on: every trajectory is empty")
-    width = max(len(turn.prompt_ids) + len(turn.response_ids) for *_, turn in rows)
-    n = len(rows)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((n, width), dtype=torch.long)
-    response = torch.zeros((n, width), dtype=torch.bool)
-    infer_lp = torch.zeros((n, width))
-    token_rewards = torch.zeros((n, width))
-    scalars = torch.zeros((n, 2))
-    ids = torch.zeros((n, 4), dtype=torch.long)
-    for r, (ti, traj, k, turn) in enumerate(rows):
-        p, q = len(turn.prompt_ids), len(turn.response_ids)
-        input_ids[r, : p + q] = torch.tensor(turn.prompt_ids + turn.response_ids, dtype=torch.long)
-        attention[r, : p + q] = 1
-        response[r, p : p + q] = True
-        infer_lp[r, p : p + q] = torch.tensor(turn.log_probs)
+def _check_chain(traj: Trajectory, index: int) -> None:
+    """Each turn's prompt must start with the previous turn's prompt + response, token for token."""
+    for k in range(1, len(traj.turns)):
+        prev, turn = traj.turns[k - 1], traj.turns[k]
+        head = len(prev.prompt_ids) + len(prev.response_ids)
+        if turn.prompt_ids[:head] != prev.prompt_ids + prev.response_ids:
+            raise SampleError(
+                f"sample_shape=trajectory: trajectory {index} (env {traj.env_id}, tag {traj.tag!r}) has a turn {k}"
+                " whose prompt does not extend turn"
+                f" {k - 1}'s prompt + response, so no single sequence holds what the policy saw at both turns"
+                " (prompts that drop history: max_history_turns is not null). Set custom_envs.<tag>."
+                "max_history_turns: null, or sample_shape=step."
+            )
+
+
+def build_samples(trajectories: Sequence[Trajectory], pad_id: int, shape: SampleShape = "step") -> Samples:
+    """Samples of `shape` from whole trajectories (trajectories without turns contribute nothing)."""
+    if shape not in ("step", "trajectory"):
+        raise SampleError(f"Expected sample shape 'step' or 'trajectory', got {shape!r}.")
+    turns = [(ti, t, k, turn) for ti, t in enumerate(trajectories) for k, turn in enumerate(t.turns)]
+    if not turns:
+        raise SampleError("no turns to train on: every trajectory is empty")
+    # (row of each turn, column of its first response token) in the training rows
+    if shape == "step":
+        rows = [turn.prompt_ids + turn.response_ids for *_, turn in turns]
+        row_traj = [ti for ti, *_ in turns]
+        tags = [t.tag for _, t, _, _ in turns]
+        place = [(r, len(turn.prompt_ids)) for r, (*_, turn) in enumerate(turns)]
+    else:
+        kept = [(ti, t) for ti, t in enumerate(trajectories) if t.turns]
+        row_of = {ti: r for r, (ti, _) in enumerate(kept)}
+        for ti, t in kept:
+            _check_chain(t, ti)
+        rows = [t.turns[-1].prompt_ids + t.turns[-1].response_ids for _, t in kept]
+        row_traj = [ti for ti, _ in kept]
+        tags = [t.tag for _, t in kept]
+        place = [(row_of[ti], len(turn.prompt_ids)) for ti, _, _, turn in turns]
+    width = max(len(r) for r in rows)
+    n_rows, n_turns = len(rows), len(turns)
+    q_max = max(1, max(len(turn.response_ids) for *_, turn in turns))
+    input_ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((n_rows, width), dtype=torch.long)
+    for r, ids in enumerate(rows):
+        input_ids[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention[r, : len(ids)] = 1
+    response = torch.zeros((n_rows, width), dtype=torch.bool)
+    segments = torch.zeros((n_rows, width), dtype=torch.long)
+    infer_lp = torch.zeros((n_rows, width))
+    turn_mask = torch.zeros((n_turns, q_max), dtype=torch.bool)
+    token_rewards = torch.zeros((n_turns, q_max))
+    scalars = torch.zeros((n_turns, 2))
+    ids = torch.zeros((n_turns, 4), dtype=torch.long)
+    train_index, turn_index = [], []
+    for n, ((ti, traj, k, turn), (r, col)) in enumerate(zip(turns, place, strict=True)):
+        q = len(turn.response_ids)
+        response[r, col : col + q] = True
+        segments[r, col : col + q] = k + 1
+        infer_lp[r, col : col + q] = torch.tensor(turn.log_probs)
+        turn_mask[n, :q] = True
         if q:
-            token_rewards[r, p + q - 1] = turn.reward
-        scalars[r] = torch.tensor([traj.score, turn.reward])
-        ids[r] = torch.tensor([ti, traj.group_id, k, turn.anchor_id])
-    return RowBatch(
+            token_rewards[n, q - 1] = turn.reward
+        scalars[n] = torch.tensor([traj.score, turn.reward])
+        ids[n] = torch.tensor([ti, traj.group_id, k, turn.anchor_id])
+        train_index += range(r * width + col, r * width + col + q)
+        turn_index += range(n * q_max, n * q_max + q)
+    return Samples(
+        shape=shape,
         input_ids=input_ids,
         attention_mask=attention,
         response_mask=response,
+        segment_ids=segments,
         infer_log_probs=infer_lp,
-        token_rewards=token_rewards,
-        episode_scores=scalars[:, 0].clone(),
-        step_rewards=scalars[:, 1].clone(),
-        trajectory_ids=ids[:, 0].clone(),
-        group_ids=ids[:, 1].clone(),
-        step_ids=ids[:, 2].clone(),
-        anchor_ids=ids[:, 3].clone(),
-        tags=[traj.tag for _, traj, _, _ in rows],
+        row_trajectory=torch.tensor(row_traj, dtype=torch.long),
+        turns=TurnView(
+            response_mask=turn_mask,
+            token_rewards=token_rewards,
+            episode_scores=scalars[:, 0].clone(),
+            step_rewards=scalars[:, 1].clone(),
+            trajectory_ids=ids[:, 0].clone(),
+            group_ids=ids[:, 1].clone(),
+            step_ids=ids[:, 2].clone(),
+            anchor_ids=ids[:, 3].clone(),
+        ),
+        tags=tags,
+        _train_index=torch.tensor(train_index, dtype=torch.long),
+        _turn_index=torch.tensor(turn_index, dtype=torch.long),
     )
 
 

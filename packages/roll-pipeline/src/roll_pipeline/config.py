@@ -11,9 +11,31 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from roll_pipeline.config_checks import config_problems
 from roll_pipeline.models import TINY_FROZEN_LAKE_INSTRUCTION
+from roll_pipeline.worker_config import (
+    GeneratingArgs,
+    ModelArgs,
+    StrategyArgs,
+    StrictModel,
+    TrainingArgs,
+    WorkerConfig,
+)
+
+__all__ = [
+    "AgenticConfig",
+    "ClusterConfig",
+    "CustomEnvConfig",
+    "EnvManagerConfig",
+    "GeneratingArgs",
+    "ModelArgs",
+    "StrategyArgs",
+    "StrictModel",
+    "TrainingArgs",
+    "WorkerConfig",
+]
 
 AdvEstimatorName = Literal[
     "grpo", "reinforce", "gae", "reinforce_plus_plus", "gigpo", "step_reinforce", "agentic_reinforce"
@@ -21,103 +43,6 @@ AdvEstimatorName = Literal[
 LossAggModeName = Literal[
     "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
 ]
-
-
-class StrictModel(BaseModel):
-    """Base of every config model: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class ModelArgs(StrictModel):
-    """How to load the model weights."""
-
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
-    gguf_file: str | None = Field(None, description="GGUF file inside `pretrain` (needs the gguf extra)")
-
-
-class TrainingArgs(StrictModel):
-    """Optimiser and batching of a trained role."""
-
-    learning_rate: float = Field(1e-3, gt=0, description="AdamW learning rate")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
-    adam_epsilon: float = Field(
-        1e-8,
-        gt=0,
-        description="AdamW epsilon; larger (e.g. 1e-5) stops parameters whose gradients are tiny noise (the"
-        " format tokens' under RL) from being scaled up to full learning-rate steps",
-    )
-    adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
-    adam_beta2: float = Field(
-        0.98,
-        ge=0,
-        lt=1,
-        description="AdamW second-moment decay; lower (e.g. 0.98) bounds the step a sudden gradient spike"
-        " causes at (1 - beta1) / sqrt(1 - beta2) learning rates",
-    )
-    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
-    warmup_steps: int = Field(50, ge=0, description="linear learning-rate warm-up, optimiser steps")
-    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
-        "linear", description="learning-rate decay over the run's max_steps pipeline steps (after warm-up)"
-    )
-    min_lr_ratio: float = Field(
-        0.0,
-        ge=0,
-        le=1,
-        description="the decayed learning rate at the last step, as a fraction of learning_rate",
-    )
-    per_device_train_batch_size: int = Field(64, ge=1, description="rows per micro-batch")
-    gradient_accumulation_steps: int = Field(
-        3,
-        ge=1,
-        description="micro-batches per optimiser step (mini-batch = this x per_device_train_batch_size rows)",
-    )
-
-
-class GeneratingArgs(StrictModel):
-    """Sampling of the inference role."""
-
-    max_new_tokens: int = Field(
-        16, ge=1, description="cap on new tokens (custom_envs.*.max_tokens_per_step rules per turn)"
-    )
-    temperature: float = Field(
-        1.0, gt=0, description="sampling temperature of training rollouts (validation is greedy)"
-    )
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
-    top_k: int = Field(0, ge=0, description="top-k sampling; 0 disables")
-    stop_strings: list[str] = Field(
-        default_factory=lambda: ["</answer>"],
-        description="a response also ends after any of these (each must be one token); eos always stops",
-    )
-    num_return_sequences: Literal[1] = Field(
-        1, description="one sample per request (groups come from group_size)"
-    )
-
-
-class StrategyArgs(StrictModel):
-    """Which backend runs a role."""
-
-    strategy_name: Literal["hf_train", "hf_infer", "deepspeed_train", "vllm"] = Field(
-        "hf_train", description="backend of the role"
-    )
-    strategy_config: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
-
-
-class WorkerConfig(StrictModel):
-    """One role: actor_train, actor_infer or reference."""
-
-    model_args: ModelArgs = Field(default_factory=ModelArgs, description="how to load the weights")
-    training_args: TrainingArgs = Field(default_factory=TrainingArgs, description="optimiser and batching")
-    generating_args: GeneratingArgs = Field(default_factory=GeneratingArgs, description="sampling")
-    strategy_args: StrategyArgs = Field(default_factory=StrategyArgs, description="backend")
-    device_mapping: list[int] = Field(default_factory=list, description="GPU indices; empty runs on the CPU")
-    infer_batch_size: int = Field(128, ge=1, description="rows per forward pass when computing log-probs")
-    num_threads: int | None = Field(
-        None,
-        ge=1,
-        description="torch CPU threads of this role; null: every core of the machine on the CPU (the roles"
-        " take turns within a step), torch's default on a GPU",
-    )
 
 
 class EnvManagerConfig(StrictModel):
@@ -269,17 +194,43 @@ class AgenticConfig(StrictModel):
         " min(exp(old_log_prob - inference_log_prob), tis_cap) (needs recompute_old_log_probs; null: off)",
     )
     gamma: float = Field(
-        0.9, ge=0, le=1, description="discount (below 1: shorter paths to the goal score higher)"
+        0.9,
+        ge=0,
+        le=1,
+        description="discount (below 1: shorter paths to the goal score higher); per env step for gigpo /"
+        " step_reinforce / agentic_reinforce, per token for the others",
     )
-    lambd: float = Field(1.0, ge=0, le=1, description="GAE lambda")
+    lambd: float = Field(1.0, ge=0, le=1, description="GAE lambda (gae only)")
     pg_clip: float = Field(0.2, gt=0, description="PPO ratio clip range")
     pg_clip_low: float | None = Field(None, gt=0, description="lower clip range (default pg_clip)")
     pg_clip_high: float | None = Field(None, gt=0, description="upper clip range (default pg_clip)")
     dual_clip_loss: bool = Field(False, description="dual-clip PPO (c=3) for negative advantages")
-    init_kl_coef: float = Field(0.0, ge=0, description="KL penalty folded into the reward")
-    target_kl: float | None = Field(None, gt=0, description="adaptive KL controller target (None: fixed)")
-    kl_horizon: int = Field(10000, ge=1, description="adaptive KL controller horizon")
-    kl_penalty: Literal["kl", "abs", "mse", "k3", "full"] = Field("k3", description="per-token KL estimator")
+    ratio_level: Literal["token", "segment", "sequence"] = Field(
+        "token",
+        description="importance ratio of the PPO loss: per token (PPO), per segment (one per turn: exp of the"
+        " turn's mean log-ratio), per sequence (GSPO: one per training row; use small clip ranges)",
+    )
+    init_kl_coef: float = Field(
+        0.0,
+        ge=0,
+        description="KL(actor || reference) as a reward penalty with this coefficient: r_t - coef * KL_t on each"
+        " response token, and the turn's / episode's summed penalty on step rewards and scores, so every"
+        " estimator sees it; 0: off",
+    )
+    target_kl: float | None = Field(
+        None,
+        gt=0,
+        description="adaptive KL controller (Ziegler et al.): steer the measured KL per token towards this by"
+        " scaling the KL coefficients in use (init_kl_coef, kl_loss_coef); null: fixed coefficients",
+    )
+    kl_horizon: int = Field(
+        10000, ge=1, description="adaptive KL controller horizon, in trajectories (needs target_kl)"
+    )
+    kl_penalty: Literal["kl", "abs", "mse", "k3", "full"] = Field(
+        "k3",
+        description="per-token KL estimator of the reward penalty, the loss term and the measured KL; full is"
+        " exact over the vocabulary (memory: response tokens x vocabulary floats)",
+    )
     use_kl_loss: bool = Field(True, description="add kl_loss_coef * KL(actor || reference) to the loss")
     kl_loss_coef: float = Field(0.05, ge=0, description="weight of the KL loss term")
     entropy_loss_coef: float = Field(
@@ -315,6 +266,24 @@ class AgenticConfig(StrictModel):
         default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_infer")),
         description="the frozen initial policy of the KL term",
     )
+    critic: WorkerConfig = Field(
+        default_factory=WorkerConfig,
+        description="the value model of adv_estimator=gae (the policy's architecture with a value head, its own"
+        " optimiser); unused by the other estimators",
+    )
+    critic_warmup: int = Field(
+        0, ge=0, description="gae: the first this many steps train only the critic (the actor stays fixed)"
+    )
+    value_clip: float | None = Field(
+        None, gt=0, description="gae: clip the value loss around the old values by this much; null: unclipped"
+    )
+    sample_shape: Literal["auto", "step", "trajectory"] = Field(
+        "auto",
+        description="training rows: step = one per turn (its prompt + response); trajectory = one per episode"
+        " (StarPO: the whole conversation, every turn's response trained, observations masked; needs prompts"
+        " that keep the whole history, max_history_turns: null); auto = trajectory when every training env"
+        " keeps the whole history, else step",
+    )
     train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig, description="training envs")
     val_env_manager: EnvManagerConfig = Field(
         default_factory=_default_val_envs, description="validation envs (greedy)"
@@ -324,7 +293,10 @@ class AgenticConfig(StrictModel):
         description="env tags and their env types and limits",
     )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="where workers run")
-    render_save_dir: str | None = Field(None, description="save validation episodes as GIFs here")
+    render_save_dir: str | None = Field(
+        None,
+        description="save validation episodes as GIFs here; not implemented yet (issue #13): must be null",
+    )
     resume_from_checkpoint: str | None = Field(None, description="a checkpoint-N folder to resume from")
     track_with: list[Literal["tensorboard", "stdout"]] = Field(
         default_factory=lambda: ["tensorboard", "stdout"],
@@ -344,11 +316,6 @@ class AgenticConfig(StrictModel):
                     f"{name}.tags {unknown} have no entry in custom_envs (defined: {sorted(self.custom_envs)}); "
                     "add them under custom_envs with an env_type"
                 )
-        if self.tis_cap is not None and not self.recompute_old_log_probs:
-            raise ValueError(
-                "tis_cap needs recompute_old_log_probs=true: without recomputation the old log-probs are the"
-                " inference ones and every importance weight is 1; set both, or drop tis_cap"
-            )
         group = self.train_env_manager.group_size
         batch = self.train_rollout_batch_size
         if batch % group:
@@ -356,7 +323,18 @@ class AgenticConfig(StrictModel):
                 f"rollout_batch_size={batch} must be a multiple of train_env_manager.group_size={group} (whole"
                 " groups); a batch larger than num_env_groups*group_size is fine: groups play several seeds a step"
             )
+        problems = config_problems(self)
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
+
+    @property
+    def train_sample_shape(self) -> Literal["step", "trajectory"]:
+        """The training rows of this run: `sample_shape`, with `auto` resolved (see its description)."""
+        if self.sample_shape != "auto":
+            return self.sample_shape
+        full = all(self.custom_envs[t].max_history_turns is None for t in self.train_env_manager.tags)
+        return "trajectory" if full else "step"
 
     @property
     def train_rollout_batch_size(self) -> int:

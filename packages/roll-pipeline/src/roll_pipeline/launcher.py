@@ -72,6 +72,9 @@ def compose(
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
+    bad_keys = override_key_problems(overrides)
+    if bad_keys:  # before Hydra, whose own message ("Could not override ...") names no valid key
+        raise ConfigError("\n".join([f"{len(bad_keys)} problem(s) in the config:", *bad_keys]))
     ConfigStore.instance().store(name="roll_defaults", node=defaults_node())
     if config_path is not None and config_name is None:
         raise ConfigError("--config-path needs --config-name (the YAML file name without .yaml)")
@@ -104,6 +107,38 @@ def validate(data: Any, *, preflight: bool = False) -> AgenticConfig:
     return config
 
 
+def override_key_problems(overrides: list[str]) -> list[str]:
+    """One `  - unknown key ...` line (with the nearest valid keys) per override whose key is not in the schema.
+
+    `+`, `++` and `~` prefixes are allowed; below a free-form mapping key (a `custom_envs` tag) the walk goes
+    on into the mapping's value model, and it stops at free-form values (`env_config`, `strategy_config`),
+    which the env's own config and preflight check later.
+    """
+    lines = []
+    for override in overrides:
+        parts = [p for p in override.split("=", 1)[0].lstrip("+~").strip().split(".") if p]
+        annotation: Any = AgenticConfig
+        for i, part in enumerate(parts):
+            annotation = _unwrap(annotation)
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                field = annotation.model_fields.get(part)
+                if field is None:
+                    valid = sorted(annotation.model_fields)
+                    hint = difflib.get_close_matches(part, valid, n=3)
+                    lines.append(
+                        f"  - unknown key '{'.'.join(parts[: i + 1])}' (override {override!r})"
+                        + (f"; did you mean {', '.join(repr(h) for h in hint)}?" if hint else "")
+                        + f" Valid keys here: {', '.join(valid)}"
+                    )
+                    break
+                annotation = field.annotation
+            elif get_origin(annotation) is dict:
+                annotation = get_args(annotation)[1]  # any key of the mapping; its value's schema next
+            else:
+                break
+    return lines
+
+
 def format_validation_error(exc: ValidationError) -> str:
     """One line per problem: where, what, and a suggestion for unknown keys."""
     problems = validation_problems(exc)
@@ -124,6 +159,11 @@ def validation_problems(exc: ValidationError) -> list[str]:
                 + (f"; did you mean {', '.join(repr(h) for h in hint)}?" if hint else "")
                 + (f" Valid keys here: {', '.join(valid)}" if valid else "")
             )
+        elif (
+            not loc and err["type"] == "value_error"
+        ):  # cross-field checks: one problem per line, no input dump
+            message = str(err["msg"]).removeprefix("Value error, ")
+            lines += [f"  - {line}" for line in message.splitlines()]
         else:
             lines.append(f"  - {loc or '(top level)'}: {err['msg']} (got {err.get('input')!r})")
     return lines

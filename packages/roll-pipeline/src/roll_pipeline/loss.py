@@ -1,6 +1,6 @@
-"""The actor loss the pipeline hands to the train strategy: PPO-clip + KL loss - entropy bonus.
+"""The losses the pipeline hands to the train strategies: the actor's PPO family and the critic's value loss.
 
-A small picklable callable (it travels to the train worker); all the maths is roll_algos'.
+Small picklable callables (they travel to the train workers); all the maths is roll_algos'.
 """
 
 from __future__ import annotations
@@ -9,36 +9,54 @@ import math
 from dataclasses import dataclass
 
 import torch
-from roll_algos import aggregate_loss, kl_penalty, policy_loss
+from roll_algos import aggregate_loss, kl_penalty, policy_loss, value_loss
+
+
+def _valid_rows(mask: torch.Tensor) -> int:
+    return int(mask.any(dim=-1).sum())
 
 
 @dataclass(frozen=True)
 class ActorLoss:
     """loss = pg_loss + kl_loss_coef * KL(pi || ref) - entropy_loss_coef * entropy.
 
-    Expects micro-batches with `response_mask`, `old_log_probs`, `advantages`, `loss_scale`,
-    `ref_log_probs` when `kl_loss_coef > 0`, and `rollout_log_probs` (the sampler's) when `tis_cap` is
-    set: each token's policy loss is then weighted by min(exp(old - rollout), tis_cap). With `skip_confident_tokens = p`, the policy-gradient term
-    leaves out the response tokens the old policy drew with probability >= p (format tokens such as an
-    answer tag): they carry no decision, and their tiny, sign-noisy gradients, which AdamW scales up
-    to full steps, drown the decision tokens' signal in the embeddings a small model shares. The KL
-    and entropy terms still cover every response token.
+    Expects micro-batches with `response_mask`, `old_log_probs`, `advantages`, `loss_scale`;
+    `segment_ids` (the turn of each response token) for `ratio_level="segment"`; `ref_log_probs` when
+    `kl_loss_coef > 0` (or `full_kl`, added by the strategy from `ref_full_log_probs`, when
+    `kl_penalty="full"`); and `rollout_log_probs` (the sampler's) when `tis_cap` is set: each token's policy
+    loss is then weighted by min(exp(old - rollout), tis_cap). `ratio_level`: `token` (PPO), `segment`
+    (one ratio per turn), `sequence` (GSPO: one per training row). `dual_clip` caps the loss of negative
+    advantages at -A * c. `seq-mean-token-sum-norm` divides each row's token sum by `norm_constant` (a
+    fixed length, Dr. GRPO) before the mean over rows. With `skip_confident_tokens = p`, the
+    policy-gradient term leaves out the response tokens the old policy drew with probability >= p (format
+    tokens such as an answer tag): they carry no decision, and their tiny, sign-noisy gradients, which
+    AdamW scales up to full steps, drown the decision tokens' signal in the embeddings a small model
+    shares. The KL and entropy terms still cover every response token.
     """
 
     clip_low: float = 0.2
     clip_high: float = 0.2
     dual_clip: float | None = None
     agg_mode: str = "seq-mean-token-mean"
+    ratio_level: str = "token"
     kl_loss_coef: float = 0.0
     kl_penalty: str = "k3"
     entropy_loss_coef: float = 0.0
     skip_confident_tokens: float | None = None
     tis_cap: float | None = None
+    norm_constant: float = 1.0
 
     @property
     def needs_entropy(self) -> bool:
         """Whether the strategy must compute the entropy."""
         return True
+
+    def _norm(self, mask: torch.Tensor) -> float:
+        """Divisor of seq-mean-token-sum-norm: norm_constant per row with a valid token (a mean over rows)."""
+        return self.norm_constant * max(_valid_rows(mask), 1)
+
+    def _aggregate(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return aggregate_loss(x, mask, self.agg_mode, self._norm(mask))
 
     def __call__(
         self, log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: dict[str, torch.Tensor]
@@ -54,8 +72,11 @@ class ActorLoss:
             clip_high=self.clip_high,
             dual_clip=self.dual_clip,
             agg_mode=self.agg_mode,
+            ratio_level=self.ratio_level,
+            segment_ids=mb.get("segment_ids") if self.ratio_level == "segment" else None,
             rollout_log_probs=mb.get("rollout_log_probs") if self.tis_cap is not None else None,
             tis_cap=self.tis_cap,
+            norm_constant=self._norm(pg_mask),
         )
         loss = pg.loss
         metrics = {
@@ -66,23 +87,59 @@ class ActorLoss:
             "actor/ratio_max": float(pg.ratio_max),
             "actor/pg_token_frac": float(pg_mask.sum() / mask.sum().clamp(min=1)),
         }
+        if self.dual_clip is not None:
+            metrics["actor/dual_clipfrac"] = float(pg.dual_clip_frac)
         if self.tis_cap is not None:
             metrics["actor/tis_weight_mean"] = float(pg.tis_weight_mean)
-        if self.kl_loss_coef > 0 and "ref_log_probs" in mb:
-            kl = aggregate_loss(
-                kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty), mask, self.agg_mode
-            )
+        if self.kl_loss_coef > 0:
+            kl = self._aggregate(self._kl(log_probs, mb), mask)
             loss = loss + self.kl_loss_coef * kl
             metrics["actor/kl_loss"] = float(kl.detach())
         if entropy is not None:
-            ent = aggregate_loss(entropy, mask, self.agg_mode)
+            ent = self._aggregate(entropy, mask)
             loss = loss - self.entropy_loss_coef * ent
             metrics["actor/entropy"] = float(ent.detach())
         metrics["actor/loss"] = float(loss.detach())
         return loss, metrics
+
+    def _kl(self, log_probs: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Per-token KL(pi || ref) of the loss term, with gradient."""
+        if self.kl_penalty == "full":
+            if "full_kl" not in mb:
+                raise ValueError(
+                    "kl_penalty='full' needs the exact KL from the strategy: send `ref_full_log_probs` (the"
+                    " reference's log-softmax at the response positions) in the micro-batch"
+                )
+            return mb["full_kl"]
+        return kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty)
 
     def _decision_tokens(self, mask: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
         """The response tokens the policy-gradient term trains on."""
         if self.skip_confident_tokens is None:
             return mask
         return mask & (old_log_probs < math.log(self.skip_confident_tokens))
+
+
+@dataclass(frozen=True)
+class CriticLoss:
+    """0.5 * token-mean of (V - R)^2 over the response tokens, clipped around the old values by
+    `clip_range` when set (`roll_algos.value_loss`). Micro-batches carry `old_values` and `returns` [B, T]."""
+
+    clip_range: float | None = None
+
+    def __call__(
+        self, values: torch.Tensor, mb: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        out = value_loss(
+            values,
+            mb["old_values"],
+            mb["returns"],
+            mb["response_mask"],
+            clip_range=self.clip_range,
+            agg_mode="token-mean",
+        )
+        return out.loss, {
+            "critic/vf_loss": float(out.loss.detach()),
+            "critic/vf_clipfrac": float(out.clip_frac),
+            "critic/vpred_mean": float(out.value_mean),
+        }

@@ -1,9 +1,10 @@
 """`AgenticPipeline(config).run()`: the agentic RL loop.
 
-One step: rollout (whole env groups, `rollout_setup`) -> actor update (`actor_update`: old / reference
-log-probs, advantages, PPO mini-batches) -> weights synced to the inference worker -> metrics;
-validation (greedy, fixed held-out seeds) every `eval_steps` and at the end; a checkpoint every
-`save_steps`. With `async_generation_ratio` r > 0 the env loops keep generating while the actor
+One step: rollout (whole env groups, `rollout_setup`) -> experience (`experience`: samples, old /
+reference log-probs, values, KL, advantages) -> critic update (`critic_update`, gae only) -> actor update
+(`actor_update`: PPO mini-batches; skipped during `critic_warmup`) -> KL controller update -> weights
+synced to the inference worker -> metrics; validation (greedy, fixed held-out seeds) every `eval_steps`
+and at the end; a checkpoint every `save_steps`. With `async_generation_ratio` r > 0 the env loops keep generating while the actor
 trains, so the rollout of step k + 1 overlaps the update of step k (docs/rollout.md).
 """
 
@@ -20,14 +21,21 @@ from typing import Any
 from roll_rollout import RemotePolicy, validation_seeds
 
 from roll_pipeline.actor_update import ActorUpdater
-from roll_pipeline.checkpoint import CheckpointManager
+from roll_pipeline.checkpoint import CheckpointError, CheckpointManager
 from roll_pipeline.cluster import Cluster, make_cluster
 from roll_pipeline.config import AgenticConfig, WorkerConfig
+from roll_pipeline.critic_update import CriticUpdater
+from roll_pipeline.experience import ExperienceMaker
+from roll_pipeline.kl_control import KLControl
 from roll_pipeline.metrics import rollout_metrics, val_metrics
+from roll_pipeline.micro_batches import TrainLayout
 from roll_pipeline.models import resolve_pretrain
 from roll_pipeline.rollout_setup import build_scheduler
 from roll_pipeline.tracking import Tracker
 from roll_pipeline.workers import PolicyServer
+
+CRITIC_DIR = "critic"
+"""Where a checkpoint keeps the critic (next to `model/`)."""
 
 
 class PipelineError(RuntimeError):
@@ -74,32 +82,31 @@ class AgenticPipeline:
 
     # ----------------------------------------------------------------- workers
     def _spawn_workers(self) -> None:
-        from roll_strategies import ActorTrainWorker, ReferenceWorker
+        from roll_strategies import ActorTrainWorker, CriticWorker, ReferenceWorker
 
         cfg = self.config
-        targs = cfg.actor_train.training_args
         self.actor_train = self._spawn_role(
-            ActorTrainWorker,
-            cfg.actor_train,
-            "actor_train",
-            learning_rate=targs.learning_rate,
-            weight_decay=targs.weight_decay,
-            betas=(targs.adam_beta1, targs.adam_beta2),
-            eps=targs.adam_epsilon,
-            max_grad_norm=targs.max_grad_norm,
-            warmup_steps=targs.warmup_steps,
-            seed=cfg.seed,
+            ActorTrainWorker, cfg.actor_train, "actor_train", **_optimiser(cfg.actor_train), seed=cfg.seed
         )
+        self.critic = None
+        if cfg.adv_estimator == "gae":
+            self.critic = self._spawn_role(
+                CriticWorker, cfg.critic, "critic", **_optimiser(cfg.critic), seed=cfg.seed + 7
+            )
         self.policy_server = self._spawn_role(
             PolicyServer,
             cfg.actor_infer,
             "actor_infer",
             seed=cfg.seed,
             stop_strings=cfg.actor_infer.generating_args.stop_strings,
+            max_batch_size=cfg.actor_infer.infer_batch_size,
         )
         self.reference = None
         if (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0:
             self.reference = self._spawn_role(ReferenceWorker, cfg.reference, "reference")
+        self.kl = KLControl(
+            cfg.init_kl_coef, cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, cfg.target_kl, cfg.kl_horizon
+        )
         policy = RemotePolicy(self.cluster.remote_method(self.policy_server, "generate_many"))
         self.train_rollout = build_scheduler(
             cfg,
@@ -121,9 +128,42 @@ class AgenticPipeline:
             seed=cfg.seed + 1,
             name="val",
         )
-        self.update_actor = ActorUpdater(
-            cfg, self.cluster, self.actor_train, self.reference, pad_id=self.tokenizer.pad_token_id
+        self.make_experience = ExperienceMaker(
+            cfg,
+            self.cluster,
+            self.actor_train,
+            self.reference,
+            self.critic,
+            self.kl,
+            self.tokenizer.pad_token_id,
         )
+        self.update_actor: ActorUpdater | None = None  # built in `_setup_train_layouts` (packing is probed)
+        self.update_critic: CriticUpdater | None = None
+
+    async def _setup_train_layouts(self) -> None:
+        """Micro-batch layouts of the trained roles; packing falls back to dynamic batching on a model that
+        cannot pack (the workers probe it)."""
+        cfg = self.config
+        roles = [("actor_train", self.actor_train, cfg.actor_train)]
+        if self.critic is not None:
+            roles.append(("critic", self.critic, cfg.critic))
+        layouts = {}
+        for name, handle, role in roles:
+            ok = True
+            if role.use_sequence_packing:
+                ok = bool(await self.cluster.call(handle, "packing_supported"))
+                if not ok:
+                    from tqdm.auto import tqdm
+
+                    tqdm.write(
+                        f"[roll] WARNING: {name}: the model gives different outputs when sequences are packed"
+                        " (its attention does not honour restarting position ids), so use_sequence_packing falls"
+                        " back to dynamic batching (actor/sequence_packing = 0 in the metrics)"
+                    )
+            layouts[name] = TrainLayout.of(role, packing_ok=ok)
+        self.update_actor = ActorUpdater(cfg, self.cluster, self.actor_train, self.kl, layouts["actor_train"])
+        if self.critic is not None:
+            self.update_critic = CriticUpdater(cfg, self.cluster, self.critic, layouts["critic"])
 
     def _spawn_role(self, cls: type, role: WorkerConfig, name: str, **kwargs: Any) -> Any:
         """A worker of `cls` on the role's devices, loading the run's model with the role's dtype and threads."""
@@ -163,6 +203,7 @@ class AgenticPipeline:
             await self._resume(Path(cfg.resume_from_checkpoint))
         bar = _progress_bar(cfg.max_steps, self.step, enabled=self.progress)
         try:
+            await self._setup_train_layouts()
             await self._sync_weights()
             summary.val_history.append((self.step, await self._validate()))
             bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
@@ -198,7 +239,7 @@ class AgenticPipeline:
             await self.cluster.call(self.policy_server, "batch_sizes")
         )
         if any(t.turns for t in batch.trajectories):
-            metrics.update(await self.update_actor(batch.trajectories, self.step, timings))
+            metrics.update(await self._update(batch.trajectories, timings))
             self._skipped_in_a_row = 0
         else:
             metrics["train/skipped_step"] = 1.0
@@ -209,6 +250,20 @@ class AgenticPipeline:
         timings["time/step_model_update"] = time.perf_counter() - t1
         timings["time/step_total"] = time.perf_counter() - t0
         return {**metrics, **timings}
+
+    async def _update(self, trajectories: Sequence[Any], timings: dict[str, float]) -> dict[str, float]:
+        """Experience -> critic update (gae) -> actor update (after critic_warmup) -> KL controller update."""
+        assert self.update_actor is not None
+        exp, metrics = await self.make_experience(trajectories, timings)
+        if self.update_critic is not None:
+            metrics.update(await self.update_critic(exp, self.step, timings))
+        if self.step >= self.config.critic_warmup:
+            metrics.update(await self.update_actor(exp, self.step, timings))
+        else:
+            metrics["actor/frozen_for_critic_warmup"] = 1.0
+        if exp.kl_mean is not None:
+            self.kl.update(exp.kl_mean, exp.num_trajectories)
+        return metrics
 
     def _skip(self, reason: str) -> None:
         """Log a step with nothing to train on; stop the run after too many in a row."""
@@ -242,20 +297,46 @@ class AgenticPipeline:
 
     # ----------------------------------------------------------------- checkpoints
     async def _save_checkpoint(self) -> Path:
-        state = {"step": self.step, "train_rng": self.train_rollout.rng_state()}
-        return await self.checkpoints.save(
-            self.step, state, lambda path: self.cluster.call(self.actor_train, "save_checkpoint", str(path))
-        )
+        state = {"step": self.step, "train_rng": self.train_rollout.rng_state(), **self.kl.state()}
+
+        async def save_models(path: Path) -> None:
+            await self.cluster.call(self.actor_train, "save_checkpoint", str(path))
+            if self.critic is not None:
+                await self.cluster.call(self.critic, "save_checkpoint", str(path.parent / CRITIC_DIR))
+
+        return await self.checkpoints.save(self.step, state, save_models)
 
     async def _resume(self, path: Path) -> None:
         state = self.checkpoints.load_state(path)
         await self.cluster.call(self.actor_train, "load_checkpoint", str(self.checkpoints.model_dir(path)))
+        if self.critic is not None:
+            critic_dir = Path(path) / CRITIC_DIR
+            if not critic_dir.is_dir():
+                raise CheckpointError(
+                    f"{path} has no {CRITIC_DIR}/ folder: it was written by a run without a critic, and"
+                    " adv_estimator=gae would resume with an untrained one; resume a gae checkpoint or start afresh"
+                )
+            await self.cluster.call(self.critic, "load_checkpoint", str(critic_dir))
         self.step = int(state["step"])
         self.train_rollout.set_rng_state(state["train_rng"])
+        self.kl.load_state(state)
 
     def close(self) -> None:
         """Stop the workers."""
         self.cluster.shutdown()
+
+
+def _optimiser(role: WorkerConfig) -> dict[str, Any]:
+    """The optimiser arguments of a trained role's strategy."""
+    targs = role.training_args
+    return {
+        "learning_rate": targs.learning_rate,
+        "weight_decay": targs.weight_decay,
+        "betas": (targs.adam_beta1, targs.adam_beta2),
+        "eps": targs.adam_epsilon,
+        "max_grad_norm": targs.max_grad_norm,
+        "warmup_steps": targs.warmup_steps,
+    }
 
 
 def cpu_threads(configured: int | None, device: str, share: float = 1.0) -> int | None:

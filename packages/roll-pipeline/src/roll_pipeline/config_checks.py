@@ -1,0 +1,170 @@
+"""Cross-field checks of `AgenticConfig`: no setting may be accepted and then do nothing.
+
+A value that the run would silently ignore (a role's optimiser settings on a role that is never
+trained, critic settings without a critic, an adaptive-KL horizon without a target, a backend that is
+not wired yet) is reported as a problem with the fix. `AgenticConfig`'s validator raises them all at
+once; `roll config` / `roll train` print them one per line.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from roll_pipeline.worker_config import GeneratingArgs, TrainingArgs
+
+if TYPE_CHECKING:
+    from roll_pipeline.config import AgenticConfig
+    from roll_pipeline.worker_config import WorkerConfig
+
+__all__ = ["backend_problems", "config_problems"]
+
+TRAIN_BATCHING_FIELDS = (
+    "use_dynamic_batching_in_train",
+    "use_sequence_packing",
+    "max_tokens_per_microbatch_in_train",
+    "sequence_length_round_in_train",
+)
+"""WorkerConfig fields that only a trained role (actor_train, critic) reads."""
+
+# role -> the backend it runs today (the backends issue #12 adds deepspeed_train and vllm)
+_HF_BACKEND = {
+    "actor_train": "hf_train",
+    "critic": "hf_train",
+    "actor_infer": "hf_infer",
+    "reference": "hf_infer",
+}
+
+
+def _roles(cfg: AgenticConfig) -> dict[str, WorkerConfig]:
+    return {name: getattr(cfg, name) for name in ("actor_train", "actor_infer", "reference", "critic")}
+
+
+def backend_problems(cfg: AgenticConfig) -> list[str]:
+    """Backend settings the pipeline cannot honour yet (strategy registry, GGUF and Ray device placement come
+    with the backends issue #12, which replaces this function)."""
+    problems = []
+    for name, role in _roles(cfg).items():
+        strategy = role.strategy_args.strategy_name
+        if strategy not in _HF_BACKEND[name]:
+            problems.append(
+                f"{name}.strategy_args.strategy_name={strategy!r} is not available yet (deepspeed_train and vllm"
+                f" come with the backends issue #12); use {_HF_BACKEND[name][0]!r}"
+            )
+        if role.strategy_args.strategy_config:
+            problems.append(
+                f"{name}.strategy_args.strategy_config={role.strategy_args.strategy_config!r}: the hf backends take"
+                " no options, so these would be ignored; remove them"
+            )
+        if role.model_args.gguf_file is not None:
+            problems.append(
+                f"{name}.model_args.gguf_file={role.model_args.gguf_file!r}: GGUF loading is not wired into the"
+                " pipeline yet (backends issue #12); convert the model to a Hugging Face folder"
+            )
+        mapping = role.device_mapping
+        if len(mapping) > 1:
+            problems.append(
+                f"{name}.device_mapping={mapping}: one GPU per role for now (several come with the backends issue"
+                " #12); give one index"
+            )
+        elif mapping and cfg.cluster.backend == "ray" and mapping != [0]:
+            problems.append(
+                f"{name}.device_mapping={mapping}: under Ray the physical GPU is Ray's choice, so only [0] (one GPU"
+                " shared by the GPU roles) can be honoured; use [0], or cluster.backend=local to pick an index"
+            )
+    return problems
+
+
+def _default(cfg: AgenticConfig, name: str) -> object:
+    """The default of a top-level field (without building a whole AgenticConfig, whose validator runs this)."""
+    return type(cfg).model_fields[name].get_default(call_default_factory=True)
+
+
+def _role_problems(cfg: AgenticConfig) -> list[str]:
+    """Settings of a role that the role never reads."""
+    problems = []
+    for name, role in _roles(cfg).items():
+        default = _default(cfg, name)
+        unused = []
+        if name != "actor_infer" and role.generating_args != GeneratingArgs():
+            unused.append(("generating_args", "it samples nothing"))
+        if name in ("actor_infer", "reference"):
+            if role.training_args != TrainingArgs():
+                unused.append(("training_args", "it is never trained"))
+            unused += [
+                (f, "it is never trained")
+                for f in TRAIN_BATCHING_FIELDS
+                if getattr(role, f) != getattr(default, f)
+            ]
+        problems += [
+            f"{name}.{field} is set, but {why}, so it would do nothing; remove it" for field, why in unused
+        ]
+    return problems
+
+
+def _estimator_problems(cfg: AgenticConfig) -> list[str]:
+    problems = []
+    if cfg.adv_estimator != "gae":
+        unused = [
+            name
+            for name in ("critic", "critic_warmup", "value_clip", "lambd")
+            if getattr(cfg, name) != _default(cfg, name)
+        ]
+        if unused:
+            problems.append(
+                f"{', '.join(unused)} set, but only adv_estimator=gae uses a critic (got {cfg.adv_estimator!r});"
+                " set adv_estimator=gae or remove them"
+            )
+    if cfg.sample_shape == "trajectory":
+        cut = [t for t in cfg.train_env_manager.tags if cfg.custom_envs[t].max_history_turns is not None]
+        if cut:
+            problems.append(
+                f"sample_shape=trajectory trains each episode as one conversation, but custom_envs {cut} cut the"
+                " history from prompts (max_history_turns is not null), so no single sequence holds what the"
+                " policy saw at every turn; set their max_history_turns: null, or sample_shape=step"
+            )
+    return problems
+
+
+def _loss_problems(cfg: AgenticConfig) -> list[str]:
+    problems = []
+    kl_loss = cfg.use_kl_loss and cfg.kl_loss_coef > 0
+    if cfg.target_kl is None and cfg.kl_horizon != _default(cfg, "kl_horizon"):
+        problems.append(
+            "kl_horizon set without target_kl: it only shapes the adaptive controller; set target_kl"
+        )
+    if cfg.target_kl is not None and not (kl_loss or cfg.init_kl_coef > 0):
+        problems.append(
+            "target_kl set, but no KL term is on for the controller to scale; set init_kl_coef > 0 (reward"
+            " penalty) or use_kl_loss=true with kl_loss_coef > 0"
+        )
+    if not cfg.use_kl_loss and cfg.kl_loss_coef != _default(cfg, "kl_loss_coef"):
+        problems.append("kl_loss_coef set with use_kl_loss=false: set use_kl_loss=true or drop kl_loss_coef")
+    if cfg.tis_cap is not None and not cfg.recompute_old_log_probs:
+        problems.append(
+            "tis_cap needs recompute_old_log_probs=true: without recomputation the old log-probs are the"
+            " inference ones and every importance weight is 1; set both, or drop tis_cap"
+        )
+    if (
+        cfg.pg_clip_low is not None
+        and cfg.pg_clip_high is not None
+        and cfg.pg_clip != _default(cfg, "pg_clip")
+    ):
+        problems.append("pg_clip set while pg_clip_low and pg_clip_high override it on both sides; drop one")
+    return problems
+
+
+def config_problems(cfg: AgenticConfig) -> list[str]:
+    """Every cross-field problem of a config (empty when it is consistent)."""
+    problems = []
+    if cfg.render_save_dir is not None:
+        problems.append(
+            f"render_save_dir={cfg.render_save_dir!r}: rendering validation episodes is not implemented yet"
+            " (issue #13); leave it null"
+        )
+    return (
+        problems
+        + backend_problems(cfg)
+        + _role_problems(cfg)
+        + _estimator_problems(cfg)
+        + _loss_problems(cfg)
+    )

@@ -1,0 +1,144 @@
+"""Config models of the worker roles (actor_train, actor_infer, reference, critic): model loading,
+optimiser and batching, sampling, backend, devices. `AgenticConfig` (config.py) holds one per role."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["GeneratingArgs", "ModelArgs", "StrategyArgs", "StrictModel", "TrainingArgs", "WorkerConfig"]
+
+
+class StrictModel(BaseModel):
+    """Base of every config model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelArgs(StrictModel):
+    """How to load the model weights."""
+
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
+    gguf_file: str | None = Field(
+        None,
+        description="GGUF file inside `pretrain`; not loadable by the pipeline yet (the backends issue): any"
+        " value is rejected",
+    )
+
+
+class TrainingArgs(StrictModel):
+    """Optimiser and batching of a trained role."""
+
+    learning_rate: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    adam_epsilon: float = Field(
+        1e-8,
+        gt=0,
+        description="AdamW epsilon; larger (e.g. 1e-5) stops parameters whose gradients are tiny noise (the"
+        " format tokens' under RL) from being scaled up to full learning-rate steps",
+    )
+    adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
+    adam_beta2: float = Field(
+        0.98,
+        ge=0,
+        lt=1,
+        description="AdamW second-moment decay; lower (e.g. 0.98) bounds the step a sudden gradient spike"
+        " causes at (1 - beta1) / sqrt(1 - beta2) learning rates",
+    )
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
+    warmup_steps: int = Field(50, ge=0, description="linear learning-rate warm-up, optimiser steps")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
+        "linear", description="learning-rate decay over the run's max_steps pipeline steps (after warm-up)"
+    )
+    min_lr_ratio: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the decayed learning rate at the last step, as a fraction of learning_rate",
+    )
+    per_device_train_batch_size: int = Field(64, ge=1, description="rows per micro-batch")
+    gradient_accumulation_steps: int = Field(
+        3,
+        ge=1,
+        description="micro-batches per optimiser step (mini-batch = this x per_device_train_batch_size rows)",
+    )
+
+
+class GeneratingArgs(StrictModel):
+    """Sampling of the inference role."""
+
+    max_new_tokens: int = Field(
+        16, ge=1, description="cap on new tokens (custom_envs.*.max_tokens_per_step rules per turn)"
+    )
+    temperature: float = Field(
+        1.0, gt=0, description="sampling temperature of training rollouts (validation is greedy)"
+    )
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
+    top_k: int = Field(0, ge=0, description="top-k sampling; 0 disables")
+    stop_strings: list[str] = Field(
+        default_factory=lambda: ["</answer>"],
+        description="a response also ends after any of these (each must be one token); eos always stops",
+    )
+
+
+class StrategyArgs(StrictModel):
+    """Which backend runs a role."""
+
+    strategy_name: Literal["hf_train", "hf_infer", "deepspeed_train", "vllm"] = Field(
+        "hf_train",
+        description="backend of the role; for now only hf_train (actor_train, critic) and hf_infer (actor_infer,"
+        " reference) run, other names are rejected",
+    )
+    strategy_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="backend-specific options; the hf backends take none, so it must stay empty for now",
+    )
+
+
+class WorkerConfig(StrictModel):
+    """One role: actor_train, actor_infer or reference."""
+
+    model_args: ModelArgs = Field(default_factory=ModelArgs, description="how to load the weights")
+    training_args: TrainingArgs = Field(default_factory=TrainingArgs, description="optimiser and batching")
+    generating_args: GeneratingArgs = Field(default_factory=GeneratingArgs, description="sampling")
+    strategy_args: StrategyArgs = Field(default_factory=StrategyArgs, description="backend")
+    device_mapping: list[int] = Field(
+        default_factory=list,
+        description="GPU indices; empty runs on the CPU. One GPU per role for now ([0] under Ray, which picks the"
+        " physical GPU; any one index with cluster.backend=local)",
+    )
+    infer_batch_size: int = Field(
+        128,
+        ge=1,
+        description="rows per forward pass when computing log-probs or values; for actor_infer, the most"
+        " requests generated in one batch",
+    )
+    use_dynamic_batching_in_train: bool = Field(
+        False,
+        description="train micro-batches of length-sorted rows under max_tokens_per_microbatch_in_train padded"
+        " tokens (instead of per_device_train_batch_size rows)",
+    )
+    use_sequence_packing: bool = Field(
+        False,
+        description="train on packed rows: several sequences per row, positions restarting per sequence,"
+        " attention kept inside each; micro-batches under max_tokens_per_microbatch_in_train tokens. Falls back"
+        " to dynamic batching when the model cannot pack (probed at start)",
+    )
+    max_tokens_per_microbatch_in_train: int = Field(
+        8192,
+        ge=16,
+        description="token budget of one micro-batch (padded slots) with dynamic batching or packing",
+    )
+    sequence_length_round_in_train: int = Field(
+        8,
+        ge=1,
+        description="with dynamic batching or packing, micro-batch widths / packed row lengths are rounded up"
+        " to a multiple of this",
+    )
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch CPU threads of this role; null: every core of the machine on the CPU (the roles"
+        " take turns within a step), torch's default on a GPU",
+    )
