@@ -105,3 +105,58 @@ def test_every_config_field_is_described():
     for model in gen.MODELS:
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no description"
+
+
+def test_an_unknown_override_key_names_the_nearest_valid_key():
+    for override, hint in [
+        ("exp_nam=x", "'exp_name'"),
+        ("actor_train.training_args.learning_rat=1", "'learning_rate'"),
+        ("+custom_envs.Big.env_typ=frozen_lake", "'env_type'"),
+        ("critic.use_sequence_pack=true", "'use_sequence_packing'"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            compose(None, None, [override])
+        assert "unknown key" in str(err.value) and f"did you mean {hint}" in str(err.value), override
+    # keys below free-form mappings are left to the env's own config check
+    compose(None, None, ["+custom_envs.FrozenLake.env_config.size=5"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"render_save_dir": "gifs"}, "issue #13"),
+        ({"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"}}}, "backends issue #12"),
+        ({"actor_train": {"strategy_args": {"strategy_config": {"zero": 3}}}}, "take no options"),
+        ({"actor_infer": {"model_args": {"gguf_file": "m.gguf"}}}, "GGUF"),
+        ({"actor_train": {"device_mapping": [0, 1]}}, "one GPU per role"),
+        ({"actor_train": {"device_mapping": [1]}}, "under Ray"),
+        ({"critic_warmup": 5}, "only adv_estimator=gae"),
+        ({"lambd": 0.9}, "only adv_estimator=gae"),
+        ({"kl_horizon": 100}, "set target_kl"),
+        ({"target_kl": 0.1, "use_kl_loss": False}, "no KL term"),
+        ({"use_kl_loss": False, "kl_loss_coef": 0.2}, "use_kl_loss=false"),
+        ({"pg_clip": 0.3, "pg_clip_low": 0.1, "pg_clip_high": 0.2}, "override it on both sides"),
+        ({"sample_shape": "trajectory"}, "max_history_turns: null"),
+        ({"tis_cap": 2.0}, "recompute_old_log_probs"),
+    ],
+)
+def test_settings_that_would_do_nothing_are_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(overrides)
+
+
+def test_roles_reject_settings_they_never_read():
+    with pytest.raises(ConfigError, match=r"reference.training_args is set, but it is never trained"):
+        compose(None, None, ["reference.training_args.learning_rate=0.1"])
+    with pytest.raises(ConfigError, match=r"actor_train.generating_args is set, but it samples nothing"):
+        compose(None, None, ["actor_train.generating_args.top_k=5"])
+    with pytest.raises(ConfigError, match=r"actor_infer.use_sequence_packing is set"):
+        compose(None, None, ["actor_infer.use_sequence_packing=true"])
+    assert compose(None, None, ["cluster.backend=local", "actor_train.device_mapping=[1]"]).actor_train.device_mapping == [1]
+
+
+def test_sample_shape_auto_follows_the_history():
+    assert AgenticConfig().train_sample_shape == "step"
+    full = compose(None, None, ["custom_envs.FrozenLake.max_history_turns=null"])
+    assert full.train_sample_shape == "trajectory"
+    assert compose(None, None, ["custom_envs.FrozenLake.max_history_turns=null", "sample_shape=step"]).train_sample_shape == "step"

@@ -20,14 +20,3 @@ def test_configured_threads_and_gpu_roles_are_left_alone():
     assert cpu_threads(3, "cpu") == 3
     assert cpu_threads(None, "cuda:0") is None
     assert cpu_threads(2, "cuda") == 2
-
-
-def test_mini_batches_are_equal_and_cover_every_row_once():
-    import torch
-    from roll_pipeline.actor_update import mini_batches
-
-    for rows, cap in [(580, 192), (576, 192), (5, 192), (193, 192), (1, 1)]:
-        chunks = mini_batches(torch.randperm(rows), cap)
-        sizes = [len(c) for c in chunks]
-        assert len(chunks) == -(-rows // cap) and max(sizes) <= cap and max(sizes) - min(sizes) <= 1
-        assert sorted(torch.cat(chunks).tolist()) == list(range(rows))

@@ -1,0 +1,120 @@
+"""Micro-batch planning: every row once, under the token budget, ranks balanced, and a loss that does not
+depend on how a mini-batch was split (the weights `build_micro_batches` gives each micro-batch)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from roll_pipeline.actor_update import actor_loss
+from roll_pipeline.config import AgenticConfig
+from roll_pipeline.micro_batches import TrainLayout, build_micro_batches, mini_batches, plan_micro_batches
+
+
+def layout(mode: str, rows: int = 8, max_tokens: int = 256, round_to: int = 8) -> TrainLayout:
+    return TrainLayout(mode, rows, 10_000, max_tokens, round_to)
+
+
+def lengths(seed: int = 0, n: int = 60) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(5, 60, (n,), generator=g) ** 1.3).long().clamp(max=150).tolist()
+
+
+@pytest.mark.parametrize("mode", ["fixed", "dynamic", "packed"])
+def test_every_row_once_and_the_budget_holds(mode):
+    ls = lengths()
+    plan = plan_micro_batches(ls, layout(mode))[0]
+    assert sorted(i for mb in plan for i in mb) == list(range(len(ls)))
+    if mode == "dynamic":
+        for mb in plan:
+            assert len(mb) * -(-max(ls[i] for i in mb) // 8) * 8 <= 256
+    if mode == "packed":
+        capacity = -(-max(ls) // 8) * 8
+        from roll_algos.packing import pack_lengths
+
+        for mb in plan:
+            assert len(pack_lengths([ls[i] for i in mb], capacity)) * capacity <= max(256, capacity)
+
+
+def test_ranks_are_balanced_and_run_as_many_micro_batches():
+    ls = lengths(1, 64)
+    plans = plan_micro_batches(ls, layout("dynamic"), dp_size=4)
+    assert sorted(i for plan in plans for mb in plan for i in mb) == list(range(64))
+    tokens = [sum(ls[i] for mb in plan for i in mb) for plan in plans]
+    assert max(tokens) - min(tokens) <= max(ls)  # Karmarkar-Karp's bound
+    assert len({len(plan) for plan in plans}) == 1
+
+
+def rows(seed: int = 2, n: int = 12, width: int = 40) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(n, width, dtype=torch.long)
+    resp = torch.zeros(n, width, dtype=torch.bool)
+    for r in range(n):
+        p = int(torch.randint(3, 20, (1,), generator=g))
+        q = int(torch.randint(1, width - p, (1,), generator=g))
+        mask[r, : p + q] = 1
+        resp[r, p : p + q] = True
+    old = -torch.rand(n, width, generator=g) * resp
+    return {
+        "input_ids": torch.randint(5, 100, (n, width), generator=g) * mask,
+        "attention_mask": mask,
+        "response_mask": resp,
+        "old_log_probs": old,
+        "advantages": torch.randn(n, width, generator=g) * resp,
+        "new": (old + 0.3 * torch.randn(n, width, generator=g)) * resp,
+    }
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("mode", ["fixed", "dynamic", "packed"])
+def test_weighted_micro_batch_losses_add_up_to_the_mini_batch_loss(agg, mode):
+    cfg = AgenticConfig(loss_agg_mode=agg, skip_confident_tokens=None, sequence_length=64)
+    loss_fn = actor_loss(cfg, 0.0)
+    fields = rows()
+    whole, _ = loss_fn(fields["new"], None, fields)
+    idx = torch.randperm(12, generator=torch.Generator().manual_seed(0))
+    mbs, stats = build_micro_batches(fields, idx, layout(mode, rows=5, max_tokens=96), agg)
+    assert len(mbs) > 1
+    total = sum(float(mb["loss_scale"]) * float(loss_fn(mb["new"], None, mb)[0]) for mb in mbs)
+    assert total == pytest.approx(float(whole), rel=1e-5)
+    assert sum(float(mb["loss_scale"]) for mb in mbs) == pytest.approx(1.0)
+    assert stats.real_tokens == int(fields["attention_mask"].sum())
+    if mode == "packed":
+        assert all(int(mb["pack_capacity"]) % 8 == 0 for mb in mbs)
+
+
+def test_padding_stats_show_what_dynamic_batching_and_packing_remove():
+    fields = rows(3, n=48)
+    idx = torch.arange(48)
+    out = {}
+    for mode in ("fixed", "dynamic", "packed"):
+        _, stats = build_micro_batches(fields, idx, layout(mode, rows=8, max_tokens=160, round_to=1), "token-mean")
+        out[mode] = stats.metrics("actor")
+    assert out["fixed"]["actor/padding_fraction"] > out["dynamic"]["actor/padding_fraction"]
+    assert out["fixed"]["actor/padding_fraction"] > 2 * out["packed"]["actor/padding_fraction"]
+    assert out["packed"]["actor/removed_padding_ratio"] > 0.8 and out["dynamic"]["actor/removed_padding_ratio"] > 0.8
+    assert out["fixed"]["actor/naive_padding_fraction"] == out["packed"]["actor/naive_padding_fraction"]
+
+
+def test_full_vocabulary_rows_follow_their_micro_batch():
+    fields = rows(4, n=6)
+    m = int(fields["response_mask"].sum())
+    full = torch.arange(m, dtype=torch.float32).unsqueeze(1).repeat(1, 3)  # row k of the response tokens = k
+    position = torch.zeros(fields["response_mask"].shape, dtype=torch.long)
+    position[fields["response_mask"]] = torch.arange(m)
+    mbs, _ = build_micro_batches(
+        fields, torch.tensor([4, 1, 5, 0, 2, 3]), layout("fixed", rows=2), "token-mean", {"ref": full}
+    )
+    for mb in mbs:
+        assert mb["ref"].shape[0] == int(mb["response_mask"].sum())
+    # the order inside a micro-batch is its rows' response tokens, row-major
+    first = mbs[0]
+    expect = torch.cat([position[4][fields["response_mask"][4]], position[1][fields["response_mask"][1]]])
+    assert torch.equal(first["ref"][:, 0].long(), expect)
+
+
+def test_mini_batches_are_equal_and_cover_every_row_once():
+    for n, cap in [(580, 192), (576, 192), (5, 192), (193, 192), (1, 1)]:
+        chunks = mini_batches(torch.randperm(n), cap)
+        sizes = [len(c) for c in chunks]
+        assert len(chunks) == -(-n // cap) and max(sizes) <= cap and max(sizes) - min(sizes) <= 1
+        assert sorted(torch.cat(chunks).tolist()) == list(range(n))
