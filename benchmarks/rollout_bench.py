@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -147,6 +148,8 @@ def ray_session() -> Any:
             log_to_driver=False,
             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
         )
+    # this module is not importable in Ray's workers (benchmarks/ is not a package): ship its classes
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     return ray
 
 

@@ -59,14 +59,18 @@ def run_p5(rows: list[rb.Measurement]) -> list[str]:
     one = rb.p5_generation(1, min_turns=64)
     many = rb.p5_generation(64)
     rows += [many, one]
-    return [f"P5: 64 concurrent envs / one at a time = {many.value / one.value:.1f}x tokens/s (target >= 10x)"]
+    return [
+        f"P5: 64 concurrent envs / one at a time = {many.value / one.value:.1f}x tokens/s (target >= 10x)"
+    ]
 
 
 SUITES = {"P1": run_p1, "P2": run_p2, "P3": run_p3, "P5": run_p5}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", nargs="*", choices=sorted(SUITES), default=sorted(SUITES))
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
@@ -81,7 +85,9 @@ def main() -> None:
     )
     print("| benchmark | value | unit | detail |\n|---|---|---|---|")
     for r in rows:
-        detail = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.detail.items())
+        detail = ", ".join(
+            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.detail.items()
+        )
         print(f"| {r.name} | {r.value:.3g} | {r.unit} | {detail} |")
     print()
     for note in notes:
