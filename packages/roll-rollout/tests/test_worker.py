@@ -117,12 +117,14 @@ def test_bad_payloads_are_rejected_with_a_clear_error(chat_tokenizer, answer_ids
         ((None, 0.0, {}), "observation of type NoneType"),
     ],
 )
-def test_an_env_step_the_trajectory_cannot_carry_fails_only_its_episode(chat_tokenizer, answer_ids, bad_step, message):
+def test_an_env_step_the_trajectory_cannot_carry_fails_only_its_episode(
+    chat_tokenizer, answer_ids, bad_step, message
+):
     obs_is_str, reward, info = bad_step
 
     class BadEnv(CountdownEnv):
         def step(self, action):
-            obs, _, terminated, truncated, _ = super().step(action)
+            _obs, _, terminated, truncated, _ = super().step(action)
             return ("x" if obs_is_str else None), reward, terminated, truncated, info
 
     worker = make_worker(chat_tokenizer, answer_ids, num_slots=1, env_factory=lambda t, c: BadEnv())
