@@ -49,7 +49,7 @@ def test_bench_p1_roll_ray_and_lockstep(benchmark, tokenizer):
 
 def test_bench_p2_stragglers(benchmark, tokenizer):
     trajectories = 512 if full(benchmark) else 32
-    server = rb.ServerModel(slots=32 if full(benchmark) else 4, median_s=0.02 if full(benchmark) else 0.002)
+    server = rb.ServerModel() if full(benchmark) else rb.ServerModel(slots=4, median_s=0.002)
 
     def both():
         return rb.p2_roll(tokenizer, trajectories, server_model=server), rb.p2_lockstep(
