@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+from pathlib import Path
 
 import pytest
+
+# DeepSpeed builds a small communication op on first use (about a minute on the CPU); keep it across runs in
+# the repository's ignored .cache/ instead of rebuilding it per machine user or per temp dir.
+os.environ.setdefault(
+    "TORCH_EXTENSIONS_DIR", str(Path(__file__).resolve().parent / ".cache" / "torch_extensions")
+)
 
 
 def _has_cuda() -> bool:
