@@ -36,6 +36,7 @@ from roll_strategies.tiny_model import (
     encode_chat_example,
 )
 from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
+from roll_strategies.vllm_infer import VLLMInferStrategy
 from roll_strategies.weight_receiver import WeightReceiver
 from roll_strategies.weight_sync import (
     DEFAULT_BUCKET_BYTES,
@@ -77,6 +78,7 @@ __all__ = [
     "StrategySpec",
     "TensorSpec",
     "TrainStrategy",
+    "VLLMInferStrategy",
     "WarmupExample",
     "WeightBucket",
     "WeightExporter",

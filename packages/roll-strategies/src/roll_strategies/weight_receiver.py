@@ -47,14 +47,13 @@ class WeightReceiver:
                 "worker: send the trainer's current weights with the current pipeline step."
             )
 
-    def _check_plan(self, plan: WeightSyncPlan) -> None:
-        got = {t.name: t.shape for t in plan.tensors}
+    def _check_shapes(self, got: Mapping[str, tuple[int, ...]]) -> None:
         missing = sorted(set(self.expected) - set(got))
         unexpected = sorted(set(got) - set(self.expected))
         shapes = [
             f"{n}: expected {self.expected[n]}, got {s}"
             for n, s in got.items()
-            if n in self.expected and s != self.expected[n]
+            if n in self.expected and tuple(s) != self.expected[n]
         ]
         if missing or unexpected or shapes:
             raise WeightSyncError(
@@ -84,7 +83,7 @@ class WeightReceiver:
                 self.abort()
             if bucket.plan is None:
                 raise WeightSyncError("Expected bucket 0 to carry the update's plan, got none.")
-            self._check_plan(bucket.plan)
+            self._check_shapes({t.name: t.shape for t in bucket.plan.tensors})
             self._plan, self._next = bucket.plan, 0
             self._started, self._bytes = time.perf_counter(), 0
             dtype = resolve_dtype(bucket.plan.dtype)
@@ -129,6 +128,7 @@ class WeightReceiver:
     def replace(self, named_tensors: Mapping[str, object], version: int) -> None:
         """One-shot update (`update_weights`): stale versions are refused; `apply` validates and copies."""
         self._check_version(version)
+        self._check_shapes({n: tuple(v.shape) for n, v in named_tensors.items()})  # type: ignore[attr-defined]
         self.abort()
         self.apply(dict(named_tensors))  # type: ignore[arg-type]
         self.policy_version, self.fingerprint = int(version), f"update_weights:{int(version)}"
