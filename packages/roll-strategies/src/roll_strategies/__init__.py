@@ -16,6 +16,7 @@ from roll_strategies.errors import (
     StrategyNotAvailableError,
     WeightSyncError,
 )
+from roll_strategies.gguf import ensure_model_folder
 from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
 from roll_strategies.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
@@ -95,6 +96,7 @@ __all__ = [
     "check_strategy",
     "create_strategy",
     "encode_chat_example",
+    "ensure_model_folder",
     "export_named_weights",
     "load_named_weights",
     "lr_decay_factor",
