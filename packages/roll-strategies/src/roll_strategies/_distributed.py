@@ -7,6 +7,8 @@ import socket
 
 import torch
 
+from roll_strategies.errors import StrategyError
+
 __all__ = ["ensure_process_group", "free_port"]
 
 
@@ -34,6 +36,12 @@ def ensure_process_group(device: torch.device) -> None:
     os.environ.setdefault("LOCAL_RANK", "0")
     if device.type == "cuda":
         torch.cuda.set_device(device.index if device.index is not None else int(os.environ["LOCAL_RANK"]))
+    if torch.distributed.is_initialized() and torch.distributed.get_backend() != backend:
+        raise StrategyError(
+            f"Expected the process group of this process to use {backend} for a DeepSpeed strategy on "
+            f"{device}, got one already initialised with {torch.distributed.get_backend()}; CPU (gloo) and "
+            "CUDA (nccl) DeepSpeed strategies need separate processes (e.g. separate Ray actors)."
+        )
     if not torch.distributed.is_initialized() and not all(v in os.environ for v in _LAUNCHER_VARS):
         torch.distributed.init_process_group(
             backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
