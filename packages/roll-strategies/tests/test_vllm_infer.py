@@ -36,6 +36,7 @@ def engine(tiny_model_dir):
             "max_model_len": 256,
             "max_num_seqs": 32,
             "gpu_memory_utilization": 0.1,
+            "update_chunk_bytes": 150_000,  # several weight-loading calls of whole layers
         },
     )
     assert isinstance(strategy, VLLMInferStrategy)

@@ -196,7 +196,8 @@ class HFInferStrategy:
         return self.receiver.fingerprint
 
     def sleep(self, level: int = 1) -> None:
-        """Free accelerator memory while training runs (colocated): the model moves to the CPU; no-op on the CPU."""
+        """Free accelerator memory while training runs (colocated): the model moves to the CPU (any `level`);
+        a no-op on the CPU."""
         if self.device.type != "cpu":
             self.model.to("cpu")
             torch.cuda.empty_cache()

@@ -9,7 +9,8 @@ through `RollWorkerExtension.roll_load_weights`, after which the prefix cache is
 Log-probs are vLLM's "processed_logprobs": log_softmax(logits / temperature) of the sampled id, with
 top-k / top-p filtering applied (equal to hf_infer's raw-logit log-probs when top_p = 1 and top_k = 0,
 the pipeline's defaults). `strategy_config` keys go to vLLM's `AsyncEngineArgs` (upstream ROLL's:
-gpu_memory_utilization, max_model_len, block_size, enforce_eager, max_num_seqs, ...), plus `sleep_level`.
+gpu_memory_utilization, max_model_len, block_size, enforce_eager, max_num_seqs, ...), plus `sleep_level`
+(1: offload weights, 2: drop them) and `update_chunk_bytes` (bytes per weight-loading RPC, whole layers).
 """
 
 from __future__ import annotations
@@ -32,10 +33,32 @@ from roll_strategies.vllm_worker import encode_tensors
 from roll_strategies.weight_receiver import WeightReceiver
 from roll_strategies.weight_sync import DEFAULT_BUCKET_BYTES, WeightBucket
 
-__all__ = ["VLLMInferStrategy", "checkpoint_tensor_shapes"]
+__all__ = ["VLLMInferStrategy", "checkpoint_tensor_shapes", "layer_chunks"]
 
 T = TypeVar("T")
-_OUR_KEYS = {"sleep_level"}
+_OUR_KEYS = {"sleep_level", "update_chunk_bytes"}
+
+
+def layer_chunks(
+    tensors: Mapping[str, torch.Tensor], chunk_bytes: int
+) -> list[list[tuple[str, torch.Tensor]]]:
+    """Named tensors grouped by layer ("model.layers.N." or the module path), in chunks of about
+    `chunk_bytes` that never split a group (a group larger than that is one chunk)."""
+    groups: dict[str, list[tuple[str, torch.Tensor]]] = {}
+    for name, tensor in tensors.items():
+        parts = name.split(".")
+        key = ".".join(parts[:3]) if parts[:2] == ["model", "layers"] else ".".join(parts[:-1])
+        groups.setdefault(key, []).append((name, tensor))
+    chunks: list[list[tuple[str, torch.Tensor]]] = [[]]
+    size = 0
+    for group in groups.values():
+        group_bytes = sum(t.numel() * t.element_size() for _, t in group)
+        if chunks[-1] and size + group_bytes > chunk_bytes:
+            chunks.append([])
+            size = 0
+        chunks[-1].extend(group)
+        size += group_bytes
+    return [c for c in chunks if c]
 
 
 def checkpoint_tensor_shapes(model_path: str | Path) -> dict[str, tuple[int, ...]]:
@@ -74,6 +97,7 @@ class VLLMInferStrategy:
             )
         config = dict(strategy_config or {})
         self.sleep_level = int(config.pop("sleep_level", 1))
+        self.update_chunk_bytes = int(config.pop("update_chunk_bytes", DEFAULT_BUCKET_BYTES))
         self.device = torch.device(device)
         self.seed = seed
         self.model_path = Path(model_path)
@@ -107,8 +131,8 @@ class VLLMInferStrategy:
         self.receiver = WeightReceiver(checkpoint_tensor_shapes(self.model_path), self._apply_weights)
 
     @staticmethod
-    async def _make_engine(cls: Any, engine_args: Any) -> Any:
-        return cls.from_engine_args(engine_args)
+    async def _make_engine(engine_cls: Any, engine_args: Any) -> Any:
+        return engine_cls.from_engine_args(engine_args)  # on the loop thread: its output task binds there
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -180,7 +204,8 @@ class VLLMInferStrategy:
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """[B, T] log-probs of the given sequences (vLLM prompt log-probs at temperature 1), aligned with
-        input_ids like `token_log_probs`: 0 at padding and at each row's first real token."""
+        input_ids like `token_log_probs`: 0 at padding and at each row's first real token. vLLM batches the
+        rows itself, so `micro_batch_size` is not used."""
         ids, mask = batch["input_ids"], batch["attention_mask"].bool()
         params = GenerationParams(max_new_tokens=1)
         rows = [ids[b][mask[b]].tolist() for b in range(ids.shape[0])]
@@ -198,16 +223,10 @@ class VLLMInferStrategy:
         return out
 
     # ----------------------------------------------------------------- weights
-    def _apply_weights(self, tensors: dict[str, torch.Tensor]) -> None:
-        chunk: list[tuple[str, torch.Tensor]] = []
-        size = 0
-        for name, tensor in tensors.items():
-            chunk.append((name, tensor))
-            size += tensor.numel() * tensor.element_size()
-            if size >= DEFAULT_BUCKET_BYTES:
-                self._run(self.engine.collective_rpc("roll_load_weights", args=(encode_tensors(chunk),)))
-                chunk, size = [], 0
-        if chunk:
+    def _apply_weights(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Reload in RPC chunks of whole layers: vLLM re-processes each fused layer (qkv, gate_up) from the
+        tensors of one call, so a layer split across calls would be rebuilt from partial weights."""
+        for chunk in layer_chunks(tensors, self.update_chunk_bytes):
             self._run(self.engine.collective_rpc("roll_load_weights", args=(encode_tensors(chunk),)))
         self._run(self.engine.reset_prefix_cache())  # cached KV of the old weights must not be reused
 

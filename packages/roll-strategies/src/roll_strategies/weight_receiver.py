@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
+import numpy as np
 import torch
 
 from roll_strategies._loading import resolve_dtype
@@ -15,7 +16,7 @@ __all__ = ["WeightReceiver"]
 
 
 class WeightReceiver:
-    """Inference-side staging of bucketed updates, applied atomically when complete.
+    """Inference-side staging of bucketed updates, applied only once complete and in order.
 
     `expected` maps every tensor name the model needs to its shape; `apply` copies a complete
     {name: tensor} dict into the model. Staging buffers live on the CPU in the plan's dtype.
@@ -24,7 +25,7 @@ class WeightReceiver:
     def __init__(
         self,
         expected: Mapping[str, tuple[int, ...]],
-        apply: Callable[[dict[str, torch.Tensor]], None],
+        apply: Callable[[dict[str, np.ndarray | torch.Tensor]], None],
         *,
         fingerprint: str = "initial",
     ) -> None:
@@ -72,6 +73,8 @@ class WeightReceiver:
         """Stage `bucket`; after the last one, apply the update and return its metrics (else None)."""
         try:
             return self._receive(bucket)
+        except StaleWeightsError:  # a replayed old bucket: an update in flight stays valid
+            raise
         except WeightSyncError:
             self.abort()
             raise
@@ -125,12 +128,12 @@ class WeightReceiver:
         self._plan, self._staged, self._next = None, {}, 0
         return sync_metrics(self._bytes, seconds, plan.num_buckets)
 
-    def replace(self, named_tensors: Mapping[str, object], version: int) -> None:
-        """One-shot update (`update_weights`): stale versions are refused; `apply` validates and copies."""
+    def replace(self, named_tensors: Mapping[str, np.ndarray | torch.Tensor], version: int) -> None:
+        """One-shot update (`update_weights`): stale versions and foreign tensors are refused, then applied."""
         self._check_version(version)
-        self._check_shapes({n: tuple(v.shape) for n, v in named_tensors.items()})  # type: ignore[attr-defined]
+        self._check_shapes({n: tuple(v.shape) for n, v in named_tensors.items()})
         self.abort()
-        self.apply(dict(named_tensors))  # type: ignore[arg-type]
+        self.apply(dict(named_tensors))
         self.policy_version, self.fingerprint = int(version), f"update_weights:{int(version)}"
 
     def confirm(self, version: int, fingerprint: str) -> None:
