@@ -186,3 +186,18 @@ def test_update_from_another_model_is_rejected_at_bucket_zero(tiny_model_dir, tm
     plan = trained.weight_sync_plan(1, dtype="float32", bucket_bytes=1 << 20)
     with pytest.raises(WeightSyncError, match=r"shape mismatches=.*same model folder"):
         infer.receive_weight_bucket(trained.weight_bucket(plan, 0))
+
+
+def test_a_replayed_stale_bucket_leaves_the_update_in_flight_alone(tiny_model_dir, trained):
+    infer = HFInferStrategy(tiny_model_dir)
+    sync_weights(trained, infer, version=5, dtype="float32")
+    old_plan = trained.weight_sync_plan(4, dtype="float32", bucket_bytes=100_000)
+    stale = trained.weight_bucket(old_plan, 0)
+    trained.train_step([_batch(8)], nll_loss, with_entropy=False)
+    plan = trained.weight_sync_plan(6, dtype="float32", bucket_bytes=100_000)
+    infer.receive_weight_bucket(trained.weight_bucket(plan, 0))
+    with pytest.raises(StaleWeightsError):
+        infer.receive_weight_bucket(stale)
+    for index in range(1, plan.num_buckets):
+        metrics = infer.receive_weight_bucket(trained.weight_bucket(plan, index))
+    assert metrics is not None and infer.policy_version == 6
