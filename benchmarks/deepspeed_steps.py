@@ -34,7 +34,9 @@ CONFIGS = {
 
 def nll(log_probs, entropy, mb):
     m = mb["attention_mask"][:, 1:].float()
-    return -(log_probs[:, 1:] * m).sum() / m.sum(), {"entropy": float((entropy[:, 1:] * m).sum() / m.sum())}
+    return -(log_probs[:, 1:] * m).sum() / m.sum(), {
+        "entropy": float((entropy[:, 1:] * m).sum().detach() / m.sum())
+    }
 
 
 def micro_batches(step: int, rows: int, width: int, vocab: int) -> list[dict[str, torch.Tensor]]:

@@ -33,7 +33,7 @@ def _batch(seed: int, rows: int = 6, width: int = 12) -> dict[str, torch.Tensor]
 def nll_loss(log_probs, entropy, mb):
     m = (mb["attention_mask"][:, 1:] * mb["attention_mask"][:, :-1]).float()
     loss = -(log_probs[:, 1:] * m).sum() / m.sum()
-    return loss, {"entropy": float((entropy[:, 1:] * m).sum() / m.sum())}
+    return loss, {"entropy": float((entropy[:, 1:] * m).sum().detach() / m.sum())}
 
 
 def _micro_batches(step: int, count: int) -> list[dict[str, torch.Tensor]]:
