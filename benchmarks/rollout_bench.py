@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -147,6 +148,8 @@ def ray_session() -> Any:
             log_to_driver=False,
             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
         )
+    # this module is not importable in Ray's workers (benchmarks/ is not a package): ship its classes
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     return ray
 
 
@@ -236,8 +239,8 @@ class ServerModel:
     """The simulated LLM server of P2."""
 
     slots: int = 32
-    median_s: float = 0.02
-    sigma: float = 1.0
+    median_s: float = 0.1
+    sigma: float = 1.5  # heavy-tailed: the 99th percentile is ~33x the median, as LLM response lengths
     seed: int = 0
 
     def make(self, response_ids: list[int]) -> SimulatedLLMServer:
@@ -255,9 +258,9 @@ def p2_roll(
     num_traj: int = 512,
     group_size: int = 8,
     server_model: ServerModel = ServerModel(),
-    overprovision: float = 1.25,
-    redundancy: int = 0,
-    ratio: int = 1,
+    overprovision: float = 1.0,
+    redundancy: int = 1,
+    ratio: int = 0,
 ) -> Measurement:
     """Time to `num_traj` trajectories with roll's scheduler (env groups beyond the batch, or redundancy)."""
     groups = round(num_traj / group_size * overprovision)
@@ -285,9 +288,12 @@ def p2_roll(
 
     turns, elapsed = asyncio.run(run())
     bound = _bound_s(turns, server)
-    label = f"{groups} groups" + (f" + {redundancy} redundant slots" if redundancy else "")
+    label = f"{groups} groups" + (
+        f" + {redundancy} redundant slot{'s' * (redundancy > 1)}" if redundancy else ""
+    )
+    mode = "async r=" + str(ratio) if ratio else "sync"
     return Measurement(
-        f"P2 roll async ({label})",
+        f"P2 roll {mode} ({label}), sigma {server_model.sigma}",
         elapsed,
         "s",
         {"bound_s": bound, "turns": turns, "of_bound": elapsed / bound, "requests": server.requests},
@@ -328,7 +334,10 @@ def p2_lockstep(
     turns, elapsed = asyncio.run(run())
     bound = _bound_s(turns, server)
     return Measurement(
-        "P2 turn-lockstep", elapsed, "s", {"bound_s": bound, "turns": turns, "of_bound": elapsed / bound}
+        f"P2 turn-lockstep, sigma {server_model.sigma}",
+        elapsed,
+        "s",
+        {"bound_s": bound, "turns": turns, "of_bound": elapsed / bound},
     )
 
 

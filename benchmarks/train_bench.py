@@ -128,7 +128,11 @@ MODES = ("naive", "fixed", "dynamic", "packed")
 
 
 def run(
-    episodes_per_env: int = 64, shape: str = "trajectory", rows: int = 16, budget: int = 8192, repeats: int = 3
+    episodes_per_env: int = 64,
+    shape: str = "trajectory",
+    rows: int = 16,
+    budget: int = 8192,
+    repeats: int = 3,
 ) -> tuple[list[Result], dict[str, float]]:
     """Every mode on the same samples, round-robin `repeats` times after one warm-up each (so every mode
     meets the same load); min wall time per mode. Returns the results and the length statistics."""
@@ -150,12 +154,12 @@ def run(
     for rep in range(repeats + 1):
         for mode in MODES:
             t, c = time.perf_counter(), time.process_time()
-            strategy.train_step(plans[mode][0], loss_fn, with_entropy=True, lr_scale=0.0)  # lr 0: alike repeats
+            strategy.train_step(
+                plans[mode][0], loss_fn, with_entropy=True, lr_scale=0.0
+            )  # lr 0: alike repeats
             if rep:  # the first round warms up
                 times[mode].append(time.perf_counter() - t)
                 cpu[mode].append(time.process_time() - c)
     real = int(samples.attention_mask.sum())
-    results = [
-        Result(m, len(plans[m][0]), real, plans[m][1], min(times[m]), min(cpu[m])) for m in MODES
-    ]
+    results = [Result(m, len(plans[m][0]), real, plans[m][1], min(times[m]), min(cpu[m])) for m in MODES]
     return results, info

@@ -38,7 +38,9 @@ def main() -> None:
         f"{int(info['median'])}; {args.rows} rows / fixed micro-batch, budget {args.budget} tokens; "
         f"torch threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.1f})"
     )
-    print("| mode | micro-batches | padding | train tokens/s (wall, min) | vs naive | tokens per CPU s | vs naive |")
+    print(
+        "| mode | micro-batches | padding | train tokens/s (wall, min) | vs naive | tokens per CPU s | vs naive |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(

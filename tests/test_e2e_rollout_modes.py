@@ -55,7 +55,9 @@ def test_async_generation_trains_on_turns_within_the_staleness_bound(tmp_path):
     summary, rows = run(tmp_path, "max_steps=4", "eval_steps=4", "async_generation_ratio=1")
     assert summary.steps == 4 and [r["step"] for r in rows] == [1, 2, 3, 4]
     assert all(r["rollout/staleness/max"] <= 1 for r in rows)
-    assert any(r["rollout/staleness/max"] == 1 for r in rows[1:])  # later batches were generated during training
+    assert any(
+        r["rollout/staleness/max"] == 1 for r in rows[1:]
+    )  # later batches were generated during training
     assert all("actor/pg_loss" in r for r in rows)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 BLOCKER = textwrap.dedent(
     """
-    import importlib.abc, pkgutil, sys
+    import importlib.abc, importlib.util, pkgutil, sys
     BLOCKED = {blocked!r}
 
     class Block(importlib.abc.MetaPathFinder):
@@ -19,6 +19,12 @@ BLOCKER = textwrap.dedent(
                 raise ImportError(f"layering: {{name}} must not be imported here")
             return None
 
+    # As if not installed: a probe (importlib.util.find_spec, e.g. transformers asking whether deepspeed is
+    # there once accelerate is installed) answers None; an import fails.
+    _find_spec = importlib.util.find_spec
+    importlib.util.find_spec = lambda name, package=None: (
+        None if name.split(".")[0] in BLOCKED else _find_spec(name, package)
+    )
     sys.meta_path.insert(0, Block())
     import {package} as pkg
     for info in pkgutil.walk_packages(pkg.__path__, prefix="{package}."):

@@ -152,11 +152,18 @@ def test_roles_reject_settings_they_never_read():
         compose(None, None, ["actor_train.generating_args.top_k=5"])
     with pytest.raises(ConfigError, match=r"actor_infer.use_sequence_packing is set"):
         compose(None, None, ["actor_infer.use_sequence_packing=true"])
-    assert compose(None, None, ["cluster.backend=local", "actor_train.device_mapping=[1]"]).actor_train.device_mapping == [1]
+    assert compose(
+        None, None, ["cluster.backend=local", "actor_train.device_mapping=[1]"]
+    ).actor_train.device_mapping == [1]
 
 
 def test_sample_shape_auto_follows_the_history():
     assert AgenticConfig().train_sample_shape == "step"
     full = compose(None, None, ["custom_envs.FrozenLake.max_history_turns=null"])
     assert full.train_sample_shape == "trajectory"
-    assert compose(None, None, ["custom_envs.FrozenLake.max_history_turns=null", "sample_shape=step"]).train_sample_shape == "step"
+    assert (
+        compose(
+            None, None, ["custom_envs.FrozenLake.max_history_turns=null", "sample_shape=step"]
+        ).train_sample_shape
+        == "step"
+    )

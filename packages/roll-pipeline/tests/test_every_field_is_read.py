@@ -82,6 +82,8 @@ def test_every_config_field_is_read_by_some_code():
 
 
 def test_the_scan_has_teeth(tmp_path):
-    (tmp_path / "m.py").write_text("def f(cfg):\n    cfg.seed = 3\n    return cfg.exp_name, getattr(cfg, 'gamma')\n")
+    (tmp_path / "m.py").write_text(
+        "def f(cfg):\n    cfg.seed = 3\n    return cfg.exp_name, getattr(cfg, 'gamma')\n"
+    )
     reads = attribute_reads(tmp_path)
     assert {"exp_name", "gamma"} <= reads and "seed" not in reads  # an assignment is not a read

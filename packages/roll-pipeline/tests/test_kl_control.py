@@ -62,7 +62,9 @@ def turns() -> TurnView:
 def test_reward_penalty_reaches_token_step_and_episode_rewards():
     kl = torch.tensor([[0.1, 0.2, 9.0], [0.3, 0.0, 0.4], [0.5, 9.0, 9.0]])  # 9: off the mask, ignored
     out = kl_reward_penalty(turns(), kl, coef=0.5)
-    torch.testing.assert_close(out.token_rewards, torch.tensor([[-0.05, -0.1, 0], [-0.15, 0, 0.8], [0.25, 0, 0]]))
+    torch.testing.assert_close(
+        out.token_rewards, torch.tensor([[-0.05, -0.1, 0], [-0.15, 0, 0.8], [0.25, 0, 0]])
+    )
     torch.testing.assert_close(out.step_rewards, torch.tensor([-0.15, 0.65, 0.25]))
     torch.testing.assert_close(out.episode_scores, torch.tensor([1 - 0.5, 1 - 0.5, 0.25]))
 

@@ -168,7 +168,9 @@ def test_truncated_importance_sampling():
     assert abs(got - reference()) > 1e-3
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize(
+    "mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+)
 def test_aggregation_modes(mode):
     got = computed(config(loss_agg_mode=mode))
     assert got == pytest.approx(reference(mode=mode), rel=1e-5)
@@ -196,7 +198,7 @@ def test_full_kl_loss_reads_the_strategys_exact_kl():
     cfg = config(kl_loss_coef=0.5, kl_penalty="full")
     mb = micro_batch()
     mb["full_kl"] = torch.tensor(ENTROPY)  # any per-token values: the loss must aggregate exactly these
-    loss, metrics = actor_loss(cfg, 0.5)(torch.tensor(NEW), None, mb)
+    loss, _ = actor_loss(cfg, 0.5)(torch.tensor(NEW), None, mb)
     ent = [[ENTROPY[r][t] for t in range(7)] for r in range(3)]
     assert float(loss) == pytest.approx(reference() + 0.5 * aggregate(ent, "seq-mean-token-mean"), rel=1e-5)
     with pytest.raises(ValueError, match="ref_full_log_probs"):

@@ -87,11 +87,16 @@ def test_padding_stats_show_what_dynamic_batching_and_packing_remove():
     idx = torch.arange(48)
     out = {}
     for mode in ("fixed", "dynamic", "packed"):
-        _, stats = build_micro_batches(fields, idx, layout(mode, rows=8, max_tokens=160, round_to=1), "token-mean")
+        _, stats = build_micro_batches(
+            fields, idx, layout(mode, rows=8, max_tokens=160, round_to=1), "token-mean"
+        )
         out[mode] = stats.metrics("actor")
     assert out["fixed"]["actor/padding_fraction"] > out["dynamic"]["actor/padding_fraction"]
     assert out["fixed"]["actor/padding_fraction"] > 2 * out["packed"]["actor/padding_fraction"]
-    assert out["packed"]["actor/removed_padding_ratio"] > 0.8 and out["dynamic"]["actor/removed_padding_ratio"] > 0.8
+    assert (
+        out["packed"]["actor/removed_padding_ratio"] > 0.8
+        and out["dynamic"]["actor/removed_padding_ratio"] > 0.8
+    )
     assert out["fixed"]["actor/naive_padding_fraction"] == out["packed"]["actor/naive_padding_fraction"]
 
 

@@ -39,7 +39,15 @@ def play(tokenizer, seed: int, group: int, history: int | None, turns: int = 4) 
         ids = tokenizer.encode(f"<answer>{move}</answer>", add_special_tokens=False)
         obs, reward, terminated, truncated, info = env.step(tokenizer.decode(ids))
         traj.turns.append(
-            Turn(prompt, ids, [-0.1 * (i + 1) for i in range(len(ids))], float(reward), True, True, observations[-1])
+            Turn(
+                prompt,
+                ids,
+                [-0.1 * (i + 1) for i in range(len(ids))],
+                float(reward),
+                True,
+                True,
+                observations[-1],
+            )
         )
         observations.append(obs)
         responses.append(ids)

@@ -120,6 +120,30 @@ def test_remote_policy_sends_concurrent_requests_in_one_call():
     assert second.output_ids == [101] and calls == [10, 1]
 
 
+def test_a_request_made_while_a_call_is_in_flight_is_sent_without_waiting_for_another():
+    """Regression: the request that arrives during a call, with no request after it, used to wait forever."""
+    server = BatchingPolicy(echo_backend([]))
+    calls: list[int] = []
+
+    async def slow_remote(payload: bytes) -> bytes:
+        calls.append(len(decode_requests(payload)))
+        await asyncio.sleep(0.2)
+        return await server.generate_many_payload(payload)
+
+    async def main():
+        client = RemotePolicy(slow_remote)
+        first = asyncio.get_running_loop().create_task(
+            client.generate(GenerateRequest([1], SamplingSettings()))
+        )
+        await asyncio.sleep(0.05)  # the first call is in flight now
+        async with asyncio.timeout(5):
+            late = await client.generate(GenerateRequest([7], SamplingSettings()))
+        return await first, late
+
+    first, late = asyncio.run(main())
+    assert first.output_ids == [2] and late.output_ids == [8] and calls == [1, 1]
+
+
 def test_remote_policy_fails_only_the_requests_of_a_bad_answer():
     async def wrong_count(payload: bytes) -> bytes:
         return encode_results([])

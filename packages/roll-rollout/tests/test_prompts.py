@@ -57,3 +57,26 @@ def test_bad_arguments(chat_tokenizer):
         PromptBuilder(chat_tokenizer, "", max_history_turns=-1)
     with pytest.raises(ValueError, match="len"):
         PromptBuilder(chat_tokenizer, "").prompt(["a"], [[1]])
+
+
+def test_the_cache_is_exact_and_bounded(chat_tokenizer):
+    import random
+
+    rng = random.Random(0)
+    words = ["Left", "Right", "Up", "Down", "go", "lake"]
+    eos = chat_tokenizer.eos_token_id
+    cached = PromptBuilder(chat_tokenizer, "you are on a lake", max_history_turns=2, cache_size=8)
+    reference = PromptBuilder(chat_tokenizer, "you are on a lake", max_history_turns=2, cache_size=0)
+    for _ in range(200):
+        turns = rng.randint(0, 4)
+        observations = [" ".join(rng.choices(words, k=3)) for _ in range(turns + 1)]
+        responses = [
+            [
+                *chat_tokenizer.encode(rng.choice(words), add_special_tokens=False),
+                *([eos] if rng.random() < 0.5 else []),
+            ]
+            for _ in range(turns)
+        ]
+        assert cached.prompt(observations, responses) == reference.prompt(observations, responses)
+    assert len(cached._first._items) <= 8 and len(cached._glue._items) <= 8
+    assert len(reference._first._items) == 0

@@ -244,3 +244,15 @@ def test_layout_and_batch_errors(scheduler_factory, answer_ids):
         run(asynchronous.get_batch(2, seeds=[1]))
     with pytest.raises(SchedulerError, match="filter_keep_fraction"):
         SchedulerSettings(filter_keep_fraction=0)
+
+
+def test_a_bug_while_collecting_results_fails_get_batch_instead_of_stalling(scheduler_factory, answer_ids):
+    layout = EnvLayout(1, 2, ("A",), (1,), 2)
+    scheduler = scheduler_factory(layout, ScriptedPolicy(answer_ids))
+
+    def broken(w, traj):
+        raise KeyError("bookkeeping bug")
+
+    scheduler._on_finished = broken
+    with pytest.raises(SchedulerError, match="internal error while handling the results of env worker 0"):
+        run(one_batch(scheduler, 2))

@@ -106,3 +106,32 @@ def test_bad_payloads_are_rejected_with_a_clear_error(chat_tokenizer, answer_ids
         asyncio.run(worker.submit(b"\xc1garbage"))
     with pytest.raises(PayloadError, match="list of int episode ids"):
         asyncio.run(worker.cancel(msgpack.packb(["1"])))
+
+
+@pytest.mark.parametrize(
+    ("bad_step", "message"),
+    [
+        ((1, float("nan"), {}), "non-finite reward"),
+        ((1, "high", {}), "reward of type str"),
+        ((1, 0.0, {"metrics": {"score": float("inf")}}), "metric 'score' is inf"),
+        ((None, 0.0, {}), "observation of type NoneType"),
+    ],
+)
+def test_an_env_step_the_trajectory_cannot_carry_fails_only_its_episode(
+    chat_tokenizer, answer_ids, bad_step, message
+):
+    obs_is_str, reward, info = bad_step
+
+    class BadEnv(CountdownEnv):
+        def step(self, action):
+            _obs, _, terminated, truncated, _ = super().step(action)
+            return ("x" if obs_is_str else None), reward, terminated, truncated, info
+
+    worker = make_worker(chat_tokenizer, answer_ids, num_slots=1, env_factory=lambda t, c: BadEnv())
+
+    async def scenario():
+        await worker.submit(encode_jobs([job(0, 1)]))
+        return await drain(worker, 1)
+
+    (traj,), _ = asyncio.run(scenario())
+    assert traj.error.startswith("env_error: ") and message in traj.error

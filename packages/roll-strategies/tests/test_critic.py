@@ -25,7 +25,7 @@ def rows(seed: int = 0) -> dict[str, torch.Tensor]:
 def mse(values, mb):
     m = mb["response_mask"]
     loss = 0.5 * (values - mb["returns"])[m].square().mean()
-    return loss, {"vf": float(loss)}
+    return loss, {"vf": float(loss.detach())}
 
 
 def test_value_model_keeps_the_backbone_and_starts_at_zero(warm_model_dir):

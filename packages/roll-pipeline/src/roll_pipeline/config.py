@@ -267,7 +267,7 @@ class AgenticConfig(StrictModel):
         description="the frozen initial policy of the KL term",
     )
     critic: WorkerConfig = Field(
-        default_factory=WorkerConfig,
+        default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_critic")),
         description="the value model of adv_estimator=gae (the policy's architecture with a value head, its own"
         " optimiser); unused by the other estimators",
     )

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from roll_pipeline.config import AgenticConfig
     from roll_pipeline.worker_config import WorkerConfig
 
-__all__ = ["backend_problems", "config_problems"]
+__all__ = ["config_problems", "unwired_backend_problems"]
 
 TRAIN_BATCHING_FIELDS = (
     "use_dynamic_batching_in_train",
@@ -26,12 +26,12 @@ TRAIN_BATCHING_FIELDS = (
 )
 """WorkerConfig fields that only a trained role (actor_train, critic) reads."""
 
-# role -> the backend it runs today (the backends issue #12 adds deepspeed_train and vllm)
-_HF_BACKEND = {
-    "actor_train": "hf_train",
-    "critic": "hf_train",
-    "actor_infer": "hf_infer",
-    "reference": "hf_infer",
+# role -> the backends the pipeline runs it on today (issue #12 phase 2 wires the others)
+_WIRED_BACKENDS: dict[str, tuple[str, ...]] = {
+    "actor_train": ("hf_train",),
+    "critic": ("hf_critic",),
+    "actor_infer": ("hf_infer",),
+    "reference": ("hf_infer", "hf_train"),
 }
 
 
@@ -39,16 +39,17 @@ def _roles(cfg: AgenticConfig) -> dict[str, WorkerConfig]:
     return {name: getattr(cfg, name) for name in ("actor_train", "actor_infer", "reference", "critic")}
 
 
-def backend_problems(cfg: AgenticConfig) -> list[str]:
-    """Backend settings the pipeline cannot honour yet (strategy registry, GGUF and Ray device placement come
-    with the backends issue #12, which replaces this function)."""
+def unwired_backend_problems(cfg: AgenticConfig) -> list[str]:
+    """Backend settings roll-strategies supports but the pipeline does not pass on yet: `strategy_name`,
+    `strategy_config`, `gguf_file`, `device_mapping` (issue #12 phase 2 wires them and deletes this function
+    with its call in `config_problems`)."""
     problems = []
     for name, role in _roles(cfg).items():
         strategy = role.strategy_args.strategy_name
-        if strategy not in _HF_BACKEND[name]:
+        if strategy not in _WIRED_BACKENDS[name]:
             problems.append(
                 f"{name}.strategy_args.strategy_name={strategy!r} is not available yet (deepspeed_train and vllm"
-                f" come with the backends issue #12); use {_HF_BACKEND[name][0]!r}"
+                f" reach the pipeline with the backends issue #12); use {_WIRED_BACKENDS[name][0]!r}"
             )
         if role.strategy_args.strategy_config:
             problems.append(
@@ -163,7 +164,7 @@ def config_problems(cfg: AgenticConfig) -> list[str]:
         )
     return (
         problems
-        + backend_problems(cfg)
+        + unwired_backend_problems(cfg)
         + _role_problems(cfg)
         + _estimator_problems(cfg)
         + _loss_problems(cfg)

@@ -86,12 +86,22 @@ class AgenticPipeline:
 
         cfg = self.config
         self.actor_train = self._spawn_role(
-            ActorTrainWorker, cfg.actor_train, "actor_train", **_optimiser(cfg.actor_train), seed=cfg.seed
+            ActorTrainWorker,
+            cfg.actor_train,
+            "actor_train",
+            **_optimiser(cfg.actor_train),
+            seed=cfg.seed,
+            strategy_name=cfg.actor_train.strategy_args.strategy_name,
         )
         self.critic = None
         if cfg.adv_estimator == "gae":
             self.critic = self._spawn_role(
-                CriticWorker, cfg.critic, "critic", **_optimiser(cfg.critic), seed=cfg.seed + 7
+                CriticWorker,
+                cfg.critic,
+                "critic",
+                **_optimiser(cfg.critic),
+                seed=cfg.seed + 7,
+                strategy_name=cfg.critic.strategy_args.strategy_name,
             )
         self.policy_server = self._spawn_role(
             PolicyServer,
@@ -103,7 +113,12 @@ class AgenticPipeline:
         )
         self.reference = None
         if (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0:
-            self.reference = self._spawn_role(ReferenceWorker, cfg.reference, "reference")
+            self.reference = self._spawn_role(
+                ReferenceWorker,
+                cfg.reference,
+                "reference",
+                strategy_name=cfg.reference.strategy_args.strategy_name,
+            )
         self.kl = KLControl(
             cfg.init_kl_coef, cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, cfg.target_kl, cfg.kl_horizon
         )

@@ -85,10 +85,10 @@ class GeneratingArgs(StrictModel):
 class StrategyArgs(StrictModel):
     """Which backend runs a role."""
 
-    strategy_name: Literal["hf_train", "hf_infer", "deepspeed_train", "vllm"] = Field(
+    strategy_name: Literal["hf_train", "hf_infer", "hf_critic", "deepspeed_train", "vllm"] = Field(
         "hf_train",
-        description="backend of the role; for now only hf_train (actor_train, critic) and hf_infer (actor_infer,"
-        " reference) run, other names are rejected",
+        description="backend of the role; for now only hf_train (actor_train), hf_critic (critic), hf_infer"
+        " (actor_infer) and hf_infer/hf_train (reference) run, other names are rejected",
     )
     strategy_config: dict[str, Any] = Field(
         default_factory=dict,

@@ -77,7 +77,7 @@ class EnvCalls:
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel racing its timeout
                 async with asyncio.timeout(self.timeout_s):
-                    return await asyncio.shield(waiter)
+                    return await waiter  # cancelling it leaves a running thread alone
             except TimeoutError:
                 self._detach(future, waiter)
                 raise EnvCallTimeout(

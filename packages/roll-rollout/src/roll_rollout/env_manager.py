@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.policy import GenerateRequest, PolicyClient, SamplingSettings
 from roll_rollout.prompts import PromptBuilder
 from roll_rollout.schema import Trajectory, Turn
+from roll_rollout.wire import MAX_TEXT_CHARS
 
 FAILURE_KINDS = ("env_timeout", "env_error", "policy_error")
 """Why an episode failed; the prefix of `Trajectory.error`."""
@@ -101,6 +103,7 @@ class TrajEnvManager:
         if self.env is None:
             self.env = await self._env_call(self._make_env, what="constructor")
         obs, info = await self._env_call(functools.partial(self.env.reset, seed=job.seed), what="reset")
+        _check_observation(obs, "reset")
         observations, responses = [obs], []
         metric_log: list[dict[str, float]] = []
         for _ in range(self.max_turns):
@@ -117,12 +120,13 @@ class TrajEnvManager:
             next_obs, reward, terminated, truncated, info = await self._env_call(
                 self.env.step, text, what="step"
             )
+            reward, step_metrics = _checked_step(next_obs, reward, info)
             traj.turns.append(
                 Turn(
                     prompt_ids=prompt_ids,
                     response_ids=list(result.output_ids),
                     log_probs=list(result.log_probs),
-                    reward=float(reward),
+                    reward=reward,
                     action_is_valid=bool(info.get("action_is_valid", True)),
                     action_is_effective=bool(info.get("action_is_effective", True)),
                     state_key=str(observations[-1]),
@@ -131,7 +135,7 @@ class TrajEnvManager:
                     response_text=text,
                 )
             )
-            metric_log.append({k: float(v) for k, v in (info.get("metrics") or {}).items()})
+            metric_log.append(step_metrics)
             observations.append(next_obs)
             responses.append(result.output_ids)
             traj.success = bool(info.get("success", False))
@@ -160,6 +164,39 @@ class TrajEnvManager:
     def close(self) -> None:
         """Close the env (unless a thread is still inside it)."""
         self._drop_env(close=not self._in_env_call)
+
+
+def _check_observation(obs: Any, what: str) -> None:
+    """An observation the trajectory can carry, else `EnvCallError` (the env is at fault)."""
+    if not isinstance(obs, str):
+        raise EnvCallError(f"env {what} returned an observation of type {type(obs).__name__}; it must be str")
+    if len(obs) > MAX_TEXT_CHARS:
+        raise EnvCallError(
+            f"env {what} returned an observation of {len(obs)} characters; at most {MAX_TEXT_CHARS} travel"
+        )
+
+
+def _checked_step(obs: Any, reward: Any, info: Any) -> tuple[float, dict[str, float]]:
+    """(finite reward, finite metrics) of a step, else `EnvCallError`: a NaN must fail this episode,
+    not every trajectory of its worker when the payload is checked downstream."""
+    _check_observation(obs, "step")
+    try:
+        value = float(reward)
+    except (TypeError, ValueError):
+        raise EnvCallError(
+            f"env step returned a reward of type {type(reward).__name__}; it must be a number"
+        ) from None
+    if not math.isfinite(value):
+        raise EnvCallError(f"env step returned a non-finite reward ({value}); rewards must be finite")
+    metrics: dict[str, float] = {}
+    for name, raw in ((info or {}).get("metrics") or {}).items():
+        try:
+            metrics[str(name)] = float(raw)
+        except (TypeError, ValueError):
+            raise EnvCallError(f"env step metric {name!r} is {raw!r}; metrics must be numbers") from None
+        if not math.isfinite(metrics[str(name)]):
+            raise EnvCallError(f"env step metric {name!r} is {raw}; metrics must be finite")
+    return value, metrics
 
 
 def _close_quietly(env: Any) -> None:

@@ -230,20 +230,27 @@ class RemotePolicy:
         self._remote = remote_generate_many
         self._batch_wait_s = batch_wait_s
         self._pending: list[_Waiting] = []
-        self._flush: asyncio.Task[None] | None = None
+        self._collecting: asyncio.Task[None] | None = None  # the call still gathering requests
+        self._calls: set[asyncio.Task[None]] = set()  # strong references to calls in flight
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         """Queue the request for the next call and wait for its result."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[GenerateResult] = loop.create_future()
         self._pending.append((request, future))
-        if self._flush is None or self._flush.done() or self._flush.get_loop() is not loop:
-            self._flush = loop.create_task(self._send_after_wait())
+        collecting = self._collecting
+        if collecting is None or collecting.done() or collecting.get_loop() is not loop:
+            self._collecting = loop.create_task(self._send_after_wait())
+            self._calls.add(self._collecting)
+            self._collecting.add_done_callback(self._calls.discard)
         return await future
 
     async def _send_after_wait(self) -> None:
         await asyncio.sleep(self._batch_wait_s)
         batch, self._pending = self._pending, []
+        # From here on this call is in flight: the next request starts the next call (it must not wait
+        # for this one, or a request made now would wait for a later request that may never come).
+        self._collecting = None
         try:
             results = decode_results(await self._remote(encode_requests([r for r, _ in batch])))
         except Exception as exc:  # fail this call's requests; later calls go on

@@ -26,6 +26,8 @@ OnResults = Callable[[int, list[Trajectory], list[int], dict[str, Any]], None]
 """(worker, finished trajectories, cancelled episode ids, worker stats) -> None."""
 OnReplaced = Callable[[int, list[int], str, bool], None]
 """(worker, lost episode ids, reason, recycled) -> None; called after the new worker is up."""
+OnError = Callable[[int, BaseException], None]
+"""(worker, the exception) -> None: a bug while handling a worker's results; its poll loop stops."""
 
 
 class WorkerPool:
@@ -37,6 +39,7 @@ class WorkerPool:
         spawn: SpawnWorker,
         on_results: OnResults,
         on_replaced: OnReplaced,
+        on_error: OnError,
         poll_wait_s: float = 0.05,
     ) -> None:
         self.num_workers = num_workers
@@ -44,6 +47,7 @@ class WorkerPool:
         self._spawn = spawn
         self._on_results = on_results
         self._on_replaced = on_replaced
+        self._on_error = on_error
         self._poll_wait_s = poll_wait_s
         self._links: list[WorkerLink] = []
         self._generation: list[int] = []
@@ -110,6 +114,15 @@ class WorkerPool:
         await self._replace(w, generation, reason)
 
     async def _poll_loop(self, w: int) -> None:
+        """Poll worker `w` until stopped; an error in handling its results is reported, never swallowed."""
+        try:
+            await self._poll_forever(w)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug on this side: without this, the rollout would stall silently
+            self._on_error(w, exc)
+
+    async def _poll_forever(self, w: int) -> None:
         while self._active:
             generation = self._generation[w]
             try:

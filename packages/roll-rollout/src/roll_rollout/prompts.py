@@ -8,11 +8,18 @@ ids trained on are the ids that were sampled.
 
 `max_history_turns` bounds the context: 0 shows only the current observation; None keeps the whole
 episode; k keeps the last k (observation, response) pairs before the current observation.
+
+Rendering the chat template and running the tokenizer is the hot path of a rollout (most of an env
+step's CPU time with a fast env). Both pieces are pure functions of their text (the first prompt of the
+observation, the glue of the next observation and whether the response ended with eos), so each
+builder keeps an exact LRU cache of them (`cache_size` entries each; 0 disables it): observations
+repeat a lot (the envs of a group share their first one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Protocol
 
 _MARKER = "\u0000roll-response\u0000"
@@ -33,15 +40,26 @@ class ChatTokenizer(Protocol):
 class PromptBuilder:
     """Builds the prompt ids of each turn of an episode."""
 
-    def __init__(self, tokenizer: ChatTokenizer, instruction: str, max_history_turns: int | None = 0) -> None:
+    def __init__(
+        self,
+        tokenizer: ChatTokenizer,
+        instruction: str,
+        max_history_turns: int | None = 0,
+        cache_size: int = 4096,
+    ) -> None:
         if max_history_turns is not None and max_history_turns < 0:
             raise ValueError(f"max_history_turns must be None or >= 0, got {max_history_turns}")
         self.tokenizer = tokenizer
         self.instruction = instruction
         self.max_history_turns = max_history_turns
+        self._first = _LRU(cache_size)
+        self._glue = _LRU(cache_size)
 
     def first_prompt(self, observation: str) -> list[int]:
         """Chat template of (instruction, observation) with the generation prompt."""
+        return list(self._first.get(observation, lambda: self._render_first(observation)))
+
+    def _render_first(self, observation: str) -> list[int]:
         messages = [{"role": "user", "content": observation}]
         if self.instruction:
             messages.insert(0, {"role": "system", "content": self.instruction})
@@ -50,6 +68,12 @@ class PromptBuilder:
 
     def continuation(self, response_ids: Sequence[int], observation: str) -> list[int]:
         """The ids that follow a sampled response: end of turn, next observation, assistant header."""
+        eos = self.tokenizer.eos_token_id
+        ends_with_eos = bool(response_ids) and eos is not None and response_ids[-1] == eos
+        key = (ends_with_eos, observation)
+        return list(self._glue.get(key, lambda: self._render_glue(ends_with_eos, observation)))
+
+    def _render_glue(self, ends_with_eos: bool, observation: str) -> list[int]:
         messages = [
             {"role": "user", "content": "x"},
             {"role": "assistant", "content": _MARKER},
@@ -58,7 +82,7 @@ class PromptBuilder:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         suffix = text[text.index(_MARKER) + len(_MARKER) :]
         eos = self.tokenizer.eos_token_id
-        if response_ids and eos is not None and response_ids[-1] == eos:
+        if ends_with_eos:
             eos_text = self.tokenizer.decode([eos], skip_special_tokens=False)
             if suffix.startswith(eos_text):
                 suffix = suffix[len(eos_text) :]
@@ -83,3 +107,24 @@ class PromptBuilder:
             ids.extend(responses[k])
             ids.extend(self.continuation(responses[k], observations[k + 1]))
         return ids
+
+
+class _LRU:
+    """A bounded least-recently-used map of immutable token-id tuples."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[Hashable, tuple[int, ...]] = OrderedDict()
+
+    def get(self, key: Hashable, make: Callable[[], list[int]]) -> tuple[int, ...]:
+        """The cached value of `key`, or `make()` (cached when there is room)."""
+        hit = self._items.get(key)
+        if hit is not None:
+            self._items.move_to_end(key)
+            return hit
+        value = tuple(make())
+        if self._size > 0:
+            self._items[key] = value
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return value

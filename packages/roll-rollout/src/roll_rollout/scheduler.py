@@ -97,7 +97,12 @@ class RolloutScheduler:
         self._group_counter = 0
         self._mix = TagMix(dict(zip(layout.tags, layout.num_groups_partition, strict=True)))
         self._pool = WorkerPool(
-            layout.num_workers, spawn_worker, self._on_results, self._on_replaced, self.settings.poll_wait_s
+            layout.num_workers,
+            spawn_worker,
+            self._on_results,
+            self._on_replaced,
+            self._on_pool_error,
+            self.settings.poll_wait_s,
         )
         self._busy: dict[int, GroupEpisode] = {}  # layout group -> its running group episode
         self._next_group = {tag: 0 for tag in layout.tags}  # round-robin cursor per tag
@@ -371,6 +376,13 @@ class RolloutScheduler:
         if self._changed is not None:
             self._changed.set()
 
+    def _on_pool_error(self, w: int, exc: BaseException) -> None:
+        self._fatal = SchedulerError(
+            f"internal error while handling the results of env worker {w}: {type(exc).__name__}: {exc}"
+        )
+        self._fatal.__cause__ = exc
+        self._notify()
+
     # ------------------------------------------------------------------ worker restarts
     def _on_replaced(self, w: int, lost: list[int], reason: str, recycle: bool) -> None:
         """Worker `w` was replaced: count its episodes as lost and replay those of open groups."""
@@ -399,9 +411,6 @@ class RolloutScheduler:
 
     def _note_stats(self, w: int, stats: dict[str, int]) -> None:
         self._worker_stats[w] = stats
-        for name in ("env_errors", "env_timeouts", "policy_errors"):
-            if stats.get(name):
-                self._count(f"rollout/worker_{name}", stats[name])
 
     def _take_failed(self) -> list[Trajectory]:
         failed, self._failed = self._failed, []
@@ -412,7 +421,18 @@ class RolloutScheduler:
         counts, self._counts = self._counts, {}
         behind = [self.policy_version - turn.policy_version for t in trajs for turn in t.turns]
         stats = self._worker_stats.values()
-        metrics = {
+        counted = (
+            "rollout/env_errors",
+            "rollout/env_timeouts",
+            "rollout/policy_errors",
+            "rollout/given_up_groups",
+            "rollout/stale_groups",
+            "rollout/filtered_groups",
+            "rollout/env_worker_restarts",
+            "rollout/env_worker_recycles",
+        )
+        metrics = {  # stable names: every key in every batch, 0 when nothing happened
+            **dict.fromkeys(counted, 0.0),
             **counts,
             "rollout/failed_episodes": float(delta["failed"]),
             "rollout/dropped_episodes": float(delta["dropped_incomplete"]),

@@ -57,7 +57,18 @@ class EnvCallLimits:
 
 def encode_jobs(jobs: Sequence[EpisodeJob]) -> bytes:
     """msgpack payload of a list of episode jobs."""
-    return msgpack.packb([asdict(j) for j in jobs])
+    return msgpack.packb(
+        [
+            {
+                "env_id": j.env_id,
+                "group_id": j.group_id,
+                "episode_id": j.episode_id,
+                "seed": j.seed,
+                "sampling": asdict(j.sampling),
+            }
+            for j in jobs
+        ]
+    )
 
 
 def decode_jobs(payload: bytes) -> list[EpisodeJob]:
@@ -116,13 +127,17 @@ class EnvWorker:
             limits.max_env_step_concurrent, limits.env_step_timeout_s, limits.max_hung_env_calls
         )
         self._slots: dict[int, _Slot] = {}
+        builders: dict[tuple[str, int | None], PromptBuilder] = {}  # shared: their caches serve every slot
         for spec in slots:
             env = env_factory(spec.env_type, dict(spec.env_config))  # fails fast on a bad env config
             instruction = env.instruction if spec.instruction is None else spec.instruction
+            key = (instruction, spec.max_history_turns)
+            if key not in builders:
+                builders[key] = PromptBuilder(tokenizer, instruction, spec.max_history_turns)
             manager = TrajEnvManager(
                 _bind_factory(env_factory, spec),
                 spec.tag,
-                PromptBuilder(tokenizer, instruction, spec.max_history_turns),
+                builders[key],
                 spec.max_turns,
                 spec.max_context_tokens,
                 self.calls,

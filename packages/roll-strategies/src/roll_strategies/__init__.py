@@ -1,17 +1,37 @@
-"""roll-strategies: training and inference backends (HF on CPU/GPU; DeepSpeed, vLLM later) and weight sync.
+"""roll-strategies: training and inference backends (HF on CPU/GPU, DeepSpeed, vLLM) and weight sync.
 
-Everything here is importable without ray, vllm or deepspeed. The tiny offline model the embedded
-configs train is built by `build_tiny_model` (CLI: `uv run python tools/build_tiny_model.py --out DIR`).
+Everything here is importable without ray, vllm or deepspeed: those are optional extras imported only
+when their strategy is built. Backends are picked by name (`create_strategy`, `check_strategy`); weight
+sync is versioned and bucketed (`sync_weights`). The tiny offline model the embedded configs train is
+built by `build_tiny_model` (CLI: `uv run python tools/build_tiny_model.py --out DIR`).
 """
 
 from roll_strategies.critic import HFCriticStrategy, ValueLossFn
-from roll_strategies.errors import CheckpointError, ModelNotFoundError, StrategyError, WeightSyncError
+from roll_strategies.deepspeed_config import build_deepspeed_config
+from roll_strategies.deepspeed_train import DeepSpeedTrainStrategy
+from roll_strategies.errors import (
+    CheckpointError,
+    ModelNotFoundError,
+    StaleWeightsError,
+    StrategyError,
+    StrategyNotAvailableError,
+    WeightSyncError,
+)
 from roll_strategies.forward import TokenOutputs, lm_outputs, packing_supported, value_outputs
+from roll_strategies.gguf import ensure_model_folder
 from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
 from roll_strategies.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
-from roll_strategies.protocols import InferStrategy, TrainStrategy
-from roll_strategies.schedules import lr_decay_factor
+from roll_strategies.protocols import InferStrategy, LogProbStrategy, SleepableStrategy, TrainStrategy
+from roll_strategies.registry import (
+    STRATEGIES,
+    StrategySpec,
+    available_strategies,
+    check_strategy,
+    create_strategy,
+    strategy_class,
+)
+from roll_strategies.schedules import lr_decay_factor, warmup_factor
 from roll_strategies.tiny_model import (
     TINY_MODEL_FORMAT_VERSION,
     WarmupExample,
@@ -20,46 +40,82 @@ from roll_strategies.tiny_model import (
 )
 from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
 from roll_strategies.value_model import load_value_model
+from roll_strategies.vllm_infer import VLLMInferStrategy
+from roll_strategies.weight_receiver import WeightReceiver
+from roll_strategies.weight_sync import (
+    DEFAULT_BUCKET_BYTES,
+    TensorSpec,
+    WeightBucket,
+    WeightExporter,
+    WeightSlice,
+    WeightSyncPlan,
+    plan_buckets,
+    sync_weights,
+    weight_sync_due,
+)
 from roll_strategies.weights import export_named_weights, load_named_weights
 from roll_strategies.workers import ActorInferWorker, ActorTrainWorker, CriticWorker, ReferenceWorker
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_BUCKET_BYTES",
+    "STRATEGIES",
     "TINY_MODEL_FORMAT_VERSION",
     "ActorInferWorker",
     "ActorTrainWorker",
     "CheckpointError",
+    "CriticWorker",
+    "DeepSpeedTrainStrategy",
     "GenerationOutput",
     "GenerationParams",
+    "HFCriticStrategy",
     "HFInferStrategy",
     "HFTrainStrategy",
     "InferStrategy",
+    "LogProbStrategy",
     "LossFn",
     "ModelNotFoundError",
     "ReferenceWorker",
+    "SleepableStrategy",
+    "StaleWeightsError",
     "StrategyError",
+    "StrategyNotAvailableError",
+    "StrategySpec",
+    "TensorSpec",
+    "TokenOutputs",
     "TrainStrategy",
+    "VLLMInferStrategy",
+    "ValueLossFn",
     "WarmupExample",
+    "WeightBucket",
+    "WeightExporter",
+    "WeightReceiver",
+    "WeightSlice",
     "WeightSyncError",
+    "WeightSyncPlan",
     "__version__",
+    "available_strategies",
     "batched_log_probs",
+    "build_deepspeed_config",
     "build_tiny_model",
     "build_tiny_tokenizer",
+    "check_strategy",
+    "create_strategy",
     "encode_chat_example",
+    "ensure_model_folder",
     "export_named_weights",
-    "load_named_weights",
-    "lr_decay_factor",
-    "position_ids_from_mask",
-    "token_log_probs",
-]
-__all__ += [
-    "CriticWorker",
-    "HFCriticStrategy",
-    "TokenOutputs",
-    "ValueLossFn",
     "lm_outputs",
+    "load_named_weights",
     "load_value_model",
+    "lr_decay_factor",
     "packing_supported",
+    "plan_buckets",
+    "position_ids_from_mask",
+    "strategy_class",
+    "sync_weights",
+    "token_log_probs",
     "value_outputs",
+    "warmup_factor",
+    "weight_sync_due",
 ]

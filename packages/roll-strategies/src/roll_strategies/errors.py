@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "ModelNotFoundError", "StrategyError", "WeightSyncError"]
+__all__ = [
+    "CheckpointError",
+    "ModelNotFoundError",
+    "StaleWeightsError",
+    "StrategyError",
+    "StrategyNotAvailableError",
+    "WeightSyncError",
+]
 
 
 class StrategyError(Exception):
@@ -23,7 +30,15 @@ class ModelNotFoundError(StrategyError, FileNotFoundError):
 
 
 class WeightSyncError(StrategyError):
-    """Named tensors sent to `update_weights` do not match the receiving model's parameters."""
+    """A weight update the inference side refuses (wrong names/shapes, a bucket missing or out of order)."""
+
+
+class StaleWeightsError(WeightSyncError):
+    """A weight update older than the weights the inference side already holds (kept unchanged)."""
+
+
+class StrategyNotAvailableError(StrategyError, ImportError):
+    """A strategy name that is unknown, or whose optional backend library is not installed."""
 
 
 class CheckpointError(StrategyError):

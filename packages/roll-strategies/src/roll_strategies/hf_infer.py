@@ -15,7 +15,9 @@ from transformers import GenerationConfig
 from roll_strategies._loading import load_model_and_tokenizer
 from roll_strategies.errors import StrategyError
 from roll_strategies.logprobs import batched_log_probs
-from roll_strategies.weights import load_named_weights
+from roll_strategies.weight_receiver import WeightReceiver
+from roll_strategies.weight_sync import WeightBucket
+from roll_strategies.weights import load_named_weights, tensor_shape, unique_named_tensors
 
 __all__ = ["GenerationOutput", "GenerationParams", "HFInferStrategy"]
 
@@ -80,8 +82,16 @@ class HFInferStrategy:
         # GenerationConfig, and the model's own one is reset so nothing is merged from it.
         self.model.generation_config = GenerationConfig()
         self.seed = seed
-        self.policy_version = 0
+        self.receiver = WeightReceiver(
+            {name: tensor_shape(t) for name, t in unique_named_tensors(self.model).items()},
+            lambda tensors: load_named_weights(self.model, tensors),
+        )
         self._calls = itertools.count()
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the weights held (0 until the first update)."""
+        return self.receiver.policy_version
 
     @property
     def vocab_size(self) -> int:
@@ -167,6 +177,32 @@ class HFInferStrategy:
         return batched_log_probs(self.model, batch, micro_batch_size, device=self.device)
 
     def update_weights(self, named_tensors: Mapping[str, np.ndarray | torch.Tensor], version: int) -> None:
-        """Load `named_tensors` (e.g. `HFTrainStrategy.export_weights()`) in place, strictly; set the version."""
-        load_named_weights(self.model, named_tensors)
-        self.policy_version = int(version)
+        """Load `named_tensors` (e.g. `HFTrainStrategy.export_weights()`) in place, strictly; set the version.
+
+        A version older than the one held raises `StaleWeightsError` (weights unchanged).
+        """
+        self.receiver.replace(named_tensors, version)
+
+    def receive_weight_bucket(self, bucket: WeightBucket) -> dict[str, float] | None:
+        """Stage one bucket of a bucketed update; the last one applies it (see `WeightReceiver.receive`)."""
+        return self.receiver.receive(bucket)
+
+    def confirm_weights(self, version: int, fingerprint: str) -> None:
+        """Record `version` without a transfer when the sender's weights are the ones held here."""
+        self.receiver.confirm(version, fingerprint)
+
+    def weights_fingerprint(self) -> str:
+        """Fingerprint of the weights held (the sender's, after a bucketed update)."""
+        return self.receiver.fingerprint
+
+    def sleep(self, level: int = 1) -> None:
+        """Free accelerator memory while training runs (colocated): the model moves to the CPU (any `level`);
+        a no-op on the CPU."""
+        if self.device.type != "cpu":
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+
+    def wake_up(self) -> None:
+        """Undo `sleep`: the model returns to its device."""
+        if self.device.type != "cpu":
+            self.model.to(self.device)

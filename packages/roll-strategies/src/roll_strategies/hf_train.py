@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -14,6 +15,8 @@ from roll_strategies._loading import load_model_and_tokenizer
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.forward import micro_batch_outputs
 from roll_strategies.logprobs import batched_log_probs, token_log_probs
+from roll_strategies.schedules import warmup_factor
+from roll_strategies.weight_sync import WeightBucket, WeightExporter, WeightSyncPlan
 from roll_strategies.weights import export_named_weights, load_named_weights
 
 __all__ = ["HFTrainStrategy", "LossFn"]
@@ -64,6 +67,7 @@ class HFTrainStrategy:
         self.trainable = trainable
         self.max_grad_norm = max_grad_norm
         self.step = 0
+        self.exporter = WeightExporter(self.model)
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
         if not trainable:
@@ -74,7 +78,7 @@ class HFTrainStrategy:
             self.model.parameters(), lr=learning_rate, weight_decay=weight_decay, betas=tuple(betas), eps=eps
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+            self.optimizer, functools.partial(warmup_factor, warmup_steps=warmup_steps)
         )
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
@@ -141,12 +145,25 @@ class HFTrainStrategy:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
+        self.exporter.bump()
         norm = total_weight if total_weight else 1.0
         return {**{k: v / norm for k, v in sums.items()}, "grad_norm": float(grad_norm), "lr": float(lr)}
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """CPU float32 numpy copies of all weights (tied ones once), for `HFInferStrategy.update_weights`."""
         return export_named_weights(self.model)
+
+    def weights_fingerprint(self) -> str:
+        """Identifies the current weights (changes with every train step and checkpoint load)."""
+        return self.exporter.fingerprint()
+
+    def weight_sync_plan(self, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan:
+        """Plan of a bucketed update of the current weights as `version` in the inference `dtype`."""
+        return self.exporter.plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
+
+    def weight_bucket(self, plan: WeightSyncPlan, index: int) -> WeightBucket:
+        """Bucket `index` of `plan` (CPU tensor in the plan's dtype)."""
+        return self.exporter.bucket(plan, index)
 
     def save_checkpoint(self, path: Path) -> None:
         """Model (safetensors) + tokenizer + optimizer/scheduler/step (torch.save, tensors-only) into `path`."""
@@ -173,6 +190,7 @@ class HFTrainStrategy:
         load_named_weights(
             self.model, _read(weights, lambda: load_file(str(weights), device=str(self.device)))
         )
+        self.exporter.bump()
         state = _read(state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu"))
         self.step = int(state["step"])
         torch.set_rng_state(state["rng"])

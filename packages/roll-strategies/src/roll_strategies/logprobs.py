@@ -68,7 +68,9 @@ def token_log_probs(
             f"{tuple(needed.shape)}; pass the response mask of the same padded batch."
         )
     width = input_ids.shape[1]
-    first = _first_needed_column(needed) if _supports_logits_to_keep(type(model)) else 1
+    # A DeepSpeed engine forwards keyword arguments to the Hugging Face model it wraps (`.module`).
+    inner = getattr(model, "module", model)
+    first = _first_needed_column(needed) if _supports_logits_to_keep(type(inner)) else 1
     extra = {"logits_to_keep": width - first + 1} if first > 1 else {}
     logits = (
         model(

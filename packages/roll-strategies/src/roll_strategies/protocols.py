@@ -1,33 +1,57 @@
-"""The seams the pipeline codes against: any train or infer backend (hf, deepspeed, vllm) fits these."""
+"""The seams the pipeline codes against: any train or infer backend (hf, deepspeed, vllm) fits these.
+
+Backends are picked by name through `roll_strategies.registry`; these Protocols say what each role's
+strategy offers. Weight sync is bucketed and versioned (`roll_strategies.weight_sync`): a train strategy is
+a `WeightSource`, an inference strategy a `WeightSink`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
 from roll_strategies.hf_infer import GenerationOutput, GenerationParams
 from roll_strategies.hf_train import LossFn
+from roll_strategies.weight_sync import WeightBucket, WeightSyncPlan
 
-__all__ = ["InferStrategy", "TrainStrategy"]
+__all__ = ["InferStrategy", "LogProbStrategy", "SleepableStrategy", "TrainStrategy"]
+
+
+@runtime_checkable
+class LogProbStrategy(Protocol):
+    """What the reference role needs: log-probs of given sequences."""
+
+    def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor: ...
 
 
 @runtime_checkable
 class TrainStrategy(Protocol):
-    """Computes log-probs and trains a policy; exports weights; saves and loads checkpoints."""
+    """Computes log-probs and trains a policy; serves its weights (one-shot or bucketed); checkpoints."""
 
     step: int
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor: ...
 
     def train_step(
-        self, micro_batches: Sequence[Mapping[str, torch.Tensor]], loss_fn: LossFn, *, with_entropy: bool
+        self,
+        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        loss_fn: LossFn,
+        *,
+        with_entropy: bool,
+        lr_scale: float = 1.0,
     ) -> dict[str, float]: ...
 
     def export_weights(self) -> dict[str, np.ndarray]: ...
+
+    def weights_fingerprint(self) -> str: ...
+
+    def weight_sync_plan(self, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan: ...
+
+    def weight_bucket(self, plan: WeightSyncPlan, index: int) -> WeightBucket: ...
 
     def save_checkpoint(self, path: Path) -> None: ...
 
@@ -36,9 +60,10 @@ class TrainStrategy(Protocol):
 
 @runtime_checkable
 class InferStrategy(Protocol):
-    """Samples continuations of token-id prompts and receives weights from a train strategy."""
+    """Samples continuations of token-id prompts and receives versioned weights from a train strategy."""
 
     policy_version: int
+    tokenizer: Any
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: GenerationParams
@@ -49,3 +74,18 @@ class InferStrategy(Protocol):
     def update_weights(
         self, named_tensors: Mapping[str, np.ndarray | torch.Tensor], version: int
     ) -> None: ...
+
+    def receive_weight_bucket(self, bucket: WeightBucket) -> dict[str, float] | None: ...
+
+    def confirm_weights(self, version: int, fingerprint: str) -> None: ...
+
+    def weights_fingerprint(self) -> str: ...
+
+
+@runtime_checkable
+class SleepableStrategy(Protocol):
+    """An inference strategy that can free accelerator memory while a colocated trainer runs."""
+
+    def sleep(self, level: int = 1) -> None: ...
+
+    def wake_up(self) -> None: ...

@@ -11,7 +11,7 @@ from typing import Literal
 
 from roll_strategies.errors import StrategyError
 
-__all__ = ["LrDecay", "lr_decay_factor"]
+__all__ = ["LrDecay", "lr_decay_factor", "warmup_factor"]
 
 LrDecay = Literal["constant", "linear", "cosine"]
 
@@ -30,3 +30,8 @@ def lr_decay_factor(kind: LrDecay, progress: float, min_ratio: float = 0.0) -> f
     else:
         raise StrategyError(f"Expected an lr decay of 'constant', 'linear' or 'cosine', got {kind!r}.")
     return min_ratio + (1.0 - min_ratio) * shape
+
+
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """Linear warm-up of the optimiser's lr: min(1, (step + 1) / warmup_steps) at optimiser step `step`; 1 without."""
+    return min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0

@@ -10,7 +10,13 @@ from torch import nn
 
 from roll_strategies.errors import WeightSyncError
 
-__all__ = ["export_named_weights", "load_named_weights", "tied_aliases"]
+__all__ = [
+    "export_named_weights",
+    "load_named_weights",
+    "tensor_shape",
+    "tied_aliases",
+    "unique_named_tensors",
+]
 
 
 def tied_aliases(model: nn.Module) -> dict[str, str]:
@@ -24,6 +30,26 @@ def tied_aliases(model: nn.Module) -> dict[str, str]:
         else:
             seen[key] = name
     return aliases
+
+
+def unique_named_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """State-dict entries (parameters and persistent buffers) as live tensors, a shared one once (first name).
+
+    Sharing is by object identity, so it also holds for ZeRO-3 partitioned parameters (whose storage is
+    empty); for Hugging Face tied embeddings it gives the same names as skipping `tied_aliases`.
+    """
+    seen: set[int] = set()
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            out[name] = tensor
+    return out
+
+
+def tensor_shape(tensor: torch.Tensor) -> tuple[int, ...]:
+    """Full shape of a tensor, also of a ZeRO-3 partitioned parameter (its `ds_shape`)."""
+    return tuple(getattr(tensor, "ds_shape", tensor.shape))
 
 
 def export_named_weights(model: nn.Module) -> dict[str, np.ndarray]:

@@ -1,5 +1,7 @@
 """Role workers: plain classes owning one strategy each, wrapped with `ray.remote` at the call site.
 
+Each worker picks its backend by `strategy_name` through the registry (`roll_strategies.registry`);
+the defaults are the Hugging Face strategies, so callers that pass no name get what they always got.
 Ray cannot read attributes of an actor, so state the pipeline needs (step, policy version) has getters.
 """
 
@@ -12,10 +14,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_strategies.critic import HFCriticStrategy, ValueLossFn
+from roll_strategies.critic import ValueLossFn
+from roll_strategies.errors import StrategyError
 from roll_strategies.forward import full_log_probs, packing_supported
 from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
+from roll_strategies.registry import create_strategy
+from roll_strategies.weight_sync import WeightBucket, WeightSyncPlan
 
 __all__ = ["ActorInferWorker", "ActorTrainWorker", "CriticWorker", "ReferenceWorker"]
 
@@ -25,14 +30,32 @@ def _set_threads(num_threads: int | None) -> None:
         torch.set_num_threads(max(1, int(num_threads)))
 
 
+def _hf_model(strategy: object, what: str) -> torch.nn.Module:
+    """The plain HF model of a Hugging Face strategy, for the forward paths only they run (`forward.py`)."""
+    if not isinstance(strategy, HFTrainStrategy | HFInferStrategy):
+        raise StrategyError(
+            f"Expected a Hugging Face strategy (hf_train, hf_infer) for {what}, got {type(strategy).__name__}; "
+            "use strategy_name hf_train for this role, or turn the option off."
+        )
+    return strategy.model
+
+
 class ActorTrainWorker:
-    """Owns the trainable policy (`HFTrainStrategy`); kwargs go to the strategy."""
+    """Owns the trainable policy (`hf_train` or `deepspeed_train`); other kwargs go to the strategy."""
 
     def __init__(
-        self, model_path: str | Path, *, num_threads: int | None = None, **strategy_kwargs: Any
+        self,
+        model_path: str | Path,
+        *,
+        num_threads: int | None = None,
+        strategy_name: str = "hf_train",
+        strategy_config: Mapping[str, Any] | None = None,
+        **strategy_kwargs: Any,
     ) -> None:
         _set_threads(num_threads)
-        self.strategy = HFTrainStrategy(model_path, **strategy_kwargs)
+        self.strategy = create_strategy(
+            strategy_name, "train", model_path, strategy_config=strategy_config, **strategy_kwargs
+        )
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """Old-policy log-probs [B, T] aligned with input_ids."""
@@ -50,15 +73,27 @@ class ActorTrainWorker:
         return self.strategy.train_step(micro_batches, loss_fn, with_entropy=with_entropy, lr_scale=lr_scale)
 
     def export_weights(self) -> dict[str, np.ndarray]:
-        """Weights for `ActorInferWorker.update_weights`."""
+        """All weights at once (float32 numpy) for `ActorInferWorker.update_weights`."""
         return self.strategy.export_weights()
 
+    def weights_fingerprint(self) -> str:
+        """Identifies the current weights; equal to the infer worker's when it holds them already."""
+        return self.strategy.weights_fingerprint()
+
+    def weight_sync_plan(self, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan:
+        """Plan of a bucketed update as `version` in the inference `dtype` (see `roll_strategies.weight_sync`)."""
+        return self.strategy.weight_sync_plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
+
+    def weight_bucket(self, plan: WeightSyncPlan, index: int) -> WeightBucket:
+        """Bucket `index` of `plan`, for `ActorInferWorker.receive_weight_bucket`."""
+        return self.strategy.weight_bucket(plan, index)
+
     def save_checkpoint(self, path: str | Path) -> None:
-        """See `HFTrainStrategy.save_checkpoint`."""
+        """See the strategy's `save_checkpoint`."""
         self.strategy.save_checkpoint(Path(path))
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """See `HFTrainStrategy.load_checkpoint`."""
+        """See the strategy's `load_checkpoint`."""
         self.strategy.load_checkpoint(Path(path))
 
     def get_step(self) -> int:
@@ -66,24 +101,34 @@ class ActorTrainWorker:
         return self.strategy.step
 
     def packing_supported(self) -> bool:
-        """Whether packed micro-batches (`forward.PACK_CAPACITY_KEY`) give the padded results on this model."""
-        return packing_supported(self.strategy.model)
+        """Whether packed micro-batches (`forward.PACK_CAPACITY_KEY`) give the padded results on this model
+        (False for backends whose train step has no packed forward: the pipeline then batches dynamically)."""
+        return isinstance(self.strategy, HFTrainStrategy) and packing_supported(self.strategy.model)
 
     def compute_full_log_probs(
         self, batch: Mapping[str, torch.Tensor], micro_batch_size: int
     ) -> torch.Tensor:
         """[N, V] log-softmax at the response positions (row-major): the exact `full` KL estimator's input."""
-        return full_log_probs(self.strategy.model, batch, micro_batch_size, device=self.strategy.device)
+        model = _hf_model(self.strategy, "the full KL estimator")
+        return full_log_probs(model, batch, micro_batch_size, device=self.strategy.device)
 
 
 class ActorInferWorker:
-    """Owns the sampling copy of the policy (`HFInferStrategy`); kwargs go to the strategy."""
+    """Owns the sampling copy of the policy (`hf_infer` or `vllm`); other kwargs go to the strategy."""
 
     def __init__(
-        self, model_path: str | Path, *, num_threads: int | None = None, **strategy_kwargs: Any
+        self,
+        model_path: str | Path,
+        *,
+        num_threads: int | None = None,
+        strategy_name: str = "hf_infer",
+        strategy_config: Mapping[str, Any] | None = None,
+        **strategy_kwargs: Any,
     ) -> None:
         _set_threads(num_threads)
-        self.strategy = HFInferStrategy(model_path, **strategy_kwargs)
+        self.strategy = create_strategy(
+            strategy_name, "infer", model_path, strategy_config=strategy_config, **strategy_kwargs
+        )
 
     def generate(self, prompts: Sequence[Sequence[int]], params: GenerationParams) -> list[GenerationOutput]:
         """Batched sampling, token ids in and out, with per-token log-probs."""
@@ -94,16 +139,38 @@ class ActorInferWorker:
         return self.strategy.compute_log_probs(batch, micro_batch_size)
 
     def update_weights(self, named_tensors: Mapping[str, np.ndarray | torch.Tensor], version: int) -> None:
-        """Load weights exported by the train worker; set the policy version."""
+        """Load all weights exported by the train worker at once; set the policy version (stale ones refused)."""
         self.strategy.update_weights(named_tensors, version)
 
+    def receive_weight_bucket(self, bucket: WeightBucket) -> dict[str, float] | None:
+        """One bucket of a bucketed update; the last returns weight_sync/* metrics, earlier ones None."""
+        return self.strategy.receive_weight_bucket(bucket)
+
+    def confirm_weights(self, version: int, fingerprint: str) -> None:
+        """Record `version` without a transfer (the weights with `fingerprint` are held already)."""
+        self.strategy.confirm_weights(version, fingerprint)
+
+    def weights_fingerprint(self) -> str:
+        """Fingerprint of the weights held."""
+        return self.strategy.weights_fingerprint()
+
+    def sleep(self, level: int = 1) -> None:
+        """Free accelerator memory while a colocated trainer runs (a no-op where unsupported)."""
+        if hasattr(self.strategy, "sleep"):
+            self.strategy.sleep(level)
+
+    def wake_up(self) -> None:
+        """Undo `sleep`."""
+        if hasattr(self.strategy, "wake_up"):
+            self.strategy.wake_up()
+
     def get_policy_version(self) -> int:
-        """Version passed with the last update_weights (0 before any)."""
+        """Version passed with the last update (0 before any)."""
         return self.strategy.policy_version
 
 
 class ReferenceWorker:
-    """Owns the frozen reference policy (an `HFTrainStrategy` with trainable=False)."""
+    """Owns the frozen reference policy (`hf_train` frozen, the default, or `hf_infer`)."""
 
     def __init__(
         self,
@@ -112,9 +179,18 @@ class ReferenceWorker:
         num_threads: int | None = None,
         device: str = "cpu",
         dtype: str = "float32",
+        strategy_name: str = "hf_train",
+        strategy_config: Mapping[str, Any] | None = None,
     ) -> None:
         _set_threads(num_threads)
-        self.strategy = HFTrainStrategy(model_path, device=device, dtype=dtype, trainable=False)
+        self.strategy = create_strategy(
+            strategy_name,
+            "reference",
+            model_path,
+            strategy_config=strategy_config,
+            device=device,
+            dtype=dtype,
+        )
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """Reference log-probs [B, T] aligned with input_ids."""
@@ -124,17 +200,26 @@ class ReferenceWorker:
         self, batch: Mapping[str, torch.Tensor], micro_batch_size: int
     ) -> torch.Tensor:
         """[N, V] reference log-softmax at the response positions (row-major), for the `full` KL."""
-        return full_log_probs(self.strategy.model, batch, micro_batch_size, device=self.strategy.device)
+        model = _hf_model(self.strategy, "the full KL estimator")
+        return full_log_probs(model, batch, micro_batch_size, device=self.strategy.device)
 
 
 class CriticWorker:
-    """Owns the PPO critic (`HFCriticStrategy`: a value model with its own optimiser); kwargs go to it."""
+    """Owns the PPO critic (`hf_critic`: a value model with its own optimiser); other kwargs go to it."""
 
     def __init__(
-        self, model_path: str | Path, *, num_threads: int | None = None, **strategy_kwargs: Any
+        self,
+        model_path: str | Path,
+        *,
+        num_threads: int | None = None,
+        strategy_name: str = "hf_critic",
+        strategy_config: Mapping[str, Any] | None = None,
+        **strategy_kwargs: Any,
     ) -> None:
         _set_threads(num_threads)
-        self.strategy = HFCriticStrategy(model_path, **strategy_kwargs)
+        self.strategy = create_strategy(
+            strategy_name, "critic", model_path, strategy_config=strategy_config, **strategy_kwargs
+        )
 
     def compute_values(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """Values [B, T] at the response positions, aligned with input_ids."""
@@ -155,9 +240,9 @@ class CriticWorker:
         return self.strategy.packing_supported()
 
     def save_checkpoint(self, path: str | Path) -> None:
-        """See `HFCriticStrategy.save_checkpoint`."""
+        """See the strategy's `save_checkpoint`."""
         self.strategy.save_checkpoint(Path(path))
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """See `HFCriticStrategy.load_checkpoint`."""
+        """See the strategy's `load_checkpoint`."""
         self.strategy.load_checkpoint(Path(path))

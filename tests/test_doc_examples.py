@@ -1,0 +1,31 @@
+"""The docs' runnable examples run: a doc example that no longer works is a bug."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def python_block_after(doc: Path, heading: str) -> str:
+    """The first ```python block under `heading` in `doc`."""
+    text = doc.read_text()
+    section = text[text.index(heading) :]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, f"no python block under {heading!r} in {doc}"
+    return match.group(1)
+
+
+def test_rollout_scheduler_example_runs(tmp_path: Path) -> None:
+    script = tmp_path / "example.py"
+    script.write_text(python_block_after(DOCS / "rollout.md", "## Using the scheduler directly"))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    count, failed, ledger = done.stdout.strip().split(" ", 2)
+    assert int(count) == 16 and float(failed) == 0.0
+    assert "'delivered': 16" in ledger
