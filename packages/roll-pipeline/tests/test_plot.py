@@ -38,3 +38,14 @@ def test_plot_of_a_run_with_an_unreadable_config_still_draws(tmp_path, capsys):
     assert cli.main(["plot", str(run)]) == 0
     assert (run / "learning_curve.png").exists()
     assert "no baselines drawn" in capsys.readouterr().out
+
+
+def test_adaptive_kl_runs_get_the_target_line_and_a_coefficient_panel(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"target_kl": 0.05}))
+    rows = [{"step": s, "critic/kl": 0.01 * s, "actor/kl_loss_coef": 0.05 * 1.02**s} for s in range(1, 6)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli._run_target_kl(run) == 0.05
+    assert cli.main(["plot", str(run)]) == 0
+    assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"

@@ -75,7 +75,10 @@ def plot(argv: list[str]) -> int:
     from roll_pipeline.plotting import plot_learning_curve
 
     out = plot_learning_curve(
-        args.run_dir, args.out or args.run_dir / "learning_curve.png", _run_baselines(args.run_dir)
+        args.run_dir,
+        args.out or args.run_dir / "learning_curve.png",
+        _run_baselines(args.run_dir),
+        _run_target_kl(args.run_dir),
     )
     print(f"wrote {out}")
     return 0
@@ -103,6 +106,17 @@ def _run_baselines(run_dir: Path) -> dict[str, float] | None:
         return None
     found = frozen_lake_baselines(max_steps=frozen_lake_turn_cap(config))
     return {f"{name} baseline": value for name, value in found.items()}
+
+
+def _run_target_kl(run_dir: Path) -> float | None:
+    """The run's `target_kl` (adaptive KL control), drawn as a line on the KL panel; None when unset."""
+    import json
+
+    try:
+        value = json.loads((run_dir / "config.json").read_text(encoding="utf-8")).get("target_kl")
+    except (OSError, ValueError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
 
 
 COMMANDS = {"train": train, "config": show_config, "baselines": baselines, "plot": plot}
