@@ -27,7 +27,9 @@ def _batch(seed: int, rows: int = 6, width: int = 12) -> dict[str, torch.Tensor]
     ids = torch.randint(8, 200, (rows, width), generator=gen)
     mask = torch.ones_like(ids)
     mask[::2, -3:] = 0
-    return {"input_ids": ids * mask, "attention_mask": mask, "response_mask": mask.bool()}
+    response = mask.bool()
+    response[:, 0] = False  # a response token follows a real token: column 0 has no log-prob
+    return {"input_ids": ids * mask, "attention_mask": mask, "response_mask": response}
 
 
 def nll_loss(log_probs, entropy, mb):
