@@ -33,7 +33,11 @@ class ModelArgs(StrictModel):
     """How to load the model weights."""
 
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
-    gguf_file: str | None = Field(None, description="GGUF file inside `pretrain` (needs the gguf extra)")
+    gguf_file: str | None = Field(
+        None,
+        description="GGUF file inside `pretrain` (needs the gguf extra), converted once into a cached model folder"
+        " that every role loads; roles that set it must name the same file",
+    )
 
 
 class TrainingArgs(StrictModel):
@@ -111,6 +115,12 @@ class WorkerConfig(StrictModel):
     generating_args: GeneratingArgs = Field(default_factory=GeneratingArgs, description="sampling")
     strategy_args: StrategyArgs = Field(default_factory=StrategyArgs, description="backend")
     device_mapping: list[int] = Field(default_factory=list, description="GPU indices; empty runs on the CPU")
+    num_gpus_per_worker: float | None = Field(
+        None,
+        gt=0,
+        description="GPUs the role's Ray actor asks for; null: its device_mapping GPUs divided among the roles"
+        " mapped to them (colocated roles share)",
+    )
     infer_batch_size: int = Field(128, ge=1, description="rows per forward pass when computing log-probs")
     num_threads: int | None = Field(
         None,
@@ -255,6 +265,12 @@ class AgenticConfig(StrictModel):
     )
     adv_estimator: AdvEstimatorName = Field("gigpo", description="advantage estimator (docs/algos)")
     ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
+    model_update_frequency: int = Field(
+        1,
+        ge=1,
+        description="sync the trained weights to actor_infer every this many steps (bucketed, versioned); in"
+        " between, the rollout samples from the last synced version",
+    )
     recompute_old_log_probs: bool = Field(
         False,
         description="recompute the rollout's log-probs with the training model; false reuses the sampler's"

@@ -26,7 +26,9 @@ from roll_pipeline.config import AgenticConfig, WorkerConfig
 from roll_pipeline.metrics import rollout_metrics, val_metrics
 from roll_pipeline.models import resolve_pretrain
 from roll_pipeline.rollout_setup import build_scheduler
+from roll_pipeline.strategies_setup import model_folder, plan_placement, strategy_kwargs
 from roll_pipeline.tracking import Tracker
+from roll_pipeline.weight_update import WeightUpdater
 from roll_pipeline.workers import PolicyServer
 
 
@@ -61,7 +63,7 @@ class AgenticPipeline:
         self.progress = progress
         self.run_dir = Path(config.output_dir) / config.exp_name
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.model_path = resolve_pretrain(config.pretrain, seed=config.seed)
+        self.model_path = model_folder(resolve_pretrain(config.pretrain, seed=config.seed), self._roles())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.cluster: Cluster = make_cluster(
             config.cluster.backend, config.cluster.address, config.cluster.num_cpus
@@ -124,10 +126,24 @@ class AgenticPipeline:
         self.update_actor = ActorUpdater(
             cfg, self.cluster, self.actor_train, self.reference, pad_id=self.tokenizer.pad_token_id
         )
+        self.update_weights = WeightUpdater(
+            self.cluster,
+            self.actor_train,
+            self.policy_server,
+            dtype=cfg.actor_infer.model_args.dtype,
+            frequency=cfg.model_update_frequency,
+        )
+
+    def _roles(self) -> dict[str, WorkerConfig]:
+        """The worker roles of the config by section name."""
+        cfg = self.config
+        return {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer, "reference": cfg.reference}
 
     def _spawn_role(self, cls: type, role: WorkerConfig, name: str, **kwargs: Any) -> Any:
-        """A worker of `cls` on the role's devices, loading the run's model with the role's dtype and threads."""
-        device, gpus = self._placement(role.device_mapping)
+        """A worker of `cls` on the role's devices, loading the run's model with the role's backend, dtype and
+        threads."""
+        placement = plan_placement(self._roles(), self.config.cluster.backend)[name]
+        device, gpus = placement.device, placement.num_gpus
         # While the actor trains, an asynchronous rollout keeps the inference role busy: split the cores.
         share = 0.5 if self.config.async_generation_ratio > 0 else 1.0
         return self.cluster.spawn(
@@ -139,16 +155,9 @@ class AgenticPipeline:
             device=device,
             dtype=role.model_args.dtype,
             num_threads=cpu_threads(role.num_threads, device, share),
+            **strategy_kwargs(role),
             **kwargs,
         )
-
-    def _placement(self, device_mapping: list[int]) -> tuple[str, float]:
-        """(torch device, Ray GPU share) of a role. Roles mapped to GPUs share them (colocated)."""
-        if not device_mapping:
-            return "cpu", 0.0
-        if self.config.cluster.backend == "local":
-            return f"cuda:{device_mapping[0]}", 0.0
-        return "cuda", 0.3  # Ray sets CUDA_VISIBLE_DEVICES; three roles may share one GPU
 
     # ----------------------------------------------------------------- loop
     def run(self) -> RunSummary:
@@ -163,7 +172,7 @@ class AgenticPipeline:
             await self._resume(Path(cfg.resume_from_checkpoint))
         bar = _progress_bar(cfg.max_steps, self.step, enabled=self.progress)
         try:
-            await self._sync_weights()
+            await self._sync_weights(force=True)  # the inference worker may hold other weights (resume)
             summary.val_history.append((self.step, await self._validate()))
             bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
             while self.step < cfg.max_steps:
@@ -205,7 +214,7 @@ class AgenticPipeline:
             self._skip("every trajectory ended before its first turn (a prompt longer than sequence_length?)")
         self.step += 1
         t1 = time.perf_counter()
-        await self._sync_weights()
+        metrics.update(await self._sync_weights())
         timings["time/step_model_update"] = time.perf_counter() - t1
         timings["time/step_total"] = time.perf_counter() - t0
         return {**metrics, **timings}
@@ -222,12 +231,13 @@ class AgenticPipeline:
                 "Fix the env or the prompt budget, or raise max_consecutive_skipped_steps."
             )
 
-    async def _sync_weights(self) -> None:
-        """Send the trained weights to the inference worker as policy version `step`."""
-        weights = self.cluster.call(self.actor_train, "export_weights")  # not awaited: worker to worker
-        await self.cluster.call(self.policy_server, "update_weights", weights, self.step)
-        self.train_rollout.set_policy_version(self.step)
-        self.val_rollout.set_policy_version(self.step)
+    async def _sync_weights(self, force: bool = False) -> dict[str, float]:
+        """Sync the trained weights to the inference worker as version `step` when due (`weight_update`); the
+        version it serves is what the rollouts record and measure staleness against."""
+        metrics = await self.update_weights(self.step, force=force)
+        self.train_rollout.set_policy_version(self.update_weights.served_version)
+        self.val_rollout.set_policy_version(self.update_weights.served_version)
+        return metrics
 
     async def _validate(self) -> dict[str, float]:
         t = time.perf_counter()

@@ -53,7 +53,7 @@ from roll_strategies.weight_sync import (
 from roll_strategies.weights import export_named_weights, load_named_weights
 from roll_strategies.workers import ActorInferWorker, ActorTrainWorker, ReferenceWorker
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
