@@ -1,10 +1,11 @@
-"""The `roll` command: `roll train`, `roll baselines`, `roll plot`, `roll config`."""
+"""The `roll` command: `roll train`, `roll eval`, `roll serve`, `roll baselines`, `roll plot`, `roll config`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from roll_pipeline.launcher import ConfigError, compose, parse_args
 
@@ -48,6 +49,136 @@ def show_config(argv: list[str]) -> int:
         print(f"roll config: {exc}", file=sys.stderr)
         return 2
     print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    return 0
+
+
+def _openai_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("policy from an OpenAI-compatible server (instead of the HF model)")
+    group.add_argument("--openai-base-url", default=None, help="e.g. http://127.0.0.1:8000/v1")
+    group.add_argument("--openai-model", default=None, help="model name the server serves")
+    group.add_argument("--openai-endpoint", choices=["completions", "chat"], default="completions")
+    group.add_argument("--openai-api-key-env", default="OPENAI_API_KEY", help="env var holding the key")
+    group.add_argument("--openai-concurrency", type=int, default=8)
+    group.add_argument("--openai-timeout", type=float, default=60.0, help="seconds per request")
+    group.add_argument("--openai-retries", type=int, default=3)
+
+
+def _eval_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="a checkpoint folder, or a run folder (its newest verified checkpoint); default: the config's model",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    _openai_options(parser)
+
+
+def evaluate_command(argv: list[str]) -> int:
+    """Validation episodes (fixed held-out seeds, greedy) of a model, checkpoint or OpenAI-compatible server."""
+    args = parse_args(argv, "roll eval", evaluate_command.__doc__ or "", _eval_options)
+    try:
+        config = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR)
+    except ConfigError as exc:
+        print(f"roll eval: {exc}", file=sys.stderr)
+        return 2
+    from roll_pipeline.checkpoint import CheckpointError
+    from roll_pipeline.evaluate import checkpoint_model_dir, format_table, run_eval, write_json
+
+    try:
+        model_dir = checkpoint_model_dir(args.checkpoint) if args.checkpoint else None
+        policy = _openai_policy(args, model_dir, config)
+    except (FileNotFoundError, ValueError, CheckpointError) as exc:
+        print(f"roll eval: {exc}", file=sys.stderr)
+        return 2
+    print(f"[roll] evaluating {config.val_rollout_batch_size} validation episodes ...", flush=True)
+    result = run_eval(config, model_dir, policy)
+    print(f"[roll] policy {result['policy']}, model {result['model']}")
+    from roll_pipeline.evaluate import TagReport
+
+    print(format_table([TagReport(**t) for t in result["tags"]]))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _openai_policy(args: argparse.Namespace, model_dir: Path | None, config: Any) -> Any:
+    """The OpenAI-compatible policy the options ask for, or None (the HF model)."""
+    if args.openai_base_url is None:
+        return None
+    from roll_rollout.openai_policy import OpenAIPolicy, OpenAISettings
+    from transformers import AutoTokenizer
+
+    from roll_pipeline.models import resolve_pretrain
+
+    if args.checkpoint is not None:
+        raise ValueError("--checkpoint and --openai-base-url exclude each other: the server holds the model")
+    settings = OpenAISettings(
+        base_url=args.openai_base_url,
+        model=args.openai_model or "default",
+        endpoint=args.openai_endpoint,
+        api_key_env=args.openai_api_key_env or None,
+        max_concurrency=args.openai_concurrency,
+        timeout_s=args.openai_timeout,
+        max_retries=args.openai_retries,
+        token_ids_in_response=args.openai_endpoint == "completions",
+    )
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_dir or resolve_pretrain(config.pretrain, seed=config.seed)
+    )
+    return OpenAIPolicy(settings, tokenizer)
+
+
+def _serve_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpoint", type=Path, default=None, help="serve a checkpoint (or a run's newest)"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", default=None, help="default: the model folder's name")
+
+
+def serve(argv: list[str]) -> int:
+    """Serve the config's model (or a checkpoint) behind an OpenAI-compatible HTTP API until Ctrl-C."""
+    args = parse_args(argv, "roll serve", serve.__doc__ or "", _serve_options)
+    try:
+        config = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR)
+    except ConfigError as exc:
+        print(f"roll serve: {exc}", file=sys.stderr)
+        return 2
+    import threading
+
+    from roll_pipeline.checkpoint import CheckpointError
+    from roll_pipeline.evaluate import checkpoint_model_dir
+    from roll_pipeline.models import resolve_pretrain
+    from roll_pipeline.serve import OpenAICompatibleServer
+    from roll_pipeline.workers import PolicyServer
+
+    try:
+        model = checkpoint_model_dir(args.checkpoint) if args.checkpoint else None
+    except (FileNotFoundError, CheckpointError) as exc:
+        print(f"roll serve: {exc}", file=sys.stderr)
+        return 2
+    model = model or resolve_pretrain(config.pretrain, seed=config.seed)
+    infer = config.actor_infer
+    backend = PolicyServer(
+        model,
+        dtype=infer.model_args.dtype,
+        seed=config.seed,
+        num_threads=infer.num_threads,
+        stop_strings=infer.generating_args.stop_strings,
+    )
+    name = args.served_model_name or (
+        Path(str(model)).parent.name if args.checkpoint else Path(str(model)).name
+    )
+    tokenizer = backend.worker.strategy.tokenizer
+    with OpenAICompatibleServer(backend.policy, tokenizer, name, host=args.host, port=args.port) as server:
+        print(f"[roll] serving {model} as {name!r} at {server.url} (Ctrl-C stops)", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            print("[roll] stopped")
     return 0
 
 
@@ -105,15 +236,24 @@ def _run_baselines(run_dir: Path) -> dict[str, float] | None:
     return {f"{name} baseline": value for name, value in found.items()}
 
 
-COMMANDS = {"train": train, "config": show_config, "baselines": baselines, "plot": plot}
+COMMANDS = {
+    "train": train,
+    "eval": evaluate_command,
+    "serve": serve,
+    "config": show_config,
+    "baselines": baselines,
+    "plot": plot,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `roll` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: roll {train,config,baselines,plot} [...]\n")
+        print("usage: roll {train,eval,serve,config,baselines,plot} [...]\n")
         print("  train      train an agent (defaults: the tiny model on FrozenLake, CPU)")
+        print("  eval       validation episodes of a model, checkpoint or OpenAI-compatible server")
+        print("  serve      an OpenAI-compatible HTTP server of the model or a checkpoint")
         print("  config     print the composed config")
         print("  baselines  FrozenLake random / best-fixed-sequence success rates")
         print("  plot       learning curve PNG of a run directory")

@@ -165,6 +165,8 @@ class AgenticPipeline:
         try:
             await self._sync_weights()
             summary.val_history.append((self.step, await self._validate()))
+            if self.step == 0:  # the starting point of every curve, in every tracker
+                self.tracker.log(summary.val_history[-1][1], 0)
             bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
             while self.step < cfg.max_steps:
                 metrics = await self._train_step()
