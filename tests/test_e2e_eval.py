@@ -78,3 +78,29 @@ def test_eval_through_the_openai_server_matches_the_in_process_model(trained):
 def test_eval_of_a_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert main(["eval", "--checkpoint", str(tmp_path / "nope"), "print_baselines=false"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_rollout_dumps_readable_transcripts_that_show_prints(trained, tmp_path, capsys):
+    from roll_pipeline.transcripts import read_dump
+
+    run_dir, _, overrides = trained
+    dump = tmp_path / "dump"
+    assert (
+        main(["rollout", "--checkpoint", str(run_dir), "--episodes", "8", "--dump", str(dump), *overrides])
+        == 0
+    )
+    trajs = read_dump(dump)
+    lines = (dump / "transcripts.jsonl").read_text().splitlines()
+    assert len(trajs) == len(lines) == 8
+    first = json.loads(lines[0])
+    assert first["seed"] == trajs[0].seed and len(first["turns"]) == len(trajs[0].turns) > 0
+    assert first["turns"][0]["response"] == trajs[0].turns[0].response_text
+    assert "## episode 7" in (dump / "transcripts.md").read_text()
+    capsys.readouterr()
+    assert main(["show", str(dump), "--episode", "0"]) == 0
+    shown = capsys.readouterr().out
+    assert f"seed {trajs[0].seed}" in shown and "**turn 1**, reward" in shown
+    (dump / "trajectories.msgpack").write_bytes(b"\x93garbage")
+    assert main(["show", str(dump)]) == 2
+    assert "not a roll trajectory dump" in capsys.readouterr().err

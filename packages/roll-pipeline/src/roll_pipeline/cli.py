@@ -1,4 +1,4 @@
-"""The `roll` command: `roll train`, `roll eval`, `roll serve`, `roll baselines`, `roll plot`, `roll config`."""
+"""The `roll` command: train, eval, rollout, show, serve, config, baselines, plot."""
 
 from __future__ import annotations
 
@@ -71,16 +71,23 @@ def _eval_options(parser: argparse.ArgumentParser) -> None:
         help="a checkpoint folder, or a run folder (its newest verified checkpoint); default: the config's model",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    parser.add_argument("--episodes", type=int, default=None, help="default: val_rollout_batch_size")
     _openai_options(parser)
 
 
-def evaluate_command(argv: list[str]) -> int:
+def _rollout_options(parser: argparse.ArgumentParser) -> None:
+    _eval_options(parser)
+    parser.add_argument("--dump", type=Path, required=True, help="folder for trajectories and transcripts")
+
+
+def evaluate_command(argv: list[str], prog: str = "roll eval") -> int:
     """Validation episodes (fixed held-out seeds, greedy) of a model, checkpoint or OpenAI-compatible server."""
-    args = parse_args(argv, "roll eval", evaluate_command.__doc__ or "", _eval_options)
+    options = _rollout_options if prog == "roll rollout" else _eval_options
+    args = parse_args(argv, prog, evaluate_command.__doc__ or "", options)
     try:
         config = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR)
     except ConfigError as exc:
-        print(f"roll eval: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     from roll_pipeline.checkpoint import CheckpointError
     from roll_pipeline.evaluate import checkpoint_model_dir, format_table, run_eval, write_json
@@ -89,10 +96,16 @@ def evaluate_command(argv: list[str]) -> int:
         model_dir = checkpoint_model_dir(args.checkpoint) if args.checkpoint else None
         policy = _openai_policy(args, model_dir, config)
     except (FileNotFoundError, ValueError, CheckpointError) as exc:
-        print(f"roll eval: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    print(f"[roll] evaluating {config.val_rollout_batch_size} validation episodes ...", flush=True)
-    result = run_eval(config, model_dir, policy)
+    dump = getattr(args, "dump", None)
+    try:
+        result = run_eval(
+            config, model_dir, policy, episodes=args.episodes, progress=not args.no_progress, dump=dump
+        )
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
     print(f"[roll] policy {result['policy']}, model {result['model']}")
     from roll_pipeline.evaluate import TagReport
 
@@ -100,6 +113,37 @@ def evaluate_command(argv: list[str]) -> int:
     if args.json:
         write_json(result, args.json)
         print(f"wrote {args.json}")
+    if dump is not None:
+        print(f"wrote {dump}/: trajectories.msgpack, transcripts.jsonl, transcripts.md (roll show {dump})")
+    return 0
+
+
+def rollout_command(argv: list[str]) -> int:
+    """Play episodes and dump them: `roll eval` plus `--dump DIR` (msgpack trajectories and transcripts)."""
+    return evaluate_command(argv, prog="roll rollout")
+
+
+def show(argv: list[str]) -> int:
+    """Print dumped episodes (`roll rollout --dump DIR`) turn by turn with their rewards."""
+    parser = argparse.ArgumentParser(prog="roll show", description=show.__doc__)
+    parser.add_argument("dump", type=Path, help="a dump folder or its trajectories.msgpack")
+    parser.add_argument("--episode", type=int, nargs="*", default=None, help="indices (default: all)")
+    args = parser.parse_args(argv)
+    from roll_rollout import PayloadError
+
+    from roll_pipeline.transcripts import format_transcript, read_dump
+
+    try:
+        trajs = read_dump(args.dump)
+    except (OSError, PayloadError) as exc:
+        print(f"roll show: {exc}", file=sys.stderr)
+        return 2
+    indices = args.episode if args.episode is not None else range(len(trajs))
+    for i in indices:
+        if not 0 <= i < len(trajs):
+            print(f"roll show: no episode {i}; the dump has {len(trajs)}", file=sys.stderr)
+            return 2
+        print(format_transcript(trajs[i], i))
     return 0
 
 
@@ -240,6 +284,8 @@ COMMANDS = {
     "train": train,
     "eval": evaluate_command,
     "serve": serve,
+    "rollout": rollout_command,
+    "show": show,
     "config": show_config,
     "baselines": baselines,
     "plot": plot,
@@ -250,9 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `roll` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: roll {train,eval,serve,config,baselines,plot} [...]\n")
+        print("usage: roll {train,eval,rollout,show,serve,config,baselines,plot} [...]\n")
         print("  train      train an agent (defaults: the tiny model on FrozenLake, CPU)")
         print("  eval       validation episodes of a model, checkpoint or OpenAI-compatible server")
+        print("  rollout    play episodes and dump trajectories and readable transcripts")
+        print("  show       print dumped episodes turn by turn")
         print("  serve      an OpenAI-compatible HTTP server of the model or a checkpoint")
         print("  config     print the composed config")
         print("  baselines  FrozenLake random / best-fixed-sequence success rates")

@@ -91,8 +91,15 @@ def checkpoint_model_dir(path: Path) -> Path:
     return CheckpointManager.model_dir(path)
 
 
-async def evaluate(config: AgenticConfig, tokenizer: Any, policy: PolicyClient) -> RolloutBatch:
-    """Play the config's validation episodes (`val_rollout_batch_size`, fixed seeds) with `policy`."""
+async def evaluate(
+    config: AgenticConfig,
+    tokenizer: Any,
+    policy: PolicyClient,
+    episodes: int | None = None,
+    progress: bool = False,
+) -> RolloutBatch:
+    """Play `episodes` validation episodes (default `val_rollout_batch_size`; fixed held-out seeds, so the
+    first `val_rollout_batch_size` are exactly the training run's validation) with `policy`."""
     cluster = LocalCluster()
     scheduler = build_scheduler(
         config,
@@ -104,18 +111,41 @@ async def evaluate(config: AgenticConfig, tokenizer: Any, policy: PolicyClient) 
         seed=config.seed + 1,
         name="eval",
     )
-    count = config.val_rollout_batch_size
+    layout = scheduler.layout
+    total = config.val_rollout_batch_size if episodes is None else episodes
+    if total <= 0 or total % layout.group_size:
+        raise ValueError(f"episodes must be a positive multiple of the val group size {layout.group_size}")
+    seeds = validation_seeds(total // layout.group_size)
+    chunk = layout.num_env_groups  # groups per get_batch: every val env slot busy
+    from tqdm.auto import tqdm
+
+    batch = RolloutBatch([])
     try:
-        return await scheduler.get_batch(count, seeds=validation_seeds(count // scheduler.layout.group_size))
+        with tqdm(total=total, desc="episodes", unit="ep", disable=not progress, dynamic_ncols=True) as bar:
+            for start in range(0, len(seeds), chunk):
+                part = await scheduler.get_batch(
+                    min(chunk, len(seeds) - start) * layout.group_size, seeds=seeds[start : start + chunk]
+                )
+                batch.trajectories += part.trajectories
+                batch.failed += part.failed
+                bar.update(len(part.trajectories) + len(part.failed))
+        return batch
     finally:
         await scheduler.stop()
         cluster.shutdown()
 
 
 def run_eval(
-    config: AgenticConfig, model_dir: Path | str | None, policy: PolicyClient | None = None
+    config: AgenticConfig,
+    model_dir: Path | str | None,
+    policy: PolicyClient | None = None,
+    *,
+    episodes: int | None = None,
+    progress: bool = False,
+    dump: Path | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the HF model in `model_dir` (default: the config's) or `policy`; the JSON-able result."""
+    """Evaluate the HF model in `model_dir` (default: the config's) or `policy`; the JSON-able result.
+    With `dump`, the episodes are also written there (`roll_pipeline.transcripts`)."""
     from transformers import AutoTokenizer
 
     from roll_pipeline.models import resolve_pretrain
@@ -134,7 +164,11 @@ def run_eval(
             stop_strings=infer.generating_args.stop_strings,
         )
         policy = server.policy
-    batch = asyncio.run(evaluate(config, tokenizer, policy))
+    batch = asyncio.run(evaluate(config, tokenizer, policy, episodes, progress))
+    if dump is not None:
+        from roll_pipeline.transcripts import write_dump
+
+        write_dump([*batch.trajectories, *batch.failed], dump)
     reports = tag_reports(batch)
     return {
         "model": str(model),
