@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,7 @@ def serve(argv: list[str]) -> int:
         stop_strings=infer.generating_args.stop_strings,
     )
     name = args.served_model_name or (
-        Path(str(model)).parent.name if args.checkpoint else Path(str(model)).name
+        Path(str(model)).parents[2].name if args.checkpoint else Path(str(model)).name
     )
     tokenizer = backend.worker.strategy.tokenizer
     with OpenAICompatibleServer(backend.policy, tokenizer, name, host=args.host, port=args.port) as server:
@@ -306,7 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         print("  baselines  FrozenLake random / best-fixed-sequence success rates")
         print("  plot       learning curve PNG of a run directory")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    return COMMANDS[argv[0]](argv[1:])
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except BrokenPipeError:  # `roll show ... | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -168,7 +168,8 @@ def run_eval(
     if dump is not None:
         from roll_pipeline.transcripts import write_dump
 
-        write_dump([*batch.trajectories, *batch.failed], dump)
+        played = sorted([*batch.trajectories, *batch.failed], key=lambda t: (t.tag, t.seed, t.env_id))
+        write_dump(played, dump)
     reports = tag_reports(batch)
     return {
         "model": str(model),
