@@ -54,7 +54,11 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.timeout(900)
 def test_a_run_on_an_existing_two_node_cluster_uses_both_nodes(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=850, check=False
+        [sys.executable, "-c", SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=850,
+        check=False,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
