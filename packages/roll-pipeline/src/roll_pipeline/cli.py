@@ -13,9 +13,13 @@ from roll_pipeline.launcher import ConfigError, compose, parse_args
 EXAMPLES_DIR = Path(__file__).resolve().parents[4] / "examples"  # the repo's examples/ in a checkout
 
 
+def _train_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", action="store_true", help="print every metric each step")
+
+
 def train(argv: list[str]) -> int:
     """Compose and check the config (before any worker starts), run the pipeline, print the report."""
-    args = parse_args(argv)
+    args = parse_args(argv, extra=_train_options)
     try:
         config = compose(
             args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR, preflight=True
@@ -28,7 +32,7 @@ def train(argv: list[str]) -> int:
     print_run_header(config)
     from roll_pipeline.pipeline import AgenticPipeline
 
-    pipeline = AgenticPipeline(config, progress=not args.no_progress)
+    pipeline = AgenticPipeline(config, progress=not args.no_progress, verbose=args.verbose)
     try:
         summary = pipeline.run()
     finally:

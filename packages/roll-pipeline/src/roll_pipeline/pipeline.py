@@ -54,7 +54,7 @@ class RunSummary:
 class AgenticPipeline:
     """Builds the workers of a config and runs the training loop."""
 
-    def __init__(self, config: AgenticConfig, *, progress: bool = True) -> None:
+    def __init__(self, config: AgenticConfig, *, progress: bool = True, verbose: bool = False) -> None:
         from transformers import AutoTokenizer
 
         self.config = config
@@ -66,7 +66,13 @@ class AgenticPipeline:
         self.cluster: Cluster = make_cluster(
             config.cluster.backend, config.cluster.address, config.cluster.num_cpus
         )
-        self.tracker = Tracker(self.run_dir, config.track_with, config=config.model_dump(mode="json"))
+        self.tracker = Tracker(
+            self.run_dir,
+            config.track_with,
+            config=config.model_dump(mode="json"),
+            verbose=verbose,
+            tracker_kwargs=config.tracker_kwargs,
+        )
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints")
         self.step = 0
         self._skipped_in_a_row = 0
