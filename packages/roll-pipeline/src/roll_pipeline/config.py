@@ -342,9 +342,13 @@ class AgenticConfig(StrictModel):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="where workers run")
     render_save_dir: str | None = Field(None, description="save validation episodes as GIFs here")
     resume_from_checkpoint: str | None = Field(None, description="a checkpoint-N folder to resume from")
-    track_with: list[Literal["tensorboard", "stdout"]] = Field(
+    track_with: list[Literal["tensorboard", "stdout", "wandb"]] = Field(
         default_factory=lambda: ["tensorboard", "stdout"],
-        description="metric sinks (metrics.jsonl is always written)",
+        description="metric sinks (metrics.jsonl is always written); wandb needs roll-pipeline[wandb]",
+    )
+    tracker_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="wandb.init arguments for track_with: [wandb] (project, entity, name, tags, notes, mode)",
     )
     print_baselines: bool = Field(True, description="print FrozenLake baselines before training")
 

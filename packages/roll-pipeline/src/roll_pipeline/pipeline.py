@@ -56,7 +56,7 @@ class RunSummary:
 class AgenticPipeline:
     """Builds the workers of a config and runs the training loop."""
 
-    def __init__(self, config: AgenticConfig, *, progress: bool = True) -> None:
+    def __init__(self, config: AgenticConfig, *, progress: bool = True, verbose: bool = False) -> None:
         from transformers import AutoTokenizer
 
         self.config = config
@@ -68,7 +68,13 @@ class AgenticPipeline:
         self.cluster: Cluster = make_cluster(
             config.cluster.backend, config.cluster.address, config.cluster.num_cpus
         )
-        self.tracker = Tracker(self.run_dir, config.track_with, config=config.model_dump(mode="json"))
+        self.tracker = Tracker(
+            self.run_dir,
+            config.track_with,
+            config=config.model_dump(mode="json"),
+            verbose=verbose,
+            tracker_kwargs=config.tracker_kwargs,
+        )
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints")
         self.step = 0
         self._skipped_in_a_row = 0
@@ -174,6 +180,8 @@ class AgenticPipeline:
         try:
             await self._sync_weights(force=True)  # the inference worker may hold other weights (resume)
             summary.val_history.append((self.step, await self._validate()))
+            if self.step == 0:  # the starting point of every curve, in every tracker
+                self.tracker.log(summary.val_history[-1][1], 0)
             bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
             while self.step < cfg.max_steps:
                 metrics = await self._train_step()
