@@ -159,7 +159,7 @@ def _openai_policy(args: argparse.Namespace, model_dir: Path | None, config: Any
     from roll_rollout.openai_policy import OpenAIPolicy, OpenAISettings
     from transformers import AutoTokenizer
 
-    from roll_pipeline.models import resolve_pretrain
+    from roll_pipeline.evaluate import config_model
 
     if args.checkpoint is not None:
         raise ValueError("--checkpoint and --openai-base-url exclude each other: the server holds the model")
@@ -173,9 +173,7 @@ def _openai_policy(args: argparse.Namespace, model_dir: Path | None, config: Any
         max_retries=args.openai_retries,
         token_ids_in_response=args.openai_endpoint == "completions",
     )
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_dir or resolve_pretrain(config.pretrain, seed=config.seed)
-    )
+    tokenizer = AutoTokenizer.from_pretrained(model_dir or config_model(config))
     return OpenAIPolicy(settings, tokenizer)
 
 
@@ -199,25 +197,16 @@ def serve(argv: list[str]) -> int:
     import threading
 
     from roll_pipeline.checkpoint import CheckpointError
-    from roll_pipeline.evaluate import checkpoint_model_dir
-    from roll_pipeline.models import resolve_pretrain
+    from roll_pipeline.evaluate import checkpoint_model_dir, config_model, inference_server
     from roll_pipeline.serve import OpenAICompatibleServer
-    from roll_pipeline.workers import PolicyServer
 
     try:
         model = checkpoint_model_dir(args.checkpoint) if args.checkpoint else None
     except (FileNotFoundError, CheckpointError) as exc:
         print(f"roll serve: {exc}", file=sys.stderr)
         return 2
-    model = model or resolve_pretrain(config.pretrain, seed=config.seed)
-    infer = config.actor_infer
-    backend = PolicyServer(
-        model,
-        dtype=infer.model_args.dtype,
-        seed=config.seed,
-        num_threads=infer.num_threads,
-        stop_strings=infer.generating_args.stop_strings,
-    )
+    model = model or config_model(config)
+    backend = inference_server(config, model)
     name = args.served_model_name or (
         Path(str(model)).parents[2].name if args.checkpoint else Path(str(model)).name
     )

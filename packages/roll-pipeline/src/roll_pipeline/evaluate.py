@@ -135,6 +135,33 @@ async def evaluate(
         cluster.shutdown()
 
 
+def config_model(config: AgenticConfig) -> Path | str:
+    """The model folder the config's inference role loads (a builtin model built, a GGUF converted)."""
+    from roll_pipeline.models import resolve_pretrain
+    from roll_pipeline.strategies_setup import model_folder
+
+    return model_folder(
+        resolve_pretrain(config.pretrain, seed=config.seed), {"actor_infer": config.actor_infer}
+    )
+
+
+def inference_server(config: AgenticConfig, model: Path | str) -> Any:
+    """A `PolicyServer` in this process, as the config's actor_infer role: backend, dtype, device, stops."""
+    from roll_pipeline.strategies_setup import plan_placement, strategy_kwargs
+    from roll_pipeline.workers import PolicyServer
+
+    infer = config.actor_infer
+    return PolicyServer(
+        model,
+        dtype=infer.model_args.dtype,
+        device=plan_placement({"actor_infer": infer}, "local")["actor_infer"].device,
+        seed=config.seed,
+        num_threads=infer.num_threads,
+        stop_strings=infer.generating_args.stop_strings,
+        **strategy_kwargs(infer),
+    )
+
+
 def run_eval(
     config: AgenticConfig,
     model_dir: Path | str | None,
@@ -148,21 +175,11 @@ def run_eval(
     With `dump`, the episodes are also written there (`roll_pipeline.transcripts`)."""
     from transformers import AutoTokenizer
 
-    from roll_pipeline.models import resolve_pretrain
-    from roll_pipeline.workers import PolicyServer
-
-    model = model_dir or resolve_pretrain(config.pretrain, seed=config.seed)
+    model = model_dir or config_model(config)
     tokenizer = AutoTokenizer.from_pretrained(model)
     server = None
     if policy is None:
-        infer = config.actor_infer
-        server = PolicyServer(
-            model,
-            dtype=infer.model_args.dtype,
-            seed=config.seed,
-            num_threads=infer.num_threads,
-            stop_strings=infer.generating_args.stop_strings,
-        )
+        server = inference_server(config, model)
         policy = server.policy
     batch = asyncio.run(evaluate(config, tokenizer, policy, episodes, progress))
     if dump is not None:
