@@ -55,7 +55,8 @@ def test_deepspeed_train_through_the_pipeline_with_model_update_frequency(tmp_pa
     assert summary.last_checkpoint is not None
     assert (summary.last_checkpoint / "model" / "deepspeed").is_dir()  # DeepSpeed's own checkpoint
     rows = [json.loads(line) for line in (tmp_path / "ds" / "metrics.jsonl").read_text().splitlines()]
-    first, second = rows
+    assert rows[0]["step"] == 0  # the validation before training
+    first, second = rows[1:]
     # step 1 is not a sync step: nothing sent, the rollout still samples version 0
     assert first["weight_sync/skipped"] == 1 and first["weight_sync/bytes"] == 0
     assert first["weight_sync/version"] == 0 and first["weight_sync/policy_lag"] == 1
