@@ -78,9 +78,13 @@ def test_separate_roles_get_whole_gpus_and_cpu_roles_none(ray):
 
 def test_num_gpus_per_worker_is_what_the_actor_gets(ray):
     roles = {
-        "actor_train": WorkerConfig(device_mapping=[0, 1]),
+        "actor_train": WorkerConfig(device_mapping=[0], num_gpus_per_worker=0.25),
         "actor_infer": WorkerConfig(device_mapping=[0], num_gpus_per_worker=0.5),
     }
     got = _spawn_layout(ray, roles)
+    assert _gpus(got["actor_train"]) == 0.25 and _gpus(got["actor_infer"]) == 0.5
+
+
+def test_a_role_alone_on_two_gpus_gets_both(ray):
+    got = _spawn_layout(ray, {"actor_train": WorkerConfig(device_mapping=[0, 1])})
     assert _gpus(got["actor_train"]) == 2.0 and len(got["actor_train"]["gpu_ids"]) == 2
-    assert _gpus(got["actor_infer"]) == 0.5
