@@ -105,3 +105,9 @@ def test_every_config_field_is_described():
     for model in gen.MODELS:
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no description"
+
+
+@pytest.mark.parametrize("override", ["target_kl=0.1", "kl_horizon=100"])
+def test_adaptive_kl_settings_are_refused_until_the_controller_exists(override):
+    with pytest.raises(ConfigError, match="adaptive KL control is not in this version"):
+        compose(None, None, [override])

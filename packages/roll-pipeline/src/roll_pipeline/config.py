@@ -293,8 +293,14 @@ class AgenticConfig(StrictModel):
     pg_clip_high: float | None = Field(None, gt=0, description="upper clip range (default pg_clip)")
     dual_clip_loss: bool = Field(False, description="dual-clip PPO (c=3) for negative advantages")
     init_kl_coef: float = Field(0.0, ge=0, description="KL penalty folded into the reward")
-    target_kl: float | None = Field(None, gt=0, description="adaptive KL controller target (None: fixed)")
-    kl_horizon: int = Field(10000, ge=1, description="adaptive KL controller horizon")
+    target_kl: float | None = Field(
+        None,
+        gt=0,
+        description="adaptive KL controller target (None: fixed); not in this version yet: rejected",
+    )
+    kl_horizon: int = Field(
+        10000, ge=1, description="adaptive KL controller horizon; not in this version yet: only the default"
+    )
     kl_penalty: Literal["kl", "abs", "mse", "k3", "full"] = Field("k3", description="per-token KL estimator")
     use_kl_loss: bool = Field(True, description="add kl_loss_coef * KL(actor || reference) to the loss")
     kl_loss_coef: float = Field(0.05, ge=0, description="weight of the KL loss term")
@@ -368,6 +374,14 @@ class AgenticConfig(StrictModel):
             raise ValueError(
                 "tis_cap needs recompute_old_log_probs=true: without recomputation the old log-probs are the"
                 " inference ones and every importance weight is 1; set both, or drop tis_cap"
+            )
+        if self.target_kl is not None or self.kl_horizon != 10000:
+            # The adaptive KL controller is not wired into this version's training loop (issue #11):
+            # accepting these would silently train with the fixed init_kl_coef / kl_loss_coef.
+            raise ValueError(
+                f"target_kl={self.target_kl} / kl_horizon={self.kl_horizon}: adaptive KL control is not in this "
+                "version yet (the KL coefficient is fixed: kl_loss_coef, init_kl_coef); leave target_kl unset "
+                "and kl_horizon at its default"
             )
         group = self.train_env_manager.group_size
         batch = self.train_rollout_batch_size
