@@ -13,6 +13,18 @@ from roll_pipeline.launcher import ConfigError, compose, parse_args
 EXAMPLES_DIR = Path(__file__).resolve().parents[4] / "examples"  # the repo's examples/ in a checkout
 
 
+def _compose(args: argparse.Namespace, prog: str) -> Any:
+    """The checked config of the command line (every check `roll train` makes before a worker starts),
+    or None after printing what was wrong."""
+    try:
+        return compose(
+            args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR, preflight=True
+        )
+    except ConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
+
+
 def _train_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="print every metric each step")
 
@@ -20,12 +32,8 @@ def _train_options(parser: argparse.ArgumentParser) -> None:
 def train(argv: list[str]) -> int:
     """Compose and check the config (before any worker starts), run the pipeline, print the report."""
     args = parse_args(argv, extra=_train_options)
-    try:
-        config = compose(
-            args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR, preflight=True
-        )
-    except ConfigError as exc:
-        print(f"roll train: {exc}", file=sys.stderr)
+    config = _compose(args, "roll train")
+    if config is None:
         return 2
     from roll_pipeline.report import print_final_report, print_run_header
 
@@ -46,12 +54,8 @@ def show_config(argv: list[str]) -> int:
     import yaml
 
     args = parse_args(argv, prog="roll config")
-    try:
-        config = compose(
-            args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR, preflight=True
-        )
-    except ConfigError as exc:
-        print(f"roll config: {exc}", file=sys.stderr)
+    config = _compose(args, "roll config")
+    if config is None:
         return 2
     print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     return 0
@@ -89,10 +93,8 @@ def evaluate_command(argv: list[str], prog: str = "roll eval") -> int:
     """Validation episodes (fixed held-out seeds, greedy) of a model, checkpoint or OpenAI-compatible server."""
     options = _rollout_options if prog == "roll rollout" else _eval_options
     args = parse_args(argv, prog, evaluate_command.__doc__ or "", options)
-    try:
-        config = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR)
-    except ConfigError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+    config = _compose(args, prog)
+    if config is None:
         return 2
     from roll_pipeline.checkpoint import CheckpointError
     from roll_pipeline.evaluate import checkpoint_model_dir, format_table, run_eval, write_json
@@ -189,10 +191,8 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
 def serve(argv: list[str]) -> int:
     """Serve the config's model (or a checkpoint) behind an OpenAI-compatible HTTP API until Ctrl-C."""
     args = parse_args(argv, "roll serve", serve.__doc__ or "", _serve_options)
-    try:
-        config = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR)
-    except ConfigError as exc:
-        print(f"roll serve: {exc}", file=sys.stderr)
+    config = _compose(args, "roll serve")
+    if config is None:
         return 2
     import threading
 
