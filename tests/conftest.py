@@ -15,6 +15,9 @@ def ray_session():
     if not ray.is_initialized():
         ray.init(
             num_cpus=2,
+            # Declared (not detected) GPUs: placement tests check the GPU shares Ray gives actors on any machine;
+            # no other test asks Ray for a GPU.
+            num_gpus=2,
             include_dashboard=False,
             log_to_driver=False,
             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},

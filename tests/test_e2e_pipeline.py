@@ -50,7 +50,8 @@ def test_three_steps_through_ray_write_a_loadable_checkpoint(tmp_path, ray_sessi
     assert sum(p.numel() for p in model.parameters()) > 10_000
     run_dir = tmp_path / "e2e_ray"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]  # step 0: the validation before training
+    assert set(rows[0]) == {"step", "time/step_val", *(k for k in rows[-1] if k.startswith("val/"))}
     for key in (
         "actor/pg_loss",
         "actor/entropy",
@@ -80,6 +81,7 @@ def test_local_backend_runs_and_resumes_from_a_checkpoint(tmp_path):
     )
     assert first.steps == 2 and first.last_checkpoint is not None
     rows = [json.loads(line) for line in (tmp_path / "e2e_local" / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r["step"] > 0]
     # linear decay over max_steps=2 pipeline steps: full lr at step 1, half at step 2
     assert [r["actor/lr"] for r in rows] == pytest.approx([1e-3, 5e-4])
     # The sampler's log-probs equal the trainer's: why recompute_old_log_probs=false is safe here.

@@ -125,11 +125,6 @@ def test_an_unknown_override_key_names_the_nearest_valid_key():
     ("overrides", "message"),
     [
         ({"render_save_dir": "gifs"}, "issue #13"),
-        ({"actor_train": {"strategy_args": {"strategy_name": "deepspeed_train"}}}, "backends issue #12"),
-        ({"actor_train": {"strategy_args": {"strategy_config": {"zero": 3}}}}, "take no options"),
-        ({"actor_infer": {"model_args": {"gguf_file": "m.gguf"}}}, "GGUF"),
-        ({"actor_train": {"device_mapping": [0, 1]}}, "one GPU per role"),
-        ({"actor_train": {"device_mapping": [1]}}, "under Ray"),
         ({"critic_warmup": 5}, "only adv_estimator=gae"),
         ({"lambd": 0.9}, "only adv_estimator=gae"),
         ({"kl_horizon": 100}, "set target_kl"),

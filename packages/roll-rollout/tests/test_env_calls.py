@@ -28,11 +28,11 @@ def test_a_call_returns_its_value_and_an_error_keeps_its_cause():
 
 
 def test_a_hung_call_times_out_and_is_counted_until_it_returns():
-    calls = EnvCalls(max_concurrent=2, timeout_s=0.05, max_hung=2)
+    calls = EnvCalls(max_concurrent=2, timeout_s=1.0, max_hung=2)
     release = threading.Event()
 
     async def scenario():
-        with pytest.raises(EnvCallTimeout, match=r"env_step_timeout_s=0\.05"):
+        with pytest.raises(EnvCallTimeout, match=r"env_step_timeout_s=1 s"):
             await calls.run(release.wait, what="step")
         assert calls.hung == 1 and not calls.needs_recycle
         with pytest.raises(EnvCallTimeout):
@@ -47,8 +47,11 @@ def test_a_hung_call_times_out_and_is_counted_until_it_returns():
             await asyncio.sleep(0.01)
         return calls.hung
 
-    assert asyncio.run(scenario()) == 0
-    calls.shutdown()
+    try:
+        assert asyncio.run(scenario()) == 0
+    finally:
+        release.set()  # a failed assertion must not leave a thread that blocks the interpreter's exit
+        calls.shutdown()
 
 
 def test_at_most_max_concurrent_calls_run_at_once():
@@ -83,11 +86,17 @@ def test_a_cancelled_call_counts_as_hung_while_its_thread_runs():
             await task
         hung_while_blocked = calls.hung
         release.set()
-        await asyncio.sleep(0.05)
+        for _ in range(500):  # the thread returns as soon as it is scheduled
+            if calls.hung == 0:
+                break
+            await asyncio.sleep(0.01)
         return hung_while_blocked, calls.hung
 
-    assert asyncio.run(scenario()) == (1, 0)
-    calls.shutdown()
+    try:
+        assert asyncio.run(scenario()) == (1, 0)
+    finally:
+        release.set()
+        calls.shutdown()
 
 
 def test_bad_limits_are_rejected():

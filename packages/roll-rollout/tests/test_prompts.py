@@ -80,3 +80,19 @@ def test_the_cache_is_exact_and_bounded(chat_tokenizer):
         assert cached.prompt(observations, responses) == reference.prompt(observations, responses)
     assert len(cached._first._items) <= 8 and len(cached._glue._items) <= 8
     assert len(reference._first._items) == 0
+
+
+@pytest.mark.parametrize("window", [None, 0, 1])
+def test_chat_messages_render_to_the_same_prompt(chat_tokenizer, window):
+    """What a text-in chat API receives is the prompt a token-in server receives (same window)."""
+    tok = chat_tokenizer
+    builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=window)
+    observations = ["_P", "P_", "O_"]
+    texts = ["<answer>Left</answer>", "<answer>Up</answer>"]
+    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
+    messages = builder.messages(observations, texts)
+    rendered = tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+    assert tok.encode(rendered, add_special_tokens=False) == builder.prompt(observations, responses)
+    assert messages[0] == {"role": "system", "content": INSTRUCTION}
+    with pytest.raises(ValueError, match="len"):
+        builder.messages(observations, texts[:1])

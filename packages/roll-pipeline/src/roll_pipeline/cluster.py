@@ -122,8 +122,14 @@ class RayCluster:
     def spawn(
         self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any
     ) -> Any:
-        """Start an actor of `cls` (named for logs), asking for the given resources."""
-        actor_cls = self._ray.remote(cls).options(name=None, num_cpus=num_cpus, num_gpus=num_gpus)
+        """Start an actor of `cls` (named for logs), asking for the given resources.
+
+        Actors without GPUs are spread over the cluster's nodes (Ray would otherwise pack every
+        zero-resource actor on the driver's node); GPU actors go where their GPUs are."""
+        options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
+        if not num_gpus:
+            options["scheduling_strategy"] = "SPREAD"
+        actor_cls = self._ray.remote(cls).options(**options)
         actor = actor_cls.remote(*args, **kwargs)
         self._actors.append(actor)
         return actor

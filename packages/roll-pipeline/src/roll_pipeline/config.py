@@ -180,6 +180,12 @@ class AgenticConfig(StrictModel):
     )
     adv_estimator: AdvEstimatorName = Field("gigpo", description="advantage estimator (docs/algos)")
     ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
+    model_update_frequency: int = Field(
+        1,
+        ge=1,
+        description="sync the trained weights to actor_infer every this many steps (bucketed, versioned); in"
+        " between, the rollout samples from the last synced version",
+    )
     recompute_old_log_probs: bool = Field(
         False,
         description="recompute the rollout's log-probs with the training model; false reuses the sampler's"
@@ -298,9 +304,13 @@ class AgenticConfig(StrictModel):
         description="save validation episodes as GIFs here; not implemented yet (issue #13): must be null",
     )
     resume_from_checkpoint: str | None = Field(None, description="a checkpoint-N folder to resume from")
-    track_with: list[Literal["tensorboard", "stdout"]] = Field(
+    track_with: list[Literal["tensorboard", "stdout", "wandb"]] = Field(
         default_factory=lambda: ["tensorboard", "stdout"],
-        description="metric sinks (metrics.jsonl is always written)",
+        description="metric sinks (metrics.jsonl is always written); wandb needs roll-pipeline[wandb]",
+    )
+    tracker_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="wandb.init arguments for track_with: [wandb] (project, entity, name, tags, notes, mode)",
     )
     print_baselines: bool = Field(True, description="print FrozenLake baselines before training")
 

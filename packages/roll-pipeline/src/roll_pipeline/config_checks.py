@@ -1,9 +1,10 @@
 """Cross-field checks of `AgenticConfig`: no setting may be accepted and then do nothing.
 
 A value that the run would silently ignore (a role's optimiser settings on a role that is never
-trained, critic settings without a critic, an adaptive-KL horizon without a target, a backend that is
-not wired yet) is reported as a problem with the fix. `AgenticConfig`'s validator raises them all at
-once; `roll config` / `roll train` print them one per line.
+trained, critic settings without a critic, an adaptive-KL horizon without a target) is reported as a
+problem with the fix. `AgenticConfig`'s validator raises them all at once; `roll config` / `roll train`
+print them one per line. Backend names are checked against the installed extras in
+`roll_pipeline.strategies_setup.strategy_problems`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from roll_pipeline.config import AgenticConfig
     from roll_pipeline.worker_config import WorkerConfig
 
-__all__ = ["config_problems", "unwired_backend_problems"]
+__all__ = ["config_problems"]
 
 TRAIN_BATCHING_FIELDS = (
     "use_dynamic_batching_in_train",
@@ -26,53 +27,9 @@ TRAIN_BATCHING_FIELDS = (
 )
 """WorkerConfig fields that only a trained role (actor_train, critic) reads."""
 
-# role -> the backends the pipeline runs it on today (issue #12 phase 2 wires the others)
-_WIRED_BACKENDS: dict[str, tuple[str, ...]] = {
-    "actor_train": ("hf_train",),
-    "critic": ("hf_critic",),
-    "actor_infer": ("hf_infer",),
-    "reference": ("hf_infer", "hf_train"),
-}
-
 
 def _roles(cfg: AgenticConfig) -> dict[str, WorkerConfig]:
     return {name: getattr(cfg, name) for name in ("actor_train", "actor_infer", "reference", "critic")}
-
-
-def unwired_backend_problems(cfg: AgenticConfig) -> list[str]:
-    """Backend settings roll-strategies supports but the pipeline does not pass on yet: `strategy_name`,
-    `strategy_config`, `gguf_file`, `device_mapping` (issue #12 phase 2 wires them and deletes this function
-    with its call in `config_problems`)."""
-    problems = []
-    for name, role in _roles(cfg).items():
-        strategy = role.strategy_args.strategy_name
-        if strategy not in _WIRED_BACKENDS[name]:
-            problems.append(
-                f"{name}.strategy_args.strategy_name={strategy!r} is not available yet (deepspeed_train and vllm"
-                f" reach the pipeline with the backends issue #12); use {_WIRED_BACKENDS[name][0]!r}"
-            )
-        if role.strategy_args.strategy_config:
-            problems.append(
-                f"{name}.strategy_args.strategy_config={role.strategy_args.strategy_config!r}: the hf backends take"
-                " no options, so these would be ignored; remove them"
-            )
-        if role.model_args.gguf_file is not None:
-            problems.append(
-                f"{name}.model_args.gguf_file={role.model_args.gguf_file!r}: GGUF loading is not wired into the"
-                " pipeline yet (backends issue #12); convert the model to a Hugging Face folder"
-            )
-        mapping = role.device_mapping
-        if len(mapping) > 1:
-            problems.append(
-                f"{name}.device_mapping={mapping}: one GPU per role for now (several come with the backends issue"
-                " #12); give one index"
-            )
-        elif mapping and cfg.cluster.backend == "ray" and mapping != [0]:
-            problems.append(
-                f"{name}.device_mapping={mapping}: under Ray the physical GPU is Ray's choice, so only [0] (one GPU"
-                " shared by the GPU roles) can be honoured; use [0], or cluster.backend=local to pick an index"
-            )
-    return problems
 
 
 def _default(cfg: AgenticConfig, name: str) -> object:
@@ -162,10 +119,4 @@ def config_problems(cfg: AgenticConfig) -> list[str]:
             f"render_save_dir={cfg.render_save_dir!r}: rendering validation episodes is not implemented yet"
             " (issue #13); leave it null"
         )
-    return (
-        problems
-        + unwired_backend_problems(cfg)
-        + _role_problems(cfg)
-        + _estimator_problems(cfg)
-        + _loss_problems(cfg)
-    )
+    return problems + _role_problems(cfg) + _estimator_problems(cfg) + _loss_problems(cfg)

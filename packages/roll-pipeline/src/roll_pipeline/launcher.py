@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+from collections.abc import Callable
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
@@ -26,9 +27,15 @@ class ConfigError(ValueError):
     """A config file or override is wrong; the message says which key and how to fix it."""
 
 
-def parse_args(argv: list[str] | None, prog: str = "roll train") -> argparse.Namespace:
-    """`--config-path/--config_path`, `--config-name/--config_name` and Hydra overrides, in any order."""
-    parser = argparse.ArgumentParser(prog=prog, description="Train an LLM agent with RL (agentic pipeline).")
+def parse_args(
+    argv: list[str] | None,
+    prog: str = "roll train",
+    description: str = "Train an LLM agent with RL (agentic pipeline).",
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
+    """`--config-path/--config_path`, `--config-name/--config_name` and Hydra overrides, in any order;
+    `extra` adds a command's own options."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument(
         "--config-path",
         "--config_path",
@@ -44,6 +51,8 @@ def parse_args(argv: list[str] | None, prog: str = "roll train") -> argparse.Nam
         help="YAML file name in that folder, without .yaml",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    if extra is not None:
+        extra(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. exp_name=my_run seed=123")
     return parser.parse_intermixed_args(argv)
 

@@ -31,7 +31,9 @@ from roll_pipeline.metrics import rollout_metrics, val_metrics
 from roll_pipeline.micro_batches import TrainLayout
 from roll_pipeline.models import resolve_pretrain
 from roll_pipeline.rollout_setup import build_scheduler
+from roll_pipeline.strategies_setup import model_folder, plan_placement, strategy_kwargs
 from roll_pipeline.tracking import Tracker
+from roll_pipeline.weight_update import WeightUpdater
 from roll_pipeline.workers import PolicyServer
 
 CRITIC_DIR = "critic"
@@ -62,19 +64,25 @@ class RunSummary:
 class AgenticPipeline:
     """Builds the workers of a config and runs the training loop."""
 
-    def __init__(self, config: AgenticConfig, *, progress: bool = True) -> None:
+    def __init__(self, config: AgenticConfig, *, progress: bool = True, verbose: bool = False) -> None:
         from transformers import AutoTokenizer
 
         self.config = config
         self.progress = progress
         self.run_dir = Path(config.output_dir) / config.exp_name
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.model_path = resolve_pretrain(config.pretrain, seed=config.seed)
+        self.model_path = model_folder(resolve_pretrain(config.pretrain, seed=config.seed), self._roles())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.cluster: Cluster = make_cluster(
             config.cluster.backend, config.cluster.address, config.cluster.num_cpus
         )
-        self.tracker = Tracker(self.run_dir, config.track_with, config=config.model_dump(mode="json"))
+        self.tracker = Tracker(
+            self.run_dir,
+            config.track_with,
+            config=config.model_dump(mode="json"),
+            verbose=verbose,
+            tracker_kwargs=config.tracker_kwargs,
+        )
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints")
         self.step = 0
         self._skipped_in_a_row = 0
@@ -91,7 +99,6 @@ class AgenticPipeline:
             "actor_train",
             **_optimiser(cfg.actor_train),
             seed=cfg.seed,
-            strategy_name=cfg.actor_train.strategy_args.strategy_name,
         )
         self.critic = None
         if cfg.adv_estimator == "gae":
@@ -101,7 +108,6 @@ class AgenticPipeline:
                 "critic",
                 **_optimiser(cfg.critic),
                 seed=cfg.seed + 7,
-                strategy_name=cfg.critic.strategy_args.strategy_name,
             )
         self.policy_server = self._spawn_role(
             PolicyServer,
@@ -113,12 +119,7 @@ class AgenticPipeline:
         )
         self.reference = None
         if (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0:
-            self.reference = self._spawn_role(
-                ReferenceWorker,
-                cfg.reference,
-                "reference",
-                strategy_name=cfg.reference.strategy_args.strategy_name,
-            )
+            self.reference = self._spawn_role(ReferenceWorker, cfg.reference, "reference")
         self.kl = KLControl(
             cfg.init_kl_coef, cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, cfg.target_kl, cfg.kl_horizon
         )
@@ -154,6 +155,13 @@ class AgenticPipeline:
         )
         self.update_actor: ActorUpdater | None = None  # built in `_setup_train_layouts` (packing is probed)
         self.update_critic: CriticUpdater | None = None
+        self.update_weights = WeightUpdater(
+            self.cluster,
+            self.actor_train,
+            self.policy_server,
+            dtype=cfg.actor_infer.model_args.dtype,
+            frequency=cfg.model_update_frequency,
+        )
 
     async def _setup_train_layouts(self) -> None:
         """Micro-batch layouts of the trained roles; packing falls back to dynamic batching on a model that
@@ -180,9 +188,19 @@ class AgenticPipeline:
         if self.critic is not None:
             self.update_critic = CriticUpdater(cfg, self.cluster, self.critic, layouts["critic"])
 
+    def _roles(self) -> dict[str, WorkerConfig]:
+        """The worker roles of the config by section name."""
+        cfg = self.config
+        roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer, "reference": cfg.reference}
+        if cfg.adv_estimator == "gae":
+            roles["critic"] = cfg.critic
+        return roles
+
     def _spawn_role(self, cls: type, role: WorkerConfig, name: str, **kwargs: Any) -> Any:
-        """A worker of `cls` on the role's devices, loading the run's model with the role's dtype and threads."""
-        device, gpus = self._placement(role.device_mapping)
+        """A worker of `cls` on the role's devices, loading the run's model with the role's backend, dtype and
+        threads."""
+        placement = plan_placement(self._roles(), self.config.cluster.backend)[name]
+        device, gpus = placement.device, placement.num_gpus
         # While the actor trains, an asynchronous rollout keeps the inference role busy: split the cores.
         share = 0.5 if self.config.async_generation_ratio > 0 else 1.0
         return self.cluster.spawn(
@@ -194,16 +212,9 @@ class AgenticPipeline:
             device=device,
             dtype=role.model_args.dtype,
             num_threads=cpu_threads(role.num_threads, device, share),
+            **strategy_kwargs(role),
             **kwargs,
         )
-
-    def _placement(self, device_mapping: list[int]) -> tuple[str, float]:
-        """(torch device, Ray GPU share) of a role. Roles mapped to GPUs share them (colocated)."""
-        if not device_mapping:
-            return "cpu", 0.0
-        if self.config.cluster.backend == "local":
-            return f"cuda:{device_mapping[0]}", 0.0
-        return "cuda", 0.3  # Ray sets CUDA_VISIBLE_DEVICES; three roles may share one GPU
 
     # ----------------------------------------------------------------- loop
     def run(self) -> RunSummary:
@@ -219,8 +230,10 @@ class AgenticPipeline:
         bar = _progress_bar(cfg.max_steps, self.step, enabled=self.progress)
         try:
             await self._setup_train_layouts()
-            await self._sync_weights()
+            await self._sync_weights(force=True)  # the inference worker may hold other weights (resume)
             summary.val_history.append((self.step, await self._validate()))
+            if self.step == 0:  # the starting point of every curve, in every tracker
+                self.tracker.log(summary.val_history[-1][1], 0)
             bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
             while self.step < cfg.max_steps:
                 metrics = await self._train_step()
@@ -261,7 +274,7 @@ class AgenticPipeline:
             self._skip("every trajectory ended before its first turn (a prompt longer than sequence_length?)")
         self.step += 1
         t1 = time.perf_counter()
-        await self._sync_weights()
+        metrics.update(await self._sync_weights())
         timings["time/step_model_update"] = time.perf_counter() - t1
         timings["time/step_total"] = time.perf_counter() - t0
         return {**metrics, **timings}
@@ -292,12 +305,13 @@ class AgenticPipeline:
                 "Fix the env or the prompt budget, or raise max_consecutive_skipped_steps."
             )
 
-    async def _sync_weights(self) -> None:
-        """Send the trained weights to the inference worker as policy version `step`."""
-        weights = self.cluster.call(self.actor_train, "export_weights")  # not awaited: worker to worker
-        await self.cluster.call(self.policy_server, "update_weights", weights, self.step)
-        self.train_rollout.set_policy_version(self.step)
-        self.val_rollout.set_policy_version(self.step)
+    async def _sync_weights(self, force: bool = False) -> dict[str, float]:
+        """Sync the trained weights to the inference worker as version `step` when due (`weight_update`); the
+        version it serves is what the rollouts record and measure staleness against."""
+        metrics = await self.update_weights(self.step, force=force)
+        self.train_rollout.set_policy_version(self.update_weights.served_version)
+        self.val_rollout.set_policy_version(self.update_weights.served_version)
+        return metrics
 
     async def _validate(self) -> dict[str, float]:
         t = time.perf_counter()

@@ -4,7 +4,9 @@ worker, model or Ray instance starts, so a bad value fails in a second instead o
 - each `custom_envs.<tag>.env_type` is a registered env (with the registered list and a did-you-mean);
 - each `env_config` validates against that env's own pydantic config (unknown keys are errors);
 - `resume_from_checkpoint` exists, is complete and verifies against its manifest;
-- `pretrain` is `builtin:NAME` of a known tiny model, or a local model folder.
+- `pretrain` is `builtin:NAME` of a known tiny model, or a local model folder;
+- each role's `strategy_name` is a registered backend for that role whose extra is installed
+  (`roll_pipeline.strategies_setup.strategy_problems`).
 
 The checks read the raw composed config (a mapping), so they run even when the schema rejects other
 values, and `roll` reports every problem in one error.
@@ -121,8 +123,11 @@ def preflight_problems(data: Mapping[str, Any]) -> list[str]:
     actor_train = data.get("actor_train")
     model_args = actor_train.get("model_args") if isinstance(actor_train, Mapping) else None
     gguf = model_args.get("gguf_file") if isinstance(model_args, Mapping) else None
+    from roll_pipeline.strategies_setup import strategy_problems
+
     return [
         *check_env_configs(data.get("custom_envs")),
         *check_resume(data.get("resume_from_checkpoint")),
         *check_pretrain(data.get("pretrain", AgenticConfig.model_fields["pretrain"].default), gguf),
+        *strategy_problems(data),
     ]

@@ -1,13 +1,23 @@
-"""Where metrics go: TensorBoard event files, a JSON-lines file, and one console line per step."""
+"""Where metrics go: `metrics.jsonl` (always), TensorBoard event files, Weights & Biases, the console.
+
+The console gets one compact line per logged step (step, reward, success, validation when it ran,
+step time, ETA); every metric goes to the other sinks. `verbose` prints the full metric set instead.
+W&B (`track_with: [wandb]`, extra `roll-pipeline[wandb]`) takes `tracker_kwargs` (project, entity,
+name, tags, notes, mode, ...) as `wandb.init` arguments; its run id is kept in the run folder, so a
+resumed run continues the same W&B run. `WANDB_MODE=offline` works without an account.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import time
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-STDOUT_KEYS = (
+VERBOSE_KEYS = (
     "env/",
     "val/env/",
     "val/score/mean",
@@ -17,15 +27,27 @@ STDOUT_KEYS = (
     "actor/kl_loss",
     "time/step_total",
 )
+WANDB_ID_FILE = "wandb_run_id"
 
 
 class Tracker:
-    """Logs scalar metrics to `run_dir/tensorboard` (event files), `run_dir/metrics.jsonl` and stdout."""
+    """Logs scalar metrics of a run to the sinks in `track_with` (and always to `metrics.jsonl`)."""
 
-    def __init__(self, run_dir: Path, track_with: list[str], config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        track_with: list[str],
+        config: dict[str, Any] | None = None,
+        *,
+        verbose: bool = False,
+        tracker_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.jsonl = (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8")
         self.stdout = "stdout" in track_with
+        self.verbose = verbose
+        self.total_steps = int(config["max_steps"]) if config and "max_steps" in config else None
+        self._clock: tuple[float, int] | None = None  # (time, step) of the first logged training step
         self.writer = None
         if "tensorboard" in track_with:
             from torch.utils.tensorboard import SummaryWriter
@@ -33,6 +55,7 @@ class Tracker:
             self.writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
             if config is not None:
                 self.writer.add_text("config", "```\n" + json.dumps(config, indent=2) + "\n```", 0)
+        self.wandb_run = start_wandb(self.run_dir, config, tracker_kwargs) if "wandb" in track_with else None
         if config is not None:
             (self.run_dir / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
 
@@ -45,19 +68,92 @@ class Tracker:
             for key, value in clean.items():
                 self.writer.add_scalar(key, value, step)
             self.writer.flush()
+        if self.wandb_run is not None:
+            self.wandb_run.log(clean, step=step)
         if self.stdout:
-            shown = {
-                k: v
-                for k, v in clean.items()
-                if k.startswith(STDOUT_KEYS) and not k.endswith(("/max", "/min"))
-            }
-            text = "  ".join(f"{k}={v:.3g}" for k, v in sorted(shown.items()))
             from tqdm.auto import tqdm
 
-            tqdm.write(f"[step {step}] {text}")
+            tqdm.write(self._verbose_line(clean, step) if self.verbose else self._compact_line(clean, step))
+
+    def _verbose_line(self, clean: dict[str, float], step: int) -> str:
+        shown = {
+            k: v for k, v in clean.items() if k.startswith(VERBOSE_KEYS) and not k.endswith(("/max", "/min"))
+        }
+        return f"[step {step}] " + "  ".join(f"{k}={v:.3g}" for k, v in sorted(shown.items()))
+
+    def _compact_line(self, clean: dict[str, float], step: int) -> str:
+        total = f"/{self.total_steps}" if self.total_steps else ""
+        parts = [f"[step {step}{total}]"]
+        if "critic/score/mean" in clean:
+            parts.append(f"reward {clean['critic/score/mean']:.3f}")
+        success = _mean_of(clean, "env/", "/success")
+        if success is not None:
+            parts.append(f"success {success:.3f}")
+        val = _mean_of(clean, "val/env/", "/success")
+        if val is not None:
+            parts.append(f"val {val:.3f}")
+        if "time/step_total" in clean:
+            parts.append(f"{clean['time/step_total']:.1f}s/step")
+            eta = self._eta(step)
+            if eta is not None:
+                parts.append(f"ETA {_duration(eta)}")
+        return "  ".join(parts)
+
+    def _eta(self, step: int) -> float | None:
+        """Seconds left at the mean step time since the first logged training step."""
+        now = time.monotonic()
+        if self._clock is None:
+            self._clock = (now, step)
+            return None
+        started, first = self._clock
+        if not self.total_steps or step <= first:
+            return None
+        return (now - started) / (step - first) * max(self.total_steps - step, 0)
 
     def close(self) -> None:
-        """Flush and close the files."""
+        """Flush and close every sink."""
         self.jsonl.close()
         if self.writer is not None:
             self.writer.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+def start_wandb(
+    run_dir: Path, config: dict[str, Any] | None, tracker_kwargs: Mapping[str, Any] | None
+) -> Any:
+    """A W&B run for `run_dir`: resumed when the folder already has one, else new (id kept in the folder)."""
+    try:
+        import wandb
+    except ImportError:
+        raise ImportError(
+            "track_with has 'wandb' but wandb is not installed: pip install 'roll-pipeline[wandb]' "
+            "(or drop 'wandb' from track_with)"
+        ) from None
+    id_file = run_dir / WANDB_ID_FILE
+    run_id = id_file.read_text(encoding="utf-8").strip() if id_file.exists() else uuid.uuid4().hex[:12]
+    id_file.write_text(run_id, encoding="utf-8")
+    kwargs: dict[str, Any] = {
+        "project": "roll",
+        "name": run_dir.name,
+        "dir": str(run_dir),
+        "config": config,
+        **dict(tracker_kwargs or {}),
+        "id": run_id,
+        "resume": "allow",
+    }
+    api_key = kwargs.pop("api_key", None)  # upstream configs carry it here
+    if api_key:
+        wandb.login(key=str(api_key), verify=False)
+    return wandb.init(**kwargs)
+
+
+def _mean_of(clean: Mapping[str, float], prefix: str, suffix: str) -> float | None:
+    values = [v for k, v in clean.items() if k.startswith(prefix) and k.endswith(suffix)]
+    return sum(values) / len(values) if values else None
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

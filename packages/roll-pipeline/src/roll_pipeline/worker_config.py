@@ -22,8 +22,8 @@ class ModelArgs(StrictModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
     gguf_file: str | None = Field(
         None,
-        description="GGUF file inside `pretrain`; not loadable by the pipeline yet (the backends issue): any"
-        " value is rejected",
+        description="GGUF file inside `pretrain` (needs the gguf extra), converted once into a cached model folder"
+        " that every role loads; roles that set it must name the same file",
     )
 
 
@@ -87,17 +87,18 @@ class StrategyArgs(StrictModel):
 
     strategy_name: Literal["hf_train", "hf_infer", "hf_critic", "deepspeed_train", "vllm"] = Field(
         "hf_train",
-        description="backend of the role; for now only hf_train (actor_train), hf_critic (critic), hf_infer"
-        " (actor_infer) and hf_infer/hf_train (reference) run, other names are rejected",
+        description="backend of the role: hf_train / deepspeed_train (actor_train), hf_infer / vllm (actor_infer),"
+        " hf_infer / hf_train (reference), hf_critic (critic); a missing extra is named before the run starts",
     )
     strategy_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="backend-specific options; the hf backends take none, so it must stay empty for now",
+        description="backend-specific options (deepspeed_train: DeepSpeed config keys; vllm: engine arguments);"
+        " the hf backends read none and reject a non-empty one",
     )
 
 
 class WorkerConfig(StrictModel):
-    """One role: actor_train, actor_infer or reference."""
+    """One role: actor_train, actor_infer, reference or critic."""
 
     model_args: ModelArgs = Field(default_factory=ModelArgs, description="how to load the weights")
     training_args: TrainingArgs = Field(default_factory=TrainingArgs, description="optimiser and batching")
@@ -105,8 +106,13 @@ class WorkerConfig(StrictModel):
     strategy_args: StrategyArgs = Field(default_factory=StrategyArgs, description="backend")
     device_mapping: list[int] = Field(
         default_factory=list,
-        description="GPU indices; empty runs on the CPU. One GPU per role for now ([0] under Ray, which picks the"
-        " physical GPU; any one index with cluster.backend=local)",
+        description="GPU indices; empty runs on the CPU",
+    )
+    num_gpus_per_worker: float | None = Field(
+        None,
+        gt=0,
+        description="GPUs the role's Ray actor asks for; null: its device_mapping GPUs divided among the roles"
+        " mapped to them (colocated roles share)",
     )
     infer_batch_size: int = Field(
         128,

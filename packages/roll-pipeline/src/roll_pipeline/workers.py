@@ -5,7 +5,7 @@ Plain class; `cluster.spawn` makes it a Ray actor or keeps it in-process.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,19 @@ class PolicyServer:
         num_threads: int | None = None,
         max_batch_size: int = 256,
         stop_strings: Sequence[str] = (),
+        strategy_name: str = "hf_infer",
+        strategy_config: Mapping[str, Any] | None = None,
     ) -> None:
         from roll_strategies import ActorInferWorker
 
         self.worker = ActorInferWorker(
-            model_path, device=device, dtype=dtype, seed=seed, num_threads=num_threads
+            model_path,
+            device=device,
+            dtype=dtype,
+            seed=seed,
+            num_threads=num_threads,
+            strategy_name=strategy_name,
+            strategy_config=strategy_config,
         )
         self.stop_token_ids = stop_token_ids(self.worker.strategy.tokenizer, stop_strings)
         self.policy = BatchingPolicy(self._generate_batch, max_batch_size=max_batch_size)
@@ -84,6 +92,30 @@ class PolicyServer:
         async with self.policy.lock:
             self.worker.update_weights(named_tensors, version)
             self.version = version
+
+    def weights_fingerprint(self) -> str:
+        """Fingerprint of the weights served (see `roll_strategies.weight_sync`)."""
+        return self.worker.weights_fingerprint()
+
+    async def receive_weight_bucket(self, bucket: Any) -> dict[str, float] | None:
+        """One bucket of a versioned update; the last one is applied once no batch is being generated."""
+        if bucket.index < bucket.num_buckets - 1:  # staged only: the served weights do not change
+            return self.worker.receive_weight_bucket(bucket)
+        async with self.policy.lock:
+            metrics = self.worker.receive_weight_bucket(bucket)
+            self.version = self.worker.get_policy_version()
+        return metrics
+
+    async def confirm_weights(self, version: int, fingerprint: str) -> int:
+        """Serve the weights held (`fingerprint`) as `version` without a transfer; returns the version."""
+        async with self.policy.lock:
+            self.worker.confirm_weights(version, fingerprint)
+            self.version = self.worker.get_policy_version()
+        return self.version
+
+    def get_policy_version(self) -> int:
+        """The version stamped on every result generated now."""
+        return self.version
 
     async def batch_sizes(self, reset: bool = True) -> list[int]:
         """Sizes of the batches generated since the last call."""

@@ -104,7 +104,8 @@ class TrajEnvManager:
             self.env = await self._env_call(self._make_env, what="constructor")
         obs, info = await self._env_call(functools.partial(self.env.reset, seed=job.seed), what="reset")
         _check_observation(obs, "reset")
-        observations, responses = [obs], []
+        observations, responses, texts = [obs], [], []
+        wants_messages = bool(getattr(policy, "needs_messages", False))
         metric_log: list[dict[str, float]] = []
         for _ in range(self.max_turns):
             prompt_ids = self.prompts.prompt(observations, responses)
@@ -115,7 +116,8 @@ class TrajEnvManager:
             sampling = job.sampling
             if budget < sampling.max_new_tokens:
                 sampling = SamplingSettings(**{**sampling.__dict__, "max_new_tokens": budget})
-            result = await policy.generate(GenerateRequest(prompt_ids, sampling))
+            messages = self.prompts.messages(observations, texts) if wants_messages else None
+            result = await policy.generate(GenerateRequest(prompt_ids, sampling, messages))
             text = self.prompts.tokenizer.decode(result.output_ids, skip_special_tokens=True)
             next_obs, reward, terminated, truncated, info = await self._env_call(
                 self.env.step, text, what="step"
@@ -138,6 +140,7 @@ class TrajEnvManager:
             metric_log.append(step_metrics)
             observations.append(next_obs)
             responses.append(result.output_ids)
+            texts.append(text)
             traj.success = bool(info.get("success", False))
             if terminated or truncated:
                 traj.terminated, traj.truncated = bool(terminated), bool(truncated)

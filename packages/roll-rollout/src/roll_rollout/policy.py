@@ -38,10 +38,15 @@ class SamplingSettings:
 
 @dataclass(frozen=True)
 class GenerateRequest:
-    """One turn's prompt, as token ids, and how to sample its response."""
+    """One turn's prompt, as token ids, and how to sample its response.
+
+    `messages` (the same prompt as chat messages) is set only for policies whose `needs_messages` is
+    true (a text-in chat API); it never crosses the msgpack wire.
+    """
 
     prompt_ids: list[int]
     sampling: SamplingSettings
+    messages: tuple[dict[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)

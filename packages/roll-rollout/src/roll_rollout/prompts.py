@@ -94,6 +94,27 @@ class PromptBuilder:
         `observations` has one more entry than `responses`; only the last `max_history_turns`
         (observation, response) pairs are kept before the current observation.
         """
+        start = self._history_start(observations, responses)
+        ids = self.first_prompt(observations[start])
+        for k in range(start, len(responses)):
+            ids.extend(responses[k])
+            ids.extend(self.continuation(responses[k], observations[k + 1]))
+        return ids
+
+    def messages(self, observations: Sequence[str], responses: Sequence[str]) -> tuple[dict[str, str], ...]:
+        """The same prompt as `prompt`, as chat messages with the responses' text (for text-in APIs)."""
+        start = self._history_start(observations, responses)
+        messages = [{"role": "system", "content": self.instruction}] if self.instruction else []
+        for k in range(start, len(responses)):
+            messages += [
+                {"role": "user", "content": observations[k]},
+                {"role": "assistant", "content": responses[k]},
+            ]
+        messages.append({"role": "user", "content": observations[-1]})
+        return tuple(messages)
+
+    def _history_start(self, observations: Sequence[Any], responses: Sequence[Any]) -> int:
+        """Index of the first (observation, response) pair the prompt keeps."""
         if len(observations) != len(responses) + 1:
             raise ValueError(
                 f"need len(observations) == len(responses) + 1, got {len(observations)}, {len(responses)}"
@@ -101,12 +122,7 @@ class PromptBuilder:
         keep = (
             len(responses) if self.max_history_turns is None else min(self.max_history_turns, len(responses))
         )
-        start = len(responses) - keep
-        ids = self.first_prompt(observations[start])
-        for k in range(start, len(responses)):
-            ids.extend(responses[k])
-            ids.extend(self.continuation(responses[k], observations[k + 1]))
-        return ids
+        return len(responses) - keep
 
 
 class _LRU:

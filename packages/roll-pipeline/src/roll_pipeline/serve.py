@@ -1,0 +1,221 @@
+"""An OpenAI-compatible HTTP server in front of any `PolicyClient` (`roll serve`).
+
+It serves the run's own model (the HF inference worker, requests batched across connections by
+`BatchingPolicy`) so that anything speaking the OpenAI API can drive it, and so that `OpenAIPolicy` is
+tested against a live server rather than a mock. Endpoints: `GET /v1/models`, `POST /v1/completions`
+(prompt as text or token ids) and `POST /v1/chat/completions` (messages through the model's chat
+template). With `return_tokens_as_token_ids` (as in vLLM) log-prob tokens are `token_id:N`.
+
+Standard library only: a `ThreadingHTTPServer` whose handler threads submit to one asyncio loop.
+Bad requests get HTTP 400 with an OpenAI-style error body; a failed generation gets 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from concurrent.futures import TimeoutError as FutureTimeout
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from roll_rollout import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+class BadRequest(ValueError):
+    """The request cannot be served as sent (HTTP 400, or `status`)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class OpenAICompatibleServer:
+    """Serves `policy` under `model_name` at `url` (`/v1/...`) until `stop`."""
+
+    def __init__(
+        self,
+        policy: PolicyClient,
+        tokenizer: Any,
+        model_name: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        request_timeout_s: float = 600.0,
+    ) -> None:
+        self.policy, self.tokenizer, self.model_name = policy, tokenizer, model_name
+        self.request_timeout_s = request_timeout_s
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="serve-loop", daemon=True)
+        self._http = ThreadingHTTPServer((host, port), _handler_class(self))
+        self._http.daemon_threads = True
+        self._http_thread = threading.Thread(target=self._http.serve_forever, name="serve-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """Base URL, ending in /v1."""
+        host, port = self._http.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> OpenAICompatibleServer:
+        self._loop_thread.start()
+        self._http_thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(timeout=10)
+
+    def __enter__(self) -> OpenAICompatibleServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ requests
+    def handle(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The JSON reply of a POST to `path`, or `BadRequest`."""
+        if body.get("model") not in (None, self.model_name):
+            raise BadRequest(
+                f"The model {body.get('model')!r} does not exist; this server serves {self.model_name!r}",
+                status=404,
+            )
+        if int(body.get("n", 1)) != 1:
+            raise BadRequest("only n=1 is supported")
+        chat = path.endswith("/chat/completions")
+        prompt_ids = self._chat_prompt(body) if chat else self._completion_prompt(body)
+        sampling = _sampling(body)
+        future = asyncio.run_coroutine_threadsafe(
+            self.policy.generate(GenerateRequest(prompt_ids, sampling)), self._loop
+        )
+        try:
+            result = future.result(timeout=self.request_timeout_s)
+        except FutureTimeout as exc:
+            future.cancel()
+            raise BadRequest(f"generation took longer than {self.request_timeout_s} s", status=504) from exc
+        return self._reply(body, result, len(prompt_ids), chat)
+
+    def _completion_prompt(self, body: dict[str, Any]) -> list[int]:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and t >= 0 for t in prompt):
+            vocab = len(self.tokenizer)
+            if max(prompt) >= vocab:
+                raise BadRequest(f"prompt token id {max(prompt)} is outside the vocabulary (size {vocab})")
+            return list(prompt)
+        raise BadRequest("prompt must be a string or a non-empty list of token ids")
+
+    def _chat_prompt(self, body: dict[str, Any]) -> list[int]:
+        messages = body.get("messages")
+        if not (isinstance(messages, list) and messages and all(_is_message(m) for m in messages)):
+            raise BadRequest("messages must be a non-empty list of {role, content: str} objects")
+        ids = self.tokenizer.apply_chat_template(
+            [{"role": m["role"], "content": m["content"]} for m in messages],
+            add_generation_prompt=True,
+            tokenize=True,
+        )
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def _reply(self, body: dict[str, Any], result: GenerateResult, prompt_len: int, chat: bool) -> dict:
+        text = self.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        tokens = [
+            f"token_id:{t}" if as_ids else self.tokenizer.decode([t], skip_special_tokens=False)
+            for t in result.output_ids
+        ]
+        choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason}
+        wants_logprobs = body.get("logprobs") not in (None, False, 0)
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+            if wants_logprobs:
+                content = [
+                    {"token": t, "logprob": lp} for t, lp in zip(tokens, result.log_probs, strict=True)
+                ]
+                choice["logprobs"] = {"content": content}
+        else:
+            choice["text"] = text
+            if wants_logprobs:
+                choice["logprobs"] = {"tokens": tokens, "token_logprobs": list(result.log_probs)}
+        return {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": prompt_len,
+                "completion_tokens": len(result.output_ids),
+                "total_tokens": prompt_len + len(result.output_ids),
+            },
+        }
+
+
+def _is_message(m: Any) -> bool:
+    return isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+
+
+def _sampling(body: dict[str, Any]) -> SamplingSettings:
+    try:
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        temperature = float(body.get("temperature", 1.0))
+        top_p = float(body.get("top_p", 1.0))
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"max_tokens, temperature and top_p must be numbers: {exc}") from exc
+    if not (1 <= max_tokens <= 65536 and 0.0 <= temperature <= 2.0 and 0.0 < top_p <= 1.0):
+        raise BadRequest("need 1 <= max_tokens <= 65536, 0 <= temperature <= 2 and 0 < top_p <= 1")
+    greedy = temperature == 0.0
+    return SamplingSettings(max_tokens, 1.0 if greedy else temperature, top_p, 0, greedy)
+
+
+def _handler_class(server: OpenAICompatibleServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per request
+            pass
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
+            else:
+                self._error(404, f"no route GET {self.path}")
+
+        def do_POST(self) -> None:
+            if self.path.rstrip("/") not in ("/v1/completions", "/v1/chat/completions"):
+                self._error(404, f"no route POST {self.path}")
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                if not 0 < length <= MAX_BODY_BYTES:
+                    raise BadRequest(f"body must have 1..{MAX_BODY_BYTES} bytes, got {length}")
+                body = json.loads(self.rfile.read(length))
+                if not isinstance(body, dict):
+                    raise BadRequest("body must be a JSON object")
+                self._send(200, server.handle(self.path.rstrip("/"), body))
+            except BadRequest as exc:
+                self._error(exc.status, str(exc))
+            except json.JSONDecodeError as exc:
+                self._error(400, f"body is not JSON: {exc}")
+            except Exception as exc:  # a failed generation: the client may retry
+                self._error(500, f"{type(exc).__name__}: {exc}")
+
+        def _error(self, status: int, message: str) -> None:
+            kind = "invalid_request_error" if status < 500 else "server_error"
+            self._send(status, {"error": {"message": message, "type": kind, "code": status}})
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler

@@ -1,0 +1,72 @@
+"""Trackers: one compact console line per step (the full set with `verbose`), metrics.jsonl always,
+W&B in offline mode (a resumed run folder continues the same W&B run)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from roll_pipeline.tracking import WANDB_ID_FILE, Tracker
+
+STEP = {
+    "critic/score/mean": 0.25,
+    "env/FrozenLake/success": 0.5,
+    "env/Sokoban/success": 0.25,
+    "actor/pg_loss": 0.01,
+    "time/step_total": 2.0,
+}
+
+
+def test_console_shows_one_compact_line_per_step(tmp_path, capsys):
+    tracker = Tracker(tmp_path, ["stdout"], {"max_steps": 10})
+    tracker.log({"val/env/FrozenLake/success": 0.094}, 0)
+    tracker.log(STEP, 1)
+    tracker.log({**STEP, "val/env/FrozenLake/success": 0.5, "val/env/Sokoban/success": 0.25}, 2)
+    tracker.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[step 0/10]  val 0.094"
+    assert lines[1] == "[step 1/10]  reward 0.250  success 0.375  2.0s/step"  # no ETA before a second step
+    assert lines[2].startswith("[step 2/10]  reward 0.250  success 0.375  val 0.375  2.0s/step  ETA ")
+    assert "pg_loss" not in "\n".join(lines)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2] and rows[1]["actor/pg_loss"] == 0.01
+
+
+def test_verbose_prints_every_shown_metric(tmp_path, capsys):
+    tracker = Tracker(tmp_path, ["stdout"], {"max_steps": 10}, verbose=True)
+    tracker.log(STEP, 1)
+    tracker.close()
+    assert "actor/pg_loss=0.01" in capsys.readouterr().out
+
+
+def test_wandb_offline_run_records_the_metrics_and_resumes(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    ids = []
+    for step in (1, 2):
+        tracker = Tracker(tmp_path, ["wandb"], {"max_steps": 2}, tracker_kwargs={"project": "roll-test"})
+        tracker.log({"env/FrozenLake/success": 0.125 * step}, step)
+        tracker.close()
+        ids.append((tmp_path / WANDB_ID_FILE).read_text())
+    assert ids[0] == ids[1]  # the second Tracker continued the same W&B run
+    # one offline folder per start (two starts within a second share one)
+    files = sorted((tmp_path / "wandb").glob(f"offline-run-*-{ids[0]}/run-{ids[0]}.wandb"))
+    data = b"".join(f.read_bytes() for f in files)
+    # wandb-core writes the records asynchronously; a loaded machine may leave a start's file at its header
+    assert files and b"env/FrozenLake/success" in data and (b"0.125" in data or b"0.25" in data)
+
+
+def test_wandb_missing_is_a_clear_error(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_wandb(name, *args, **kwargs):
+        if name == "wandb":
+            raise ImportError("no wandb")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    with pytest.raises(ImportError, match=r"roll-pipeline\[wandb\]"):
+        Tracker(tmp_path, ["wandb"], {})

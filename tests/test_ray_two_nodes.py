@@ -1,0 +1,69 @@
+"""The pipeline joins an existing Ray cluster (`cluster.address`) of two nodes and runs steps on both.
+
+The cluster is `ray.cluster_utils.Cluster` (a head and a second raylet on this machine, each its own
+node with its own object store). It runs in a subprocess so this test session's own local Ray
+instance (`ray_session`) is not in the way.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from roll_pipeline.cluster import disable_uv_runtime_env
+    disable_uv_runtime_env()
+    import ray
+    from ray.cluster_utils import Cluster
+    from roll_pipeline import AgenticPipeline
+    from roll_pipeline.launcher import compose
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    overrides = [
+        f"cluster.address={cluster.address}", f"output_dir={sys.argv[1]}", "exp_name=two_nodes",
+        "max_steps=2", "save_steps=2", "eval_steps=2", "print_baselines=false",
+        "train_env_manager.num_env_groups=4", "train_env_manager.group_size=4",
+        "train_env_manager.max_env_num_per_worker=4", "val_env_manager.num_env_groups=8",
+        "val_env_manager.max_env_num_per_worker=4", "custom_envs.FrozenLake.max_actions_per_traj=3",
+        "actor_train.training_args.per_device_train_batch_size=16",
+    ]
+    pipeline = AgenticPipeline(compose(None, None, overrides), progress=False)
+    summary = pipeline.run()
+    where = lambda self: ray.get_runtime_context().get_node_id()
+    nodes = ray.get([a.__ray_call__.remote(where) for a in pipeline.cluster._actors])
+    pipeline.close()
+    print("RESULT " + json.dumps({"steps": summary.steps, "actors": len(nodes), "nodes": sorted(set(nodes)),
+                                  "cluster_nodes": len([n for n in ray.nodes() if n["Alive"]])}))
+    ray.shutdown()
+    cluster.shutdown()
+    """
+)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_run_on_an_existing_two_node_cluster_uses_both_nodes(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=850,
+        check=False,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["steps"] == 2 and result["cluster_nodes"] == 2
+    assert len(result["nodes"]) == 2, result  # actors on both nodes
+    rows = (tmp_path / "two_nodes" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(rows[-1])["step"] == 2
