@@ -52,12 +52,14 @@ def _make_config(
     num_kv_heads: int,
     intermediate_size: int,
     tie_word_embeddings: bool,
+    sliding_window: int | None = None,
 ) -> Qwen2Config:
     if hidden_size % num_heads or num_heads % num_kv_heads:
         raise StrategyError(
             f"Expected hidden_size divisible by num_heads and num_heads by num_kv_heads, got "
             f"hidden_size={hidden_size}, num_heads={num_heads}, num_kv_heads={num_kv_heads}; pick e.g. 128/4/2."
         )
+    window = {} if sliding_window is None else {"sliding_window": sliding_window, "max_window_layers": 0}
     return Qwen2Config(
         vocab_size=8 * math.ceil(len(tokenizer) / 8),
         hidden_size=hidden_size,
@@ -67,7 +69,8 @@ def _make_config(
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=2048,
         tie_word_embeddings=tie_word_embeddings,
-        use_sliding_window=False,
+        use_sliding_window=sliding_window is not None,
+        **window,  # max_window_layers=0: every layer slides
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
@@ -150,6 +153,7 @@ def build_tiny_model(
     num_kv_heads: int = 2,
     intermediate_size: int = 256,
     tie_word_embeddings: bool = True,
+    sliding_window: int | None = None,
     warmup_steps: int = 300,
     warmup_batch_size: int = 64,
     warmup_lr: float = 3e-3,
@@ -163,6 +167,9 @@ def build_tiny_model(
         warmup_examples: (chat messages, response text) pairs; empty -> no warm-up (random init only).
         seed: seeds the weight init and the warm-up batch sampling; same seed -> same folder contents.
         tie_word_embeddings: share the input embedding and the LM head (the Qwen2 small-model default).
+        sliding_window: every layer attends to at most this many previous tokens (Qwen2's sliding-window
+            attention); None: full attention. A window of about one turn lets a model this small read the
+            latest observation of a prompt that keeps the whole history (docs/tiny_model_findings.md).
         num_threads: torch CPU threads during the build (restored afterwards); None keeps the current
             setting. 1 is the default because this model is too small to gain from more, and on a
             shared 2-core machine two threads competing with other jobs ran 4-8x slower.
@@ -177,6 +184,8 @@ def build_tiny_model(
         "intermediate_size": intermediate_size,
         "tie_word_embeddings": tie_word_embeddings,
     }
+    if sliding_window is not None:
+        sizes["sliding_window"] = sliding_window  # absent otherwise: earlier builds stay byte-identical
     warmup = {"warmup_steps": warmup_steps, "warmup_batch_size": warmup_batch_size, "warmup_lr": warmup_lr}
     previous_threads = torch.get_num_threads()
     if num_threads is not None:
