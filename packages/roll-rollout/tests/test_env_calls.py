@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 from roll_rollout import EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.env_calls import DaemonThreadPool
 
 
 def test_a_call_returns_its_value_and_an_error_keeps_its_cause():
@@ -104,3 +107,38 @@ def test_bad_limits_are_rejected():
         EnvCalls(max_concurrent=0)
     with pytest.raises(ValueError, match="timeout_s > 0"):
         EnvCalls(timeout_s=0)
+
+
+def test_the_pool_reuses_threads_and_reports_errors():
+    pool = DaemonThreadPool(2, name="t")
+    assert [pool.submit(pow, 2, k).result(timeout=10) for k in range(20)] == [2**k for k in range(20)]
+    assert len(pool._threads) == 1  # sequential calls reuse the idle thread
+    with pytest.raises(ZeroDivisionError):
+        pool.submit(lambda: 1 / 0).result(timeout=10)
+    pool.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.submit(pow, 2, 2)
+
+
+HUNG_ENV_SCRIPT = """
+import asyncio, threading
+from roll_rollout import EnvCalls, EnvCallTimeout
+
+async def main():
+    calls = EnvCalls(max_concurrent=1, timeout_s=0.2, max_hung=1)
+    try:
+        await calls.run(threading.Event().wait, what="env.step")  # never returns
+    except EnvCallTimeout:
+        print("timed out", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_hung_env_thread_does_not_keep_the_process_alive():
+    # ThreadPoolExecutor joins its threads at exit: this process would never end.
+    done = subprocess.run(
+        [sys.executable, "-c", HUNG_ENV_SCRIPT], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "timed out"

@@ -9,12 +9,17 @@ until the env returns; `hung` counts those threads. The pool keeps `max_hung` sp
 other envs go on; once `hung` reaches `max_hung` the worker reports `needs_recycle` and the scheduler
 replaces the worker (a Ray actor is killed and restarted, which frees its threads; in-process, a fresh
 worker is made and the stuck threads live on until their calls return, see docs/rollout.md).
+
+The pool's threads are daemon threads (`DaemonThreadPool`): `concurrent.futures.ThreadPoolExecutor` joins
+its threads at interpreter exit, so one env call that never returns would keep the process alive forever
+after the run ended or failed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -22,6 +27,66 @@ from typing import Any, TypeVar
 from roll_rollout.errors import RolloutError
 
 T = TypeVar("T")
+
+
+_STOP = None
+"""Queue item that ends one pool thread."""
+
+
+class DaemonThreadPool:
+    """A minimal `ThreadPoolExecutor` of daemon threads: `submit` -> `concurrent.futures.Future`.
+
+    Threads start on demand up to `max_threads` and are reused; none is joined at interpreter exit, so a
+    call that never returns cannot keep the process alive.
+    """
+
+    def __init__(self, max_threads: int, name: str = "pool") -> None:
+        self.max_threads = max_threads
+        self.name = name
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self.name} pool is shut down; no new env calls")
+            self._work.put((future, fn, args))
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self.max_threads:
+                thread = threading.Thread(
+                    target=self._serve, name=f"{self.name}-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        return future
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not _STOP:
+            future, fn, args = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # the caller reads it from the future
+                    future.set_exception(exc)
+            del item, future  # drop references before waiting for the next call
+            self._idle.release()
+
+    def shutdown(self) -> None:
+        """Cancel queued calls and let idle threads exit; running calls finish in their thread."""
+        with self._lock:
+            self._closed = True
+            while True:
+                try:
+                    item = self._work.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not _STOP:
+                    item[0].cancel()
+            for _ in self._threads:
+                self._work.put(_STOP)
 
 
 class EnvCallError(RolloutError):
@@ -45,9 +110,7 @@ class EnvCalls:
         self.timeout_s = timeout_s
         self.max_hung = max_hung
         # Spare threads for calls that hang, so the healthy envs keep max_concurrent threads.
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_concurrent + max_hung, thread_name_prefix="roll-env"
-        )
+        self._pool = DaemonThreadPool(max_concurrent + max_hung, name="roll-env")
         self._slots: asyncio.Semaphore | None = None
         self._lock = threading.Lock()
         self._hung = 0
@@ -104,7 +167,7 @@ class EnvCalls:
 
     def shutdown(self) -> None:
         """Stop accepting calls; idle threads exit, hung ones when their call returns."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
 
 def _ignore_outcome(future: asyncio.Future[Any]) -> None:
