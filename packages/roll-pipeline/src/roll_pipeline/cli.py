@@ -1,4 +1,4 @@
-"""The `roll` command: train, eval, rollout, show, serve, config, baselines, plot."""
+"""The `roll` command: train, sweep, eval, rollout, show, serve, config, baselines, plot."""
 
 from __future__ import annotations
 
@@ -47,6 +47,102 @@ def train(argv: list[str]) -> int:
         pipeline.close()
     print_final_report(config, summary)
     return 0
+
+
+def _sweep_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seeds", default=None, help="e.g. 1,2,3 or 1-3: one run per seed")
+    parser.add_argument(
+        "--parallel", type=int, default=1, help="runs at once, as local processes (default 1)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="sweep folder (default: OUTPUT_DIR/EXP_NAME_sweep)"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="rerun seeds whose run folder has a run (moved aside)"
+    )
+    parser.add_argument(
+        "--report",
+        nargs="+",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="no training: the table and plot of run folders, sweep folders or folders of runs",
+    )
+
+
+def sweep(argv: list[str]) -> int:
+    """Run a config over several seeds (one `roll train` process each; finished runs are reused), then
+    print the table of greedy validation success per seed and draw every seed's curve."""
+    args = parse_args(argv, "roll sweep", sweep.__doc__ or "", _sweep_options)
+    from roll_pipeline.sweep_runner import SweepError
+
+    try:
+        if args.report is not None:
+            return _sweep_report(args)
+        return _sweep_train(args, argv)
+    except (SweepError, FileNotFoundError) as exc:
+        print(f"roll sweep: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\n[sweep] interrupted: run the same command again to resume (finished seeds are reused)")
+        return 130
+
+
+def _sweep_train(args: argparse.Namespace, argv: list[str]) -> int:
+    from roll_pipeline.sweep_runner import SweepError, parse_seeds, plan_sweep, run_sweep
+
+    if args.seeds is None:
+        raise SweepError("give the seeds, e.g. --seeds 1,2,3 (or --report DIR to tabulate existing runs)")
+    seeds = parse_seeds(args.seeds)
+    if args.parallel < 1:
+        raise SweepError(f"--parallel {args.parallel}: give 1 or more runs at once")
+    config = _compose(args, "roll sweep")
+    if config is None:
+        return 2
+    jobs = plan_sweep(
+        config,
+        seeds,
+        config_path=args.config_path,
+        config_name=args.config_name,
+        overrides=args.overrides,
+        force=args.force,
+        progress=not args.no_progress and args.parallel == 1,
+    )
+    print(
+        f"[sweep] {config.exp_name}: seeds {seeds}, {config.max_steps} steps each, {args.parallel} at a time"
+    )
+    results = run_sweep(jobs, args.parallel, config.max_steps)
+    out = args.out or Path(config.output_dir) / f"{config.exp_name}_sweep"
+    meta = {"exp_name": config.exp_name, "seeds": seeds, "command": ["roll", "sweep", *argv]}
+    return _sweep_finish(results, out, meta)
+
+
+def _sweep_report(args: argparse.Namespace) -> int:
+    from roll_pipeline.sweep import read_seed, report_run_dirs
+
+    run_dirs = report_run_dirs(args.report)
+    results = sorted((read_seed(d) for d in run_dirs), key=lambda r: (r.seed is None, r.seed or 0))
+    names = {d.name.rsplit("_seed", 1)[0] for d in run_dirs}
+    base = names.pop() if len(names) == 1 else None
+    out = args.out or run_dirs[0].parent / (f"{base}_sweep" if base else "sweep")
+    return _sweep_finish(results, out, {"exp_name": base, "seeds": [r.seed for r in results]})
+
+
+def _sweep_finish(results: list[Any], out: Path, meta: dict[str, Any]) -> int:
+    """Print the table, write sweep.json / sweep.md / sweep.png; 1 when a seed failed, else 0."""
+    from roll_pipeline.plotting import plot_sweep
+    from roll_pipeline.sweep import CLOCK, format_table, write_report
+
+    json_path, md_path = write_report(results, out, meta)
+    with_config = [r.run_dir for r in results if (r.run_dir / "config.json").exists()]
+    png = plot_sweep(results, out / "sweep.png", _run_baselines(with_config[0]) if with_config else None)
+    print(f"\n[sweep] greedy validation success; min→x on the {CLOCK}")
+    print(format_table(results))
+    print(f"[sweep] wrote {json_path}, {md_path}, {png}")
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        print(f"[sweep] {len(failed)} seed(s) failed: {[r.seed for r in failed]}; see their train.log")
+    return 1 if failed else 0
 
 
 def show_config(argv: list[str]) -> int:
@@ -290,6 +386,7 @@ def _run_target_kl(run_dir: Path) -> float | None:
 
 COMMANDS = {
     "train": train,
+    "sweep": sweep,
     "eval": evaluate_command,
     "serve": serve,
     "rollout": rollout_command,
@@ -304,8 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `roll` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: roll {train,eval,rollout,show,serve,config,baselines,plot} [...]\n")
+        print("usage: roll {train,sweep,eval,rollout,show,serve,config,baselines,plot} [...]\n")
         print("  train      train an agent (defaults: the tiny model on FrozenLake, CPU)")
+        print("  sweep      train over several seeds; table and plot of every seed's validation curve")
         print("  eval       validation episodes of a model, checkpoint or OpenAI-compatible server")
         print("  rollout    play episodes and dump trajectories and readable transcripts")
         print("  show       print dumped episodes turn by turn")

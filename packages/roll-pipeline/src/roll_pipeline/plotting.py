@@ -1,9 +1,14 @@
-"""Learning-curve plots from a run's `metrics.jsonl`."""
+"""Learning-curve plots from a run's `metrics.jsonl`; the per-seed curves of a sweep."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from roll_pipeline.sweep import SeedResult
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
@@ -66,6 +71,53 @@ def plot_learning_curve(
     if coefs:
         axes[2].set(xlabel="step", title="KL coefficients (adaptive controller)")
         _legend(axes[2])
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_sweep(
+    results: Sequence[SeedResult],
+    out: Path,
+    baselines: dict[str, float] | None = None,
+    title: str = "greedy validation success per seed",
+) -> Path:
+    """Every seed's validation curve against steps and against training-clock minutes (`roll sweep`),
+    with the threshold levels dotted and the baselines dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from roll_pipeline.sweep import THRESHOLDS
+
+    fig, (by_step, by_minute) = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for i, result in enumerate(results):
+        if not result.curve:
+            continue
+        final = result.final.success if result.final else 0.0
+        label = f"seed {result.seed}: final {final:.2f}"
+        label += f" ({result.status})" if result.status not in ("done", "reused") else ""
+        color = f"C{i % 10}"
+        steps = [p.step for p in result.curve]
+        minutes = [p.minutes for p in result.curve]
+        success = [p.success for p in result.curve]
+        by_step.plot(steps, success, "o-", color=color, label=label, markersize=3)
+        by_minute.plot(minutes, success, "o-", color=color, markersize=3)
+    for ax in (by_step, by_minute):
+        for level in THRESHOLDS:
+            ax.axhline(level, linestyle=":", color="black", linewidth=0.8, alpha=0.5)
+        for name, value in (baselines or {}).items():
+            ax.axhline(value, linestyle="--", color="gray", linewidth=1)
+            ax.text(0, value + 0.01, name, color="gray", fontsize=8)
+    by_step.set(xlabel="step", ylabel="success rate", ylim=(0, 1), title=title)
+    by_minute.set(
+        xlabel="training minutes (summed step + validation time)", title="against the training clock"
+    )
+    _legend(by_step, loc="upper left")
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
