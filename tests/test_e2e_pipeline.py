@@ -119,3 +119,37 @@ def test_optimiser_settings_reach_the_train_worker(tmp_path):
         assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-5
     finally:
         pipeline.close()
+
+
+@pytest.mark.slow
+def test_validation_episodes_are_rendered_as_gifs_and_tensorboard_images(tmp_path):
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _, summary = run(
+        tmp_path,
+        "exp_name=e2e_render",
+        "cluster.backend=local",
+        "max_steps=1",
+        "train_env_manager.num_env_groups=1",
+        "val_env_manager.num_env_groups=4",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        "render_save_dir=renders",
+        "render_episodes_per_tag=3",
+    )
+    assert [step for step, _ in summary.val_history] == [0, 1]
+    run_dir = tmp_path / "e2e_render"
+    for step in (0, 1):
+        gifs = sorted((run_dir / "renders" / f"step-{step:06d}").glob("FrozenLake-seed*-*.gif"))
+        assert len(gifs) == 3, gifs
+        for gif in gifs:
+            assert gif.stem.rsplit("-", 1)[1] in ("success", "fail")
+            with Image.open(gif) as image:
+                assert image.n_frames >= 2  # the start and at least one turn
+    last = summary.val_history[-1][1]
+    assert last["val/render/gifs"] == 3 and last["val/render/replay_mismatches"] == 0
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0}).Reload()
+    tags = [t for t in events.Tags()["images"] if t.startswith("val/render/FrozenLake/seed")]
+    assert len(tags) == 3
+    assert sorted(e.step for e in events.Images(tags[0])) == [0, 1]

@@ -124,7 +124,7 @@ def test_an_unknown_override_key_names_the_nearest_valid_key():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"render_save_dir": "gifs"}, "issue #13"),
+        ({"render_episodes_per_tag": 3}, "set render_save_dir"),
         ({"critic_warmup": 5}, "only adv_estimator=gae"),
         ({"lambd": 0.9}, "only adv_estimator=gae"),
         ({"kl_horizon": 100}, "set target_kl"),

@@ -4,7 +4,7 @@ The field list comes from the pydantic models themselves (walking `AgenticConfig
 mappings of models and optionals), never from a hand-written list. A field counts as read when the source
 of roll_pipeline (config definitions excluded: a field declaration is not an attribute access) accesses it
 as an attribute (`cfg.field`, `role.training_args.field`) or through `getattr(x, "field")`. Reads that
-only reject a value (a setting the pipeline cannot honour yet, e.g. `render_save_dir` before #13) count:
+only reject a value (a setting the pipeline cannot honour yet) count:
 the user is told, nothing is silent.
 """
 

@@ -20,16 +20,17 @@ from roll_envs.errors import (
     RollEnvsError,
     UnknownEnvError,
 )
-from roll_envs.frames import grid_frame, replay_to_gif, save_gif, text_frame
+from roll_envs.frames import caption_frame, filmstrip, grid_frame, replay_to_gif, save_gif, text_frame
 from roll_envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv
 from roll_envs.gym_adapter import GymAdapterConfig, GymAdapterEnv
 from roll_envs.metrics import aggregate_metrics
 from roll_envs.parsing import ParsedTurn, extract_answer, parse_turn
 from roll_envs.registry import ENTRY_POINT_GROUP, EnvSpec, list_envs, load_plugins, make, register, spec
 from roll_envs.sokoban import SokobanConfig, SokobanEnv
+from roll_envs.tiles import Tile, tile_frame
 from roll_envs.webshop import WebShopLiteConfig, WebShopLiteEnv
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 register_builtins()
 
@@ -52,13 +53,16 @@ __all__ = [
     "RollEnvsError",
     "SokobanConfig",
     "SokobanEnv",
+    "Tile",
     "UnknownEnvError",
     "WebShopLiteConfig",
     "WebShopLiteEnv",
     "__version__",
     "aggregate_metrics",
+    "caption_frame",
     "check_env",
     "extract_answer",
+    "filmstrip",
     "frozen_lake_baselines",
     "grid_frame",
     "list_envs",
@@ -70,4 +74,5 @@ __all__ = [
     "save_gif",
     "spec",
     "text_frame",
+    "tile_frame",
 ]

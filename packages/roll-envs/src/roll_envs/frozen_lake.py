@@ -17,6 +17,7 @@ from pydantic import Field
 from roll_envs.base import ActionOutcome, BaseEnv
 from roll_envs.config import EnvConfig
 from roll_envs.errors import EnvConfigError
+from roll_envs.tiles import Color, Tile
 
 ACTIONS = ("Left", "Down", "Right", "Up")
 """Action names in Gymnasium's index order (0 left, 1 down, 2 right, 3 up)."""
@@ -166,10 +167,10 @@ class FrozenLakeEnv(BaseEnv):
         return bool(self.desc) and self._letter(self.position) == "G"
 
     def render_frame(self) -> np.ndarray:
-        """Coloured cells: ice, holes, goal and the player."""
-        from roll_envs.frames import grid_frame
+        """Tiles: ice, holes, the goal's flag and the player (a cross in a hole, on green at the goal)."""
+        from roll_envs.tiles import tile_frame
 
-        return grid_frame(self.text_observation().split("\n"), FROZEN_LAKE_PALETTE)
+        return tile_frame(self.text_observation().split("\n"), FROZEN_LAKE_TILES)
 
     def _letter(self, position: int) -> str:
         ncol = len(self.desc[0])
@@ -189,15 +190,19 @@ class FrozenLakeEnv(BaseEnv):
         return (action - 1) % 4  # np.argmax of an all-False mask is 0, as in categorical_sample
 
 
-FROZEN_LAKE_PALETTE: dict[str, tuple[int, int, int]] = {
-    "_": (200, 230, 250),
-    "O": (30, 60, 110),
-    "G": (60, 180, 75),
-    "P": (230, 80, 60),
-    "X": (120, 40, 120),
-    "√": (250, 200, 40),
+_ICE: Color = (214, 236, 250)
+_HOLE: Color = (28, 52, 100)
+_GOAL: Color = (46, 170, 70)
+_PLAYER: Color = (225, 75, 55)
+FROZEN_LAKE_TILES: dict[str, Tile] = {
+    "_": Tile(_ICE),
+    "O": Tile(_ICE, (("hole", _HOLE),)),
+    "G": Tile(_ICE, (("flag", _GOAL),)),
+    "P": Tile(_ICE, (("figure", _PLAYER),)),
+    "X": Tile(_ICE, (("hole", _HOLE), ("cross", _PLAYER))),
+    "√": Tile((150, 225, 140), (("flag", _GOAL), ("figure", _PLAYER))),
 }
-"""Cell colours of FrozenLake frames."""
+"""How each symbol of the FrozenLake text grid is drawn in frames."""
 
 
 def _checked_map(rows: Any) -> list[str]:

@@ -301,7 +301,16 @@ class AgenticConfig(StrictModel):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="where workers run")
     render_save_dir: str | None = Field(
         None,
-        description="save validation episodes as GIFs here; not implemented yet (issue #13): must be null",
+        description="after each validation, save render_episodes_per_tag episodes per tag as GIFs here"
+        " (step-NNNNNN/TAG-seedS-success.gif or -fail.gif; relative: inside the run folder) and log their"
+        " filmstrips to TensorBoard; null: no rendering",
+    )
+    render_episodes_per_tag: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="validation episodes drawn per tag (the lowest seeds, the same at every validation);"
+        " needs render_save_dir",
     )
     resume_from_checkpoint: str | None = Field(None, description="a checkpoint-N folder to resume from")
     track_with: list[Literal["tensorboard", "stdout", "wandb"]] = Field(

@@ -114,9 +114,11 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
 def config_problems(cfg: AgenticConfig) -> list[str]:
     """Every cross-field problem of a config (empty when it is consistent)."""
     problems = []
-    if cfg.render_save_dir is not None:
+    if cfg.render_save_dir is None and cfg.render_episodes_per_tag != _default(
+        cfg, "render_episodes_per_tag"
+    ):
         problems.append(
-            f"render_save_dir={cfg.render_save_dir!r}: rendering validation episodes is not implemented yet"
-            " (issue #13); leave it null"
+            "render_episodes_per_tag set with render_save_dir=null: nothing is rendered; set render_save_dir"
+            " (e.g. render_save_dir=renders) or drop render_episodes_per_tag"
         )
     return problems + _role_problems(cfg) + _estimator_problems(cfg) + _loss_problems(cfg)

@@ -4,8 +4,9 @@ One step: rollout (whole env groups, `rollout_setup`) -> experience (`experience
 reference log-probs, values, KL, advantages) -> critic update (`critic_update`, gae only) -> actor update
 (`actor_update`: PPO mini-batches; skipped during `critic_warmup`) -> KL controller update -> weights
 synced to the inference worker -> metrics; validation (greedy, fixed held-out seeds) every `eval_steps`
-and at the end; a checkpoint every `save_steps`. With `async_generation_ratio` r > 0 the env loops keep generating while the actor
-trains, so the rollout of step k + 1 overlaps the update of step k (docs/rollout.md).
+and at the end (with `render_save_dir`, a few of its episodes drawn as GIFs: `render`); a checkpoint every
+`save_steps`. With `async_generation_ratio` r > 0 the env loops keep generating while the actor trains, so
+the rollout of step k + 1 overlaps the update of step k (docs/rollout.md).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from roll_pipeline.kl_control import KLControl
 from roll_pipeline.metrics import rollout_metrics, val_metrics
 from roll_pipeline.micro_batches import TrainLayout
 from roll_pipeline.models import resolve_pretrain
+from roll_pipeline.render import env_sources, renderer_of
 from roll_pipeline.rollout_setup import build_scheduler
 from roll_pipeline.strategies_setup import model_folder, plan_placement, strategy_kwargs
 from roll_pipeline.tracking import Tracker
@@ -84,6 +86,12 @@ class AgenticPipeline:
             tracker_kwargs=config.tracker_kwargs,
         )
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints")
+        self.renderer = renderer_of(
+            self.run_dir,
+            config.render_save_dir,
+            env_sources(config.custom_envs),
+            config.render_episodes_per_tag,
+        )
         self.step = 0
         self._skipped_in_a_row = 0
         self._spawn_workers()
@@ -321,6 +329,10 @@ class AgenticPipeline:
         )
         metrics = val_metrics(batch)
         metrics["time/step_val"] = time.perf_counter() - t
+        if self.renderer is not None:  # in a thread: the event loop (async rollout, env workers) goes on
+            render = self.renderer.render
+            report = await asyncio.to_thread(render, batch.trajectories, self.step, self.tracker.log_images)
+            metrics.update(report.metrics())
         await self.cluster.call(self.policy_server, "batch_sizes")  # validation's batches are not training's
         return metrics
 

@@ -1,5 +1,7 @@
 """Where metrics go: `metrics.jsonl` (always), TensorBoard event files, Weights & Biases, the console.
 
+Images (the filmstrips of rendered validation episodes, `log_images`) go to TensorBoard and W&B.
+
 The console gets one compact line per logged step (step, reward, success, validation when it ran,
 step time, ETA); every metric goes to the other sinks. `verbose` prints the full metric set instead.
 W&B (`track_with: [wandb]`, extra `roll-pipeline[wandb]`) takes `tracker_kwargs` (project, entity,
@@ -74,6 +76,19 @@ class Tracker:
             from tqdm.auto import tqdm
 
             tqdm.write(self._verbose_line(clean, step) if self.verbose else self._compact_line(clean, step))
+
+    def log_images(self, images: Mapping[str, Any], step: int) -> None:
+        """Write (H, W, 3) uint8 images at `step` to TensorBoard and W&B (rendered validation episodes)."""
+        if not images:
+            return
+        if self.writer is not None:
+            for key, image in images.items():
+                self.writer.add_image(key, image, step, dataformats="HWC")
+            self.writer.flush()
+        if self.wandb_run is not None:
+            import wandb
+
+            self.wandb_run.log({key: wandb.Image(image) for key, image in images.items()}, step=step)
 
     def _verbose_line(self, clean: dict[str, float], step: int) -> str:
         shown = {

@@ -13,6 +13,7 @@ from roll_envs.base import BASE_METRICS, ActionOutcome, Aggregation, BaseEnv
 from roll_envs.config import EnvConfig
 from roll_envs.errors import EnvConfigError
 from roll_envs.sokoban.generator import Room, generate_room
+from roll_envs.tiles import Color, Tile
 
 ACTIONS = ("Up", "Down", "Left", "Right")
 """Action names (ROLL's order: 1 Up, 2 Down, 3 Left, 4 Right, here indexed from 0)."""
@@ -179,21 +180,24 @@ class SokobanEnv(BaseEnv):
         return {"boxes_on_target": float(len(self.boxes & self.room.targets))}
 
     def render_frame(self) -> np.ndarray:
-        """Coloured cells: walls, floor, targets, boxes and the player."""
-        from roll_envs.frames import grid_frame
+        """Tiles: brick walls, floor, red target rings, crates (green on a target) and the player."""
+        from roll_envs.tiles import tile_frame
 
         g = self.config.grid_vocab
-        palette = {g[role]: color for role, color in SOKOBAN_COLORS.items()}
-        return grid_frame(self.text_observation().split("\n"), palette)
+        tiles = {g[role]: tile for role, tile in SOKOBAN_TILES.items()}
+        return tile_frame(self.text_observation().split("\n"), tiles)
 
 
-SOKOBAN_COLORS: dict[str, tuple[int, int, int]] = {
-    "wall": (90, 60, 40),
-    "empty": (235, 225, 200),
-    "target": (240, 150, 150),
-    "box_on_target": (60, 170, 80),
-    "box": (200, 140, 50),
-    "player": (50, 90, 200),
-    "player_on_target": (130, 60, 200),
+_FLOOR: Color = (236, 226, 200)
+_TARGET: Color = (215, 60, 60)
+_PLAYER: Color = (50, 90, 200)
+SOKOBAN_TILES: dict[str, Tile] = {
+    "wall": Tile((125, 85, 60), (("bricks", (90, 60, 42)),)),
+    "empty": Tile(_FLOOR),
+    "target": Tile(_FLOOR, (("ring", _TARGET),)),
+    "box_on_target": Tile(_FLOOR, (("crate", (70, 175, 85)),)),
+    "box": Tile(_FLOOR, (("crate", (205, 145, 55)),)),
+    "player": Tile(_FLOOR, (("figure", _PLAYER),)),
+    "player_on_target": Tile(_FLOOR, (("ring", _TARGET), ("figure", _PLAYER))),
 }
-"""Cell colour of each grid role in frames."""
+"""How each grid role is drawn in frames (keyed by role, so every grid vocabulary looks the same)."""
