@@ -86,3 +86,20 @@ def test_warmup_teaches_the_answer_format(warm_model_dir, toy):
         answer = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
         match = re.fullmatch(r"<answer>\s*(\w+)\s*</answer>", answer)
         assert match and match.group(1) in toy.DIRECTIONS, answer
+
+
+def test_a_sliding_window_hides_tokens_beyond_its_reach(tmp_path, toy):
+    texts = [toy.SYSTEM, "Sokoban push the box"]
+    windowed = build_tiny_model(tmp_path / "w", vocab_texts=texts, seed=3, sliding_window=4)
+    full = build_tiny_model(tmp_path / "f", vocab_texts=texts, seed=3)
+    assert json.loads((windowed / "build_info.json").read_text())["sliding_window"] == 4
+    assert "sliding_window" not in json.loads((full / "build_info.json").read_text())
+    ids = torch.randint(5, 200, (1, 20))
+    changed = ids.clone()
+    changed[0, 0] = (ids[0, 0] + 1) % 200 + 5  # only the first token differs
+    for folder, reaches_back in ((windowed, False), (full, True)):
+        model = AutoModelForCausalLM.from_pretrained(folder).eval()
+        with torch.no_grad():
+            last = [model(input_ids=x).logits[0, -1] for x in (ids, changed)]
+        # 2 layers x a 4-token window: the last position sees at most 7 tokens back, not 19
+        assert torch.allclose(last[0], last[1]) != reaches_back, folder.name
