@@ -225,7 +225,7 @@ def test_rng_state_round_trips_and_rejects_garbage(scheduler_factory, answer_ids
         with pytest.raises(SchedulerError, match="set_rng_state"):
             scheduler.set_rng_state(bad)
     assert scheduler.next_seeds(3) != first  # the failed calls changed nothing
-    scheduler.set_rng_state({k: v for k, v in state.items() if k != "next_group"})  # written by roll 0.1
+    scheduler.set_rng_state({k: v for k, v in state.items() if k != "next_group"})  # an older checkpoint
     assert scheduler.next_seeds(3) == first
 
 
@@ -313,7 +313,7 @@ def test_a_restored_scheduler_plays_the_same_seeds_on_the_same_slots(scheduler_f
     _, _, replayed = run(two_batches(saved))
     assert _plays(replayed) == _plays(second)
     _, _, without_cursor = run(two_batches({k: v for k, v in saved.items() if k != "next_group"}))
-    assert _plays(without_cursor) != _plays(second)  # a 0.1 checkpoint restarts the cursor: other slots
+    assert _plays(without_cursor) != _plays(second)  # an older checkpoint restarts the cursor: other slots
 
 
 def test_batches_hold_groups_in_creation_order_not_completion_order(scheduler_factory, answer_ids):

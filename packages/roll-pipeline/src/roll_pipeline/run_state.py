@@ -149,7 +149,7 @@ def restore_pipeline_state(
     state: Mapping[str, Any], train: RolloutScheduler, val: RolloutScheduler, kl: KLControl
 ) -> tuple[int, int]:
     """Restore the schedulers and the KL controller from `pipeline_state`; returns (step, skipped_in_a_row).
-    The keys added in roll-pipeline 0.2 (val_rng, skipped_in_a_row, global_rng, tracker) are optional."""
+    Keys older checkpoints lack (val_rng, skipped_in_a_row, global_rng, tracker) are optional."""
     train.set_rng_state(state["train_rng"])
     if "val_rng" in state:
         val.set_rng_state(state["val_rng"])

@@ -154,7 +154,7 @@ class RolloutScheduler:
             raise SchedulerError(f"set_rng_state: not a random.Random state ({exc})") from exc
         self._episode_counter, self._group_counter = state["episodes"], state["groups"]
         self._mix.set_state(state["tag_mix"])
-        cursor = state.get("next_group", dict.fromkeys(self.layout.tags, 0))  # absent before 0.2
+        cursor = state.get("next_group", dict.fromkeys(self.layout.tags, 0))  # absent in older checkpoints
         self._next_group = {
             tag: cursor[tag] % len(self.layout.groups_of_tag(tag)) for tag in self.layout.tags
         }

@@ -34,7 +34,7 @@ def sample_key(seed: int, env_id: int, episode_id: int, turn: int) -> int:
 
 
 OPTIONAL_STATE_KEYS = frozenset({"next_group"})
-"""Keys a scheduler state may lack: checkpoints of roll-rollout 0.1 did not write them."""
+"""Keys a scheduler state may lack: checkpoints written before they existed did not hold them."""
 
 
 def rng_state_problem(state: Any, expected: Mapping[str, Any]) -> str | None:

@@ -167,7 +167,7 @@ class HFCriticStrategy:
         )
         state = _read(state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu"))
         self.step = int(state["step"])
-        if "rng" in state:  # absent in checkpoints of roll-strategies 0.1
+        if "rng" in state:  # absent in checkpoints written before it was saved
             torch.set_rng_state(state["rng"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
