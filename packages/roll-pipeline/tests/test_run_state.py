@@ -76,3 +76,6 @@ def test_an_explicit_older_checkpoint_warns_that_newer_ones_belong_to_the_replac
     bad = _checkpoint(tmp_path, 5, {"step": "five"})
     with pytest.raises(CheckpointError, match="'step' must be an int"):
         read_resume_state(str(bad), CheckpointManager(tmp_path))
+    bad = _checkpoint(tmp_path, 6, {"step": 6, "tracker": ["abc"]})
+    with pytest.raises(CheckpointError, match="'tracker' must map names to run ids"):
+        read_resume_state(str(bad), CheckpointManager(tmp_path))

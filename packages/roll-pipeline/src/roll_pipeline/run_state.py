@@ -115,6 +115,9 @@ def read_resume_state(
     step = state.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise CheckpointError(f"{path / STATE_FILE}: 'step' must be an int >= 0, got {step!r}")
+    ids = state.get("tracker", {})
+    if not isinstance(ids, Mapping) or not all(isinstance(v, str) for v in ids.values()):
+        raise CheckpointError(f"{path / STATE_FILE}: 'tracker' must map names to run ids, got {ids!r}")
     newest = newest_verified(checkpoints.root)
     if newest is not None and (checkpoint_step(newest) or 0) > step:
         tqdm.write(
