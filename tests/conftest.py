@@ -14,6 +14,7 @@ def ray_session():
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(
+            address="local",  # a fresh instance: never a cluster another process left running on the machine
             num_cpus=2,
             # Declared (not detected) GPUs: placement tests check the GPU shares Ray gives actors on any machine;
             # no other test asks Ray for a GPU.

@@ -14,6 +14,8 @@ from roll_pipeline.checkpoint import (
     MANIFEST_FILE,
     CheckpointError,
     CheckpointManager,
+    checkpoint_problem,
+    checkpoint_step,
     newest_verified,
     verify_checkpoint,
 )
@@ -139,3 +141,45 @@ def test_the_train_strategy_names_a_damaged_file_even_without_a_manifest(checkpo
         truncate(model_dir / name)
         with pytest.raises(StrategyCheckpointError, match=rf"{name} cannot be read .*damaged or truncated"):
             strategy.load_checkpoint(model_dir)
+
+
+def _save(manager: CheckpointManager, step: int, fail: bool = False) -> None:
+    async def save_model(path: Path) -> None:
+        path.mkdir(parents=True)
+        (path / "weights.bin").write_bytes(bytes([step]) * 64)
+        if fail:  # a crash in the middle of writing the model
+            raise RuntimeError("killed")
+
+    asyncio.run(manager.save(step, {"step": step}, save_model))
+
+
+def _steps(root: Path) -> list[int]:
+    return sorted(s for p in root.glob("checkpoint-*") if (s := checkpoint_step(p)) is not None)
+
+
+def test_keep_last_n_deletes_old_checkpoints_only_once_a_new_one_is_complete(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last_n=2)
+    for step in (1, 2, 3, 4):
+        _save(manager, step)
+    assert _steps(tmp_path) == [3, 4]
+    with pytest.raises(RuntimeError, match="killed"):
+        _save(manager, 5, fail=True)
+    assert _steps(tmp_path) == [3, 4] and (tmp_path / "checkpoint-5.tmp").is_dir()  # nothing deleted yet
+    assert manager.latest() == tmp_path / "checkpoint-4"
+    _save(manager, 5)
+    assert _steps(tmp_path) == [4, 5] and not (tmp_path / "checkpoint-5.tmp").exists()
+    assert all(checkpoint_problem(tmp_path / f"checkpoint-{s}") is None for s in (4, 5))
+    assert CheckpointManager(tmp_path).keep_last_n is None  # the default keeps every checkpoint
+    with pytest.raises(ValueError, match="keep_last_n"):
+        CheckpointManager(tmp_path, keep_last_n=0)
+
+
+def test_a_resumed_run_overwrites_its_own_steps_and_keeps_later_ones_of_the_replaced_run(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last_n=1)
+    for step in (1, 2, 3):
+        _save(manager, step)
+    (tmp_path / "checkpoint-1.tmp").mkdir()  # left by a process killed while saving step 1
+    _save(manager, 2)  # a run resumed from checkpoint-1 saves step 2 again
+    assert _steps(tmp_path) == [2, 3] and not (tmp_path / "checkpoint-1.tmp").exists()
+    assert not (tmp_path / "checkpoint-2.old").exists()
+    assert CheckpointManager.load_state(tmp_path / "checkpoint-2")["step"] == 2

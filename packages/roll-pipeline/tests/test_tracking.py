@@ -70,3 +70,32 @@ def test_wandb_missing_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_wandb)
     with pytest.raises(ImportError, match=r"roll-pipeline\[wandb\]"):
         Tracker(tmp_path, ["wandb"], {})
+
+
+def test_a_resume_drops_what_a_killed_run_logged_after_the_checkpoint(tmp_path):
+    rows = [json.dumps({"step": s, "x": float(s)}) + "\n" for s in range(6)]
+    (tmp_path / "metrics.jsonl").write_text("".join(rows) + '{"step": 6, "x":')  # killed mid-line
+    tracker = Tracker(tmp_path, [], {}, resume_step=3)
+    tracker.log({"x": 4.0}, 4)
+    tracker.close()
+    kept = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert kept == [0, 1, 2, 3, 4]
+    dropped = (tmp_path / "metrics.dropped.jsonl").read_text().splitlines()
+    assert dropped[:2] == [rows[4].strip(), rows[5].strip()] and dropped[2] == '{"step": 6, "x":'
+
+
+def test_the_checkpointed_wandb_run_id_is_continued_in_another_run_folder(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    (tmp_path / "a").mkdir()
+    first = Tracker(tmp_path / "a", ["wandb"], {}, tracker_kwargs={"project": "roll-test"})
+    ids = first.run_ids()
+    first.close()
+    assert ids == {"wandb_run_id": (tmp_path / "a" / WANDB_ID_FILE).read_text()}
+    (tmp_path / "b").mkdir()
+    second = Tracker(tmp_path / "b", ["wandb"], {}, wandb_run_id=ids["wandb_run_id"])
+    assert second.run_ids() == ids
+    second.close()
+    assert (tmp_path / "b" / WANDB_ID_FILE).read_text() == ids["wandb_run_id"]
+    assert Tracker(tmp_path / "b", [], {}).run_ids() == ids  # also without wandb in track_with

@@ -196,3 +196,26 @@ def test_request_list_names_the_item_that_is_not_a_payload():
     good = encode_request(GenerateRequest([1], SamplingSettings()))
     with pytest.raises(PayloadError, match="item 1 is int"):
         decode_requests(msgpack.packb([good, 7]))
+
+
+def test_a_sample_key_travels_with_its_request_and_is_optional():
+    keyed = GenerateRequest([1, 2], SamplingSettings(), sample_key=2**63 - 1)
+    assert decode_request(encode_request(keyed)) == keyed
+    plain = GenerateRequest([1, 2], SamplingSettings())
+    assert decode_request(encode_request(plain)).sample_key is None
+    with pytest.raises(PayloadError, match="sample_key"):
+        decode_request(encode_request(GenerateRequest([1], SamplingSettings(), sample_key=-1)))
+
+    seen = []
+
+    def backend(requests):
+        seen.extend(r.sample_key for r in requests)
+        return [GenerateResult([1], [-0.1], "stop", 0) for _ in requests]
+
+    remote = RemotePolicy(BatchingPolicy(backend).generate_many_payload)
+
+    async def main():
+        await asyncio.gather(remote.generate(keyed), remote.generate(plain))
+
+    asyncio.run(main())
+    assert sorted(seen, key=str) == sorted([2**63 - 1, None], key=str)  # the server sees each request's key

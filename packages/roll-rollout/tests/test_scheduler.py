@@ -234,10 +234,15 @@ def test_rng_state_round_trips_and_rejects_garbage(scheduler_factory, answer_ids
         {**state, "rng": [1, 2]},
         {**state, "episodes": -1},
         {**state, "groups": True},
+        {**state, "next_group": {"A": -1, "B": 0}},
+        {**state, "next_group": {"A": 0}},
+        {**state, "surprise": 1},
     ):
         with pytest.raises(SchedulerError, match="set_rng_state"):
             scheduler.set_rng_state(bad)
     assert scheduler.next_seeds(3) != first  # the failed calls changed nothing
+    scheduler.set_rng_state({k: v for k, v in state.items() if k != "next_group"})  # an older checkpoint
+    assert scheduler.next_seeds(3) == first
 
 
 def test_layout_and_batch_errors(scheduler_factory, answer_ids):
@@ -272,3 +277,63 @@ def test_a_bug_while_collecting_results_fails_get_batch_instead_of_stalling(sche
     scheduler._on_finished = broken
     with pytest.raises(SchedulerError, match="internal error while handling the results of env worker 0"):
         run(one_batch(scheduler, 2))
+
+
+class KeyRecorder(ScriptedPolicy):
+    """A scripted policy that records the sample key of every request."""
+
+    def __init__(self, response_ids):
+        super().__init__(response_ids)
+        self.keys = []
+
+    async def generate(self, request):
+        self.keys.append(request.sample_key)
+        return await super().generate(request)
+
+
+def test_every_turn_asks_with_its_own_sample_key(scheduler_factory, answer_ids):
+    from roll_rollout import sample_key
+
+    policy = KeyRecorder(answer_ids)
+    batch = run(one_batch(scheduler_factory(EnvLayout(2, 2, ("A",), (2,), 4), policy), 4))
+    expected = [
+        sample_key(t.seed, t.env_id, t.episode_id, turn)
+        for t in batch.trajectories
+        for turn in range(len(t.turns))
+    ]
+    assert sorted(policy.keys) == sorted(expected) and len(set(expected)) == len(expected)
+
+
+def _plays(batch):
+    return [(t.seed, t.env_id, t.episode_id, t.group_id) for t in batch.trajectories]
+
+
+def test_a_restored_scheduler_plays_the_same_seeds_on_the_same_slots(scheduler_factory, answer_ids):
+    layout = EnvLayout(3, 2, ("A",), (3,), 6)  # 2 of the 3 groups play each batch: the cursor moves
+
+    async def two_batches(state=None):
+        scheduler = scheduler_factory(layout, ScriptedPolicy(answer_ids), seed=5)
+        try:
+            if state is None:
+                first = await scheduler.get_batch(4)
+                saved = scheduler.rng_state()
+            else:
+                scheduler.set_rng_state(state)
+                first, saved = None, state
+            return first, saved, await scheduler.get_batch(4)
+        finally:
+            await scheduler.stop()
+
+    _, saved, second = run(two_batches())
+    assert saved["next_group"] == {"A": 2}
+    _, _, replayed = run(two_batches(saved))
+    assert _plays(replayed) == _plays(second)
+    _, _, without_cursor = run(two_batches({k: v for k, v in saved.items() if k != "next_group"}))
+    assert _plays(without_cursor) != _plays(second)  # an older checkpoint restarts the cursor: other slots
+
+
+def test_batches_hold_groups_in_creation_order_not_completion_order(scheduler_factory, answer_ids):
+    slow_first = ScriptedPolicy(answer_ids, latency=lambda r: 0.05 if r.sample_key % 2 else 0.0)
+    batch = run(one_batch(scheduler_factory(EnvLayout(4, 2, ("A",), (4,), 8), slow_first), 8))
+    groups = [t.group_id for t in batch.trajectories]
+    assert groups == sorted(groups)

@@ -1,10 +1,12 @@
 """Checkpoints that survive a crash mid-write and say so when a file is damaged later.
 
 `run_dir/checkpoints/checkpoint-{step}/` holds `model/` (the train strategy's files: weights,
-tokenizer, optimiser state), `pipeline_state.json` (step, seed stream) and, written last,
-`manifest.json`: the size and sha256 of every other file. A checkpoint is written into a `.tmp` folder
-and renamed into place only when complete, so a crash leaves at worst a stray `.tmp` folder, never a
-half checkpoint under a valid name.
+tokenizer, optimiser and LR-scheduler state, its RNG), `critic/` (gae), `pipeline_state.json` (step, the
+rollout schedulers' state, KL controller, global RNGs, tracker run id; docs/checkpoints.md) and, written
+last, `manifest.json`: the size and sha256 of every other file. A checkpoint is written into a `.tmp`
+folder and renamed into place only when complete, so a crash (even `kill -9`) leaves at worst a stray
+`.tmp` folder, never a half checkpoint under a valid name; with `keep_last_n` older checkpoints are
+deleted only after the new one is in place.
 
 Loading verifies the manifest first: a truncated, missing or altered file raises `CheckpointError`
 naming the file and the newest earlier checkpoint that verifies. `newest_verified` finds that
@@ -37,7 +39,7 @@ MANIFEST_FILE = "manifest.json"
 """The manifest: {"format": 1, "files": {relative path: {"size": bytes, "sha256": hex}}}."""
 
 STATE_FILE = "pipeline_state.json"
-"""The pipeline's own state (step, rollout seed stream)."""
+"""The pipeline's own state (step, rollout schedulers, KL controller, global RNGs, tracker run id)."""
 
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 _CHUNK = 1 << 20
@@ -118,6 +120,20 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
     return None
 
 
+def _replace_folder(new: Path, final: Path) -> None:
+    """Rename `new` to `final`. An existing `final` (the same step saved again after a resume) is renamed
+    to `.old` first and deleted last: a kill in between leaves no half-written folder under a checkpoint
+    name (at worst `checkpoint-N.old`, complete, while the earlier checkpoints resume as usual)."""
+    if not final.exists():
+        new.rename(final)
+        return
+    old = final.with_name(final.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    final.rename(old)
+    new.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def checkpoint_step(checkpoint: Path) -> int | None:
     """The step of a `checkpoint-N` folder, or None for any other name."""
     match = _NAME.match(Path(checkpoint).name)
@@ -152,10 +168,13 @@ def verify_checkpoint(checkpoint: Path) -> None:
 
 
 class CheckpointManager:
-    """Writes and finds checkpoints under `root`."""
+    """Writes and finds checkpoints under `root`; keeps the newest `keep_last_n` (None: all)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, keep_last_n: int | None = None) -> None:
+        if keep_last_n is not None and keep_last_n < 1:
+            raise ValueError(f"keep_last_n must be >= 1 or None (keep all), got {keep_last_n}")
         self.root = Path(root)
+        self.keep_last_n = keep_last_n
 
     @staticmethod
     def model_dir(checkpoint: Path) -> Path:
@@ -165,18 +184,38 @@ class CheckpointManager:
     async def save(
         self, step: int, state: dict[str, Any], save_model: Callable[[Path], Awaitable[Any]]
     ) -> Path:
-        """Write checkpoint `step` atomically; `save_model(path)` writes the model files into `path`."""
+        """Write checkpoint `step` atomically; `save_model(path)` writes the model files into `path`.
+
+        Killed at any point, this leaves every earlier complete checkpoint as it was: the new one is written
+        into `checkpoint-{step}.tmp` and renamed into place only once its manifest is written, and older
+        checkpoints beyond `keep_last_n` are deleted only after that.
+        """
         final = self.root / f"checkpoint-{step}"
         tmp = self.root / f"checkpoint-{step}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a run killed while saving
         tmp.mkdir(parents=True)
         await save_model(self.model_dir(tmp))
         (tmp / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
         write_manifest(tmp)  # last: a folder with a manifest is complete
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        _replace_folder(tmp, final)
         (self.root / "latest").write_text(final.name, encoding="utf-8")
+        self._prune(step)
         return final
+
+    def _prune(self, step: int) -> None:
+        """Delete the complete checkpoints before the newest `keep_last_n` up to `step`, and stray `.tmp`
+        folders of earlier steps. Later steps (from a run that resumed from an earlier checkpoint) stay."""
+        if self.keep_last_n is None:
+            return
+        steps = sorted(
+            n for p in self.root.glob("checkpoint-*") if (n := checkpoint_step(p)) is not None and n <= step
+        )
+        for old in steps[: -self.keep_last_n]:
+            shutil.rmtree(self.root / f"checkpoint-{old}")
+            _verified.pop((self.root / f"checkpoint-{old}").resolve(), None)
+        for stray in self.root.glob("checkpoint-*.tmp"):
+            if (n := checkpoint_step(stray.with_suffix(""))) is not None and n < step:
+                shutil.rmtree(stray, ignore_errors=True)
 
     def latest(self) -> Path | None:
         """The newest checkpoint that verifies, or None; warns when it passes over a damaged newer one."""

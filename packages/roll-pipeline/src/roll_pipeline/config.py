@@ -312,7 +312,18 @@ class AgenticConfig(StrictModel):
         description="validation episodes drawn per tag (the lowest seeds, the same at every validation);"
         " needs render_save_dir",
     )
-    resume_from_checkpoint: str | None = Field(None, description="a checkpoint-N folder to resume from")
+    resume_from_checkpoint: str | None = Field(
+        None,
+        description="a checkpoint-N folder to resume from, or 'auto': this run folder's newest checkpoint that"
+        " verifies (a fresh start when there is none, so the same command starts and resumes a run;"
+        " docs/checkpoints.md)",
+    )
+    keep_last_n: int | None = Field(
+        None,
+        ge=1,
+        description="keep only the newest this many checkpoints of the run, deleting older ones once a new one"
+        " is complete; null keeps all",
+    )
     track_with: list[Literal["tensorboard", "stdout", "wandb"]] = Field(
         default_factory=lambda: ["tensorboard", "stdout"],
         description="metric sinks (metrics.jsonl is always written); wandb needs roll-pipeline[wandb]",

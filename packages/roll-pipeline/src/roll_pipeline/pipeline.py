@@ -33,7 +33,13 @@ from roll_pipeline.micro_batches import TrainLayout
 from roll_pipeline.models import resolve_pretrain
 from roll_pipeline.render import env_sources, renderer_of
 from roll_pipeline.rollout_setup import build_scheduler
-from roll_pipeline.strategies_setup import model_folder, plan_placement, strategy_kwargs
+from roll_pipeline.run_state import (
+    pipeline_state,
+    read_resume_state,
+    restore_pipeline_state,
+    set_global_rng_state,
+)
+from roll_pipeline.strategies_setup import model_folder, optimiser_kwargs, plan_placement, strategy_kwargs
 from roll_pipeline.tracking import Tracker
 from roll_pipeline.weight_update import WeightUpdater
 from roll_pipeline.workers import PolicyServer
@@ -78,14 +84,20 @@ class AgenticPipeline:
         self.cluster: Cluster = make_cluster(
             config.cluster.backend, config.cluster.address, config.cluster.num_cpus
         )
+        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", config.keep_last_n)
+        self.resume_from, self._resume_state = read_resume_state(
+            config.resume_from_checkpoint, self.checkpoints
+        )
+        resumed = self._resume_state or {}
         self.tracker = Tracker(
             self.run_dir,
             config.track_with,
             config=config.model_dump(mode="json"),
             verbose=verbose,
             tracker_kwargs=config.tracker_kwargs,
+            resume_step=resumed.get("step"),
+            wandb_run_id=(resumed.get("tracker") or {}).get("wandb_run_id"),
         )
-        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints")
         self.renderer = renderer_of(
             self.run_dir,
             config.render_save_dir,
@@ -105,7 +117,7 @@ class AgenticPipeline:
             ActorTrainWorker,
             cfg.actor_train,
             "actor_train",
-            **_optimiser(cfg.actor_train),
+            **optimiser_kwargs(cfg.actor_train),
             seed=cfg.seed,
         )
         self.critic = None
@@ -114,7 +126,7 @@ class AgenticPipeline:
                 CriticWorker,
                 cfg.critic,
                 "critic",
-                **_optimiser(cfg.critic),
+                **optimiser_kwargs(cfg.critic),
                 seed=cfg.seed + 7,
             )
         self.policy_server = self._spawn_role(
@@ -233,8 +245,8 @@ class AgenticPipeline:
         cfg = self.config
         started = time.perf_counter()
         summary = RunSummary(self.run_dir, 0, 0.0)
-        if cfg.resume_from_checkpoint:
-            await self._resume(Path(cfg.resume_from_checkpoint))
+        if self._resume_state is not None:
+            await self._resume(self._resume_state)
         bar = _progress_bar(cfg.max_steps, self.step, enabled=self.progress)
         try:
             await self._setup_train_layouts()
@@ -242,6 +254,9 @@ class AgenticPipeline:
             summary.val_history.append((self.step, await self._validate()))
             if self.step == 0:  # the starting point of every curve, in every tracker
                 self.tracker.log(summary.val_history[-1][1], 0)
+            if self._resume_state is not None and "global_rng" in self._resume_state:
+                # Now, not at load: the RNGs enter the next step exactly as they left the saved one.
+                set_global_rng_state(self._resume_state["global_rng"])
             bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
             while self.step < cfg.max_steps:
                 metrics = await self._train_step()
@@ -338,7 +353,9 @@ class AgenticPipeline:
 
     # ----------------------------------------------------------------- checkpoints
     async def _save_checkpoint(self) -> Path:
-        state = {"step": self.step, "train_rng": self.train_rollout.rng_state(), **self.kl.state()}
+        state = pipeline_state(
+            self.step, self._skipped_in_a_row, self.train_rollout, self.val_rollout, self.kl, self.tracker
+        )
 
         async def save_models(path: Path) -> None:
             await self.cluster.call(self.actor_train, "save_checkpoint", str(path))
@@ -347,8 +364,11 @@ class AgenticPipeline:
 
         return await self.checkpoints.save(self.step, state, save_models)
 
-    async def _resume(self, path: Path) -> None:
-        state = self.checkpoints.load_state(path)
+    async def _resume(self, state: dict[str, Any]) -> None:
+        """Models, optimisers, step, schedulers and KL controller from the checkpoint (the global RNGs are
+        set just before the first step)."""
+        path = self.resume_from
+        assert path is not None
         await self.cluster.call(self.actor_train, "load_checkpoint", str(self.checkpoints.model_dir(path)))
         if self.critic is not None:
             critic_dir = Path(path) / CRITIC_DIR
@@ -358,26 +378,13 @@ class AgenticPipeline:
                     " adv_estimator=gae would resume with an untrained one; resume a gae checkpoint or start afresh"
                 )
             await self.cluster.call(self.critic, "load_checkpoint", str(critic_dir))
-        self.step = int(state["step"])
-        self.train_rollout.set_rng_state(state["train_rng"])
-        self.kl.load_state(state)
+        self.step, self._skipped_in_a_row = restore_pipeline_state(
+            state, self.train_rollout, self.val_rollout, self.kl
+        )
 
     def close(self) -> None:
         """Stop the workers."""
         self.cluster.shutdown()
-
-
-def _optimiser(role: WorkerConfig) -> dict[str, Any]:
-    """The optimiser arguments of a trained role's strategy."""
-    targs = role.training_args
-    return {
-        "learning_rate": targs.learning_rate,
-        "weight_decay": targs.weight_decay,
-        "betas": (targs.adam_beta1, targs.adam_beta2),
-        "eps": targs.adam_epsilon,
-        "max_grad_norm": targs.max_grad_norm,
-        "warmup_steps": targs.warmup_steps,
-    }
 
 
 def cpu_threads(configured: int | None, device: str, share: float = 1.0) -> int | None:

@@ -67,6 +67,8 @@ def check_resume(resume_from_checkpoint: Any) -> list[str]:
 
     if not resume_from_checkpoint or not isinstance(resume_from_checkpoint, str):
         return []
+    if resume_from_checkpoint == "auto":  # the newest that verifies, or none: nothing can be wrong yet
+        return []
     try:
         verify_checkpoint(Path(resume_from_checkpoint).expanduser())
     except CheckpointError as exc:

@@ -135,3 +135,16 @@ def model_folder(pretrain_path: str | Path, roles: Mapping[str, WorkerConfig]) -
     from roll_strategies import ensure_model_folder
 
     return ensure_model_folder(pretrain_path, files.pop())
+
+
+def optimiser_kwargs(role: WorkerConfig) -> dict[str, Any]:
+    """The optimiser arguments of a trained role's strategy."""
+    targs = role.training_args
+    return {
+        "learning_rate": targs.learning_rate,
+        "weight_decay": targs.weight_decay,
+        "betas": (targs.adam_beta1, targs.adam_beta2),
+        "eps": targs.adam_epsilon,
+        "max_grad_norm": targs.max_grad_norm,
+        "warmup_steps": targs.warmup_steps,
+    }

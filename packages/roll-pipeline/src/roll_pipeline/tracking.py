@@ -5,8 +5,10 @@ Images (the filmstrips of rendered validation episodes, `log_images`) go to Tens
 The console gets one compact line per logged step (step, reward, success, validation when it ran,
 step time, ETA); every metric goes to the other sinks. `verbose` prints the full metric set instead.
 W&B (`track_with: [wandb]`, extra `roll-pipeline[wandb]`) takes `tracker_kwargs` (project, entity,
-name, tags, notes, mode, ...) as `wandb.init` arguments; its run id is kept in the run folder, so a
-resumed run continues the same W&B run. `WANDB_MODE=offline` works without an account.
+name, tags, notes, mode, ...) as `wandb.init` arguments; its run id is kept in the run folder and in
+every checkpoint, so a resumed run continues the same W&B run. `WANDB_MODE=offline` works without an
+account. On a resume from step N, what a killed run logged after N is dropped from metrics.jsonl (kept
+in metrics.dropped.jsonl) and hidden in TensorBoard (`purge_step`), since the resumed run logs it again.
 """
 
 from __future__ import annotations
@@ -43,8 +45,15 @@ class Tracker:
         *,
         verbose: bool = False,
         tracker_kwargs: Mapping[str, Any] | None = None,
+        resume_step: int | None = None,
+        wandb_run_id: str | None = None,
     ) -> None:
+        """`resume_step`: the run resumes from a checkpoint of that step, so what a killed run logged after it
+        is dropped (metrics.jsonl rows, TensorBoard events); `wandb_run_id`: the W&B run to continue (the
+        checkpoint's), else the one kept in the run folder, else a new one."""
         self.run_dir = Path(run_dir)
+        if resume_step is not None:
+            drop_rows_after(self.run_dir / "metrics.jsonl", resume_step)
         self.jsonl = (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8")
         self.stdout = "stdout" in track_with
         self.verbose = verbose
@@ -54,12 +63,23 @@ class Tracker:
         if "tensorboard" in track_with:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+            purge = None if resume_step is None else resume_step + 1  # hides a killed run's later events
+            self.writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"), purge_step=purge)
             if config is not None:
                 self.writer.add_text("config", "```\n" + json.dumps(config, indent=2) + "\n```", 0)
-        self.wandb_run = start_wandb(self.run_dir, config, tracker_kwargs) if "wandb" in track_with else None
+        self.wandb_run = (
+            start_wandb(self.run_dir, config, tracker_kwargs, wandb_run_id) if "wandb" in track_with else None
+        )
         if config is not None:
             (self.run_dir / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+    def run_ids(self) -> dict[str, str]:
+        """The ids a resumed run continues under (for checkpoints): the W&B run id, when there is one."""
+        id_file = self.run_dir / WANDB_ID_FILE
+        if self.wandb_run is None and not id_file.exists():
+            return {}
+        run_id = self.wandb_run.id if self.wandb_run is not None else id_file.read_text(encoding="utf-8")
+        return {"wandb_run_id": str(run_id).strip()}
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Write every finite scalar of `metrics` at `step`."""
@@ -134,10 +154,35 @@ class Tracker:
             self.wandb_run.finish()
 
 
+def drop_rows_after(path: Path, step: int) -> int:
+    """Keep the rows of `metrics.jsonl` up to `step` (a resume from that step logs the later ones again);
+    the dropped rows, and a line cut short by a kill, move to `metrics.dropped.jsonl`. Returns how many."""
+    if not path.exists():
+        return 0
+    kept, dropped = [], []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        try:
+            row_step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError):
+            row_step = None
+        (kept if isinstance(row_step, int) and row_step <= step else dropped).append(line)
+    if dropped:
+        with (path.parent / "metrics.dropped.jsonl").open("a", encoding="utf-8") as f:
+            f.writelines(line if line.endswith("\n") else line + "\n" for line in dropped)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        tmp.replace(path)
+    return len(dropped)
+
+
 def start_wandb(
-    run_dir: Path, config: dict[str, Any] | None, tracker_kwargs: Mapping[str, Any] | None
+    run_dir: Path,
+    config: dict[str, Any] | None,
+    tracker_kwargs: Mapping[str, Any] | None,
+    run_id: str | None = None,
 ) -> Any:
-    """A W&B run for `run_dir`: resumed when the folder already has one, else new (id kept in the folder)."""
+    """A W&B run for `run_dir`: `run_id` (a checkpoint's) when given, else the one the folder keeps, else a
+    new one; the id is kept in the folder, and an existing run is continued."""
     try:
         import wandb
     except ImportError:
@@ -146,7 +191,8 @@ def start_wandb(
             "(or drop 'wandb' from track_with)"
         ) from None
     id_file = run_dir / WANDB_ID_FILE
-    run_id = id_file.read_text(encoding="utf-8").strip() if id_file.exists() else uuid.uuid4().hex[:12]
+    if run_id is None:
+        run_id = id_file.read_text(encoding="utf-8").strip() if id_file.exists() else uuid.uuid4().hex[:12]
     id_file.write_text(run_id, encoding="utf-8")
     kwargs: dict[str, Any] = {
         "project": "roll",

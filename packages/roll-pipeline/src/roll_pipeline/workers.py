@@ -70,7 +70,10 @@ class PolicyServer:
             greedy=s.greedy,
             stop_token_ids=self.stop_token_ids,
         )
-        outputs = self.worker.generate([r.prompt_ids for r in requests], params)
+        # Each request's own sample key: its tokens do not depend on what else is in this batch.
+        outputs = self.worker.generate(
+            [r.prompt_ids for r in requests], params, [r.sample_key for r in requests]
+        )
         results = []
         for req, out in zip(requests, outputs, strict=True):
             ids, lps, reason = out.output_ids, out.log_probs, out.finish_reason

@@ -17,7 +17,7 @@ from roll_rollout.policy import (
 from roll_rollout.prompts import PromptBuilder
 from roll_rollout.scheduler import RolloutScheduler, SchedulerSettings
 from roll_rollout.schema import Trajectory, Turn, decode_trajectory, encode_trajectory, stable_hash
-from roll_rollout.seeds import validation_seeds
+from roll_rollout.seeds import sample_key, validation_seeds
 from roll_rollout.worker import EnvCallLimits, EnvSlotSpec, EnvWorker
 
 __version__ = "0.1.0"
@@ -58,6 +58,7 @@ __all__ = [
     "decode_trajectory",  # validate + decode a payload
     "encode_trajectory",  # msgpack payload of a trajectory
     "failure_kind",  # why a trajectory failed (None if healthy)
+    "sample_key",  # the random stream of one turn's sampling (seed, env slot, episode, turn)
     "stable_hash",  # process-independent 64-bit hash (GiGPO anchors)
     "validation_seeds",  # fixed held-out seeds
 ]

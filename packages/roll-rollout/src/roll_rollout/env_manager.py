@@ -22,6 +22,7 @@ from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.policy import GenerateRequest, PolicyClient, SamplingSettings
 from roll_rollout.prompts import PromptBuilder
 from roll_rollout.schema import Trajectory, Turn
+from roll_rollout.seeds import sample_key
 from roll_rollout.wire import MAX_TEXT_CHARS
 
 FAILURE_KINDS = ("env_timeout", "env_error", "policy_error")
@@ -107,7 +108,7 @@ class TrajEnvManager:
         observations, responses, texts = [obs], [], []
         wants_messages = bool(getattr(policy, "needs_messages", False))
         metric_log: list[dict[str, float]] = []
-        for _ in range(self.max_turns):
+        for turn in range(self.max_turns):
             prompt_ids = self.prompts.prompt(observations, responses)
             budget = self.max_context_tokens - len(prompt_ids)
             if budget <= 0:
@@ -117,7 +118,8 @@ class TrajEnvManager:
             if budget < sampling.max_new_tokens:
                 sampling = SamplingSettings(**{**sampling.__dict__, "max_new_tokens": budget})
             messages = self.prompts.messages(observations, texts) if wants_messages else None
-            result = await policy.generate(GenerateRequest(prompt_ids, sampling, messages))
+            key = sample_key(job.seed, job.env_id, job.episode_id, turn)
+            result = await policy.generate(GenerateRequest(prompt_ids, sampling, messages, key))
             text = self.prompts.tokenizer.decode(result.output_ids, skip_special_tokens=True)
             next_obs, reward, terminated, truncated, info = await self._env_call(
                 self.env.step, text, what="step"

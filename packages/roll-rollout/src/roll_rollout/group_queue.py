@@ -1,4 +1,4 @@
-"""`GroupQueue`: complete group episodes waiting for `get_batch`, per tag, oldest first.
+"""`GroupQueue`: complete group episodes waiting for `get_batch`, per tag, oldest (first created) first.
 
 At `get_batch` the queue drops the groups that became too stale, then hands out the oldest groups of
 each tag; with the StarPO-S filter on it hands out `need` of the `need / keep_fraction` oldest, those
@@ -15,7 +15,8 @@ from roll_rollout.groups import GroupEpisode, GroupFilter, Ledger
 
 
 class GroupQueue:
-    """Complete group episodes per tag, in completion order."""
+    """Complete group episodes per tag, in creation order (their `key`), not completion order: which groups
+    a batch takes, and their order in it, must not depend on which env finished first."""
 
     def __init__(
         self,
@@ -30,8 +31,12 @@ class GroupQueue:
         self._filter = group_filter
 
     def push(self, ge: GroupEpisode) -> None:
-        """Queue a complete group episode."""
-        self._queues[ge.tag].append(ge)
+        """Queue a complete group episode behind the older ones (usually at the end)."""
+        queue = self._queues[ge.tag]
+        at = len(queue)
+        while at and queue[at - 1].key > ge.key:
+            at -= 1
+        queue.insert(at, ge)
 
     def size(self, tag: str) -> int:
         """Groups of `tag` waiting."""

@@ -41,12 +41,15 @@ class GenerateRequest:
     """One turn's prompt, as token ids, and how to sample its response.
 
     `messages` (the same prompt as chat messages) is set only for policies whose `needs_messages` is
-    true (a text-in chat API); it never crosses the msgpack wire.
+    true (a text-in chat API); it never crosses the msgpack wire. `sample_key` (an int in [0, 2**63))
+    names the request's own random stream: a server that honours it samples the same tokens for the same
+    key and weights whatever other requests share the batch (`seeds.sample_key`); None: the server's.
     """
 
     prompt_ids: list[int]
     sampling: SamplingSettings
     messages: tuple[dict[str, str], ...] | None = None
+    sample_key: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,10 @@ GenerateBatchFn = Callable[[Sequence[GenerateRequest]], list[GenerateResult]]
 
 def encode_request(request: GenerateRequest) -> bytes:
     """msgpack payload of a request."""
-    return msgpack.packb({"prompt_ids": request.prompt_ids, "sampling": asdict(request.sampling)})
+    msg: dict[str, Any] = {"prompt_ids": request.prompt_ids, "sampling": asdict(request.sampling)}
+    if request.sample_key is not None:
+        msg["sample_key"] = request.sample_key
+    return msgpack.packb(msg)
 
 
 def decode_request(payload: bytes) -> GenerateRequest:
@@ -80,7 +86,7 @@ def decode_request(payload: bytes) -> GenerateRequest:
     msg = decode_typed(REQUEST_DECODER, payload, "generate request")
     s = msg.sampling
     sampling = SamplingSettings(s.max_new_tokens, s.temperature, s.top_p, s.top_k, s.greedy)
-    return GenerateRequest(msg.prompt_ids, sampling)
+    return GenerateRequest(msg.prompt_ids, sampling, sample_key=msg.sample_key)
 
 
 def encode_result(result: GenerateResult) -> bytes:

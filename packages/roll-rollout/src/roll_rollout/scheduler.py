@@ -126,13 +126,16 @@ class RolloutScheduler:
         return [self._rng.randrange(0, VALIDATION_SEED_BASE) for _ in range(num_groups)]
 
     def rng_state(self) -> dict[str, Any]:
-        """The seed stream, the id counters and the tag mix, JSON-friendly (for checkpoints)."""
+        """The seed stream, the id counters, the tag mix and the round-robin cursor of each tag's layout
+        groups, JSON-friendly (for checkpoints): with them a restored scheduler plays the same seeds on the
+        same env slots under the same episode ids (the sampling keys of the turns)."""
         version, internal, _gauss = self._rng.getstate()
         return {
             "rng": [version, *internal],
             "episodes": self._episode_counter,
             "groups": self._group_counter,
             "tag_mix": self._mix.state(),
+            "next_group": dict(self._next_group),
         }
 
     def set_rng_state(self, state: Mapping[str, Any]) -> None:
@@ -151,6 +154,10 @@ class RolloutScheduler:
             raise SchedulerError(f"set_rng_state: not a random.Random state ({exc})") from exc
         self._episode_counter, self._group_counter = state["episodes"], state["groups"]
         self._mix.set_state(state["tag_mix"])
+        cursor = state.get("next_group", dict.fromkeys(self.layout.tags, 0))  # absent in older checkpoints
+        self._next_group = {
+            tag: cursor[tag] % len(self.layout.groups_of_tag(tag)) for tag in self.layout.tags
+        }
 
     def set_policy_version(self, version: int) -> None:
         """The version of the weights the policy now samples with (staleness is measured against it)."""

@@ -162,6 +162,7 @@ class RequestWire(msgspec.Struct, forbid_unknown_fields=True):
 
     prompt_ids: list[TokenId]
     sampling: SamplingWire
+    sample_key: Count | None = None
 
 
 class ResultWire(msgspec.Struct, forbid_unknown_fields=True):

@@ -146,6 +146,7 @@ class HFCriticStrategy:
         self.tokenizer.save_pretrained(path)
         state = {
             "step": self.step,
+            "rng": torch.get_rng_state(),  # dropout draws from it; a resumed run continues the same stream
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
         }
@@ -166,5 +167,7 @@ class HFCriticStrategy:
         )
         state = _read(state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu"))
         self.step = int(state["step"])
+        if "rng" in state:  # absent in checkpoints written before it was saved
+            torch.set_rng_state(state["rng"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

@@ -10,11 +10,12 @@ from typing import Literal
 
 import numpy as np
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, LogitsProcessorList
 
 from roll_strategies._loading import load_model_and_tokenizer
 from roll_strategies.errors import StrategyError
 from roll_strategies.logprobs import batched_log_probs
+from roll_strategies.sampling import KeyedSampler, row_keys
 from roll_strategies.weight_receiver import WeightReceiver
 from roll_strategies.weight_sync import WeightBucket
 from roll_strategies.weights import load_named_weights, tensor_shape, unique_named_tensors
@@ -112,30 +113,28 @@ class HFInferStrategy:
         return ids.to(self.device), mask.to(self.device)
 
     def _generation_config(self, params: GenerationParams, stop_ids: list[int]) -> GenerationConfig:
-        sampling = (
-            {}
-            if params.greedy
-            else {
-                "temperature": params.temperature,
-                "top_p": params.top_p,
-                "top_k": params.top_k,
-            }
-        )
+        # Always argmax decoding: sampling is done by `KeyedSampler` (a logits processor), per row.
         return GenerationConfig(
             max_new_tokens=params.max_new_tokens,
-            do_sample=not params.greedy,
+            do_sample=False,
             eos_token_id=stop_ids,
             pad_token_id=int(self.tokenizer.pad_token_id),
             output_logits=True,
             return_dict_in_generate=True,
             use_cache=True,
-            **sampling,
         )
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: GenerationParams) -> list[GenerationOutput]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: GenerationParams,
+        sample_keys: Sequence[int | None] | None = None,
+    ) -> list[GenerationOutput]:
         """Sample a continuation of each prompt in one batched, left-padded `model.generate` call.
 
-        Reproducible: call k of a strategy seeds sampling with (seed, k), without touching global RNG state.
+        Reproducible without global RNG state: a row with a sample key draws its tokens from (seed, key)
+        whatever else is in the batch (`roll_strategies.sampling`); a row without one from (seed, call k of
+        this strategy, row).
         """
         stop_ids = list(params.stop_token_ids or [int(self.tokenizer.eos_token_id)])
         input_ids, attention_mask = self._pad_left(prompts)
@@ -146,13 +145,14 @@ class HFInferStrategy:
                 f"{input_ids.shape[1]} tokens + {params.max_new_tokens}; shorten the history kept in prompts "
                 "or lower max_new_tokens."
             )
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.no_grad(), torch.random.fork_rng(devices=devices):
-            torch.manual_seed(self.seed * 1_000_003 + next(self._calls))
+        keys = row_keys(self.seed, next(self._calls), len(prompts), sample_keys)
+        sampler = [] if params.greedy else [KeyedSampler(keys, **_warping(params))]
+        with torch.no_grad():
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 generation_config=self._generation_config(params, stop_ids),
+                logits_processor=LogitsProcessorList(sampler),
             )
         new_ids = out.sequences[:, input_ids.shape[1] :].cpu()
         temperature = 1.0 if params.greedy else params.temperature
@@ -206,3 +206,7 @@ class HFInferStrategy:
         """Undo `sleep`: the model returns to its device."""
         if self.device.type != "cpu":
             self.model.to(self.device)
+
+
+def _warping(params: GenerationParams) -> dict[str, float | int]:
+    return {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p}

@@ -66,7 +66,10 @@ class InferStrategy(Protocol):
     tokenizer: Any
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: GenerationParams
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: GenerationParams,
+        sample_keys: Sequence[int | None] | None = None,
     ) -> list[GenerationOutput]: ...
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor: ...

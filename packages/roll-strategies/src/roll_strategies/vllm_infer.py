@@ -30,6 +30,7 @@ from transformers import AutoTokenizer
 
 from roll_strategies.errors import ModelNotFoundError, StrategyError
 from roll_strategies.hf_infer import GenerationOutput, GenerationParams
+from roll_strategies.sampling import row_keys
 from roll_strategies.vllm_worker import encode_tensors
 from roll_strategies.weight_receiver import WeightReceiver
 from roll_strategies.weight_sync import DEFAULT_BUCKET_BYTES, WeightBucket
@@ -176,20 +177,20 @@ class VLLMInferStrategy:
         return final
 
     async def agenerate(
-        self, prompts: Sequence[Sequence[int]], params: GenerationParams
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: GenerationParams,
+        sample_keys: Sequence[int | None] | None = None,
     ) -> list[GenerationOutput]:
-        """Sample a continuation of each prompt concurrently; with `per_request_seed`, reproducible per
-        (seed, call, row), else from the engine's seed."""
+        """Sample a continuation of each prompt concurrently; with `per_request_seed`, each request is seeded
+        by (seed, its sample key), or (seed, call, row) without one; else by the engine's seed."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise StrategyError(
                 "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
             )
-        call = next(self._calls)
+        keys = row_keys(self.seed, next(self._calls), len(prompts), sample_keys)
         outs = await asyncio.gather(
-            *(
-                self._one(p, self._sampling_params(params, (self.seed * 1_000_003 + call) * 4_099 + row))
-                for row, p in enumerate(prompts)
-            )
+            *(self._one(p, self._sampling_params(params, key)) for p, key in zip(prompts, keys, strict=True))
         )
         return [self._output(o.outputs[0]) for o in outs]
 
@@ -203,9 +204,14 @@ class VLLMInferStrategy:
             )
         return GenerationOutput(ids, log_probs, completion.finish_reason)
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: GenerationParams) -> list[GenerationOutput]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: GenerationParams,
+        sample_keys: Sequence[int | None] | None = None,
+    ) -> list[GenerationOutput]:
         """Blocking form of `agenerate` (runs on the engine's loop thread)."""
-        return self._run(self.agenerate(prompts, params))
+        return self._run(self.agenerate(prompts, params, sample_keys))
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """[B, T] log-probs of the given sequences (vLLM prompt log-probs at temperature 1), aligned with

@@ -130,9 +130,15 @@ class ActorInferWorker:
             strategy_name, "infer", model_path, strategy_config=strategy_config, **strategy_kwargs
         )
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: GenerationParams) -> list[GenerationOutput]:
-        """Batched sampling, token ids in and out, with per-token log-probs."""
-        return self.strategy.generate(prompts, params)
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: GenerationParams,
+        sample_keys: Sequence[int | None] | None = None,
+    ) -> list[GenerationOutput]:
+        """Batched sampling, token ids in and out, with per-token log-probs; a row with a sample key gets the
+        same tokens whatever it is batched with (see the strategy's `generate`)."""
+        return self.strategy.generate(prompts, params, sample_keys)
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """Log-probs [B, T] under the current sampling weights."""
