@@ -37,9 +37,18 @@ SCRIPT = textwrap.dedent(
         "actor_train.training_args.per_device_train_batch_size=16",
     ]
     pipeline = AgenticPipeline(compose(None, None, overrides), progress=False)
-    summary = pipeline.run()
     where = lambda self: ray.get_runtime_context().get_node_id()
-    nodes = ray.get([a.__ray_call__.remote(where) for a in pipeline.cluster._actors])
+    # env workers are killed when their rollout stops: note where each ran before it goes
+    placed, kill = [], pipeline.cluster.kill
+    def noting_kill(handle):
+        try:
+            placed.append(ray.get(handle.__ray_call__.remote(where), timeout=60))
+        except Exception:
+            pass
+        kill(handle)
+    pipeline.cluster.kill = noting_kill
+    summary = pipeline.run()
+    nodes = placed + ray.get([a.__ray_call__.remote(where) for a in pipeline.cluster._actors])
     pipeline.close()
     print("RESULT " + json.dumps({"steps": summary.steps, "actors": len(nodes), "nodes": sorted(set(nodes)),
                                   "cluster_nodes": len([n for n in ray.nodes() if n["Alive"]])}))
