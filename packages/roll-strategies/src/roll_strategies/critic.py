@@ -15,9 +15,9 @@ from typing import Protocol
 import torch
 from safetensors.torch import load_file
 
-from roll_strategies.errors import CheckpointError, StrategyError
+from roll_strategies.errors import StrategyError
 from roll_strategies.forward import PACK_CAPACITY_KEY, packing_supported, value_outputs
-from roll_strategies.hf_train import TRAINER_STATE_FILE, _read
+from roll_strategies.hf_train import TRAINER_STATE_FILE, _read, checkpoint_files
 from roll_strategies.value_model import load_value_model
 from roll_strategies.weights import load_named_weights
 
@@ -154,14 +154,7 @@ class HFCriticStrategy:
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore what `save_checkpoint` wrote."""
-        path = Path(path)
-        weights, state_file = path / "model.safetensors", path / TRAINER_STATE_FILE
-        if not weights.exists() or not state_file.exists():
-            raise CheckpointError(
-                f"Expected {weights.name} and {state_file.name} in {path}, found "
-                f"{sorted(p.name for p in path.iterdir()) if path.is_dir() else 'no folder'}; pass a folder "
-                "written by HFCriticStrategy.save_checkpoint."
-            )
+        weights, state_file = checkpoint_files(Path(path), "HFCriticStrategy")
         load_named_weights(
             self.model, _read(weights, lambda: load_file(str(weights), device=str(self.device)))
         )

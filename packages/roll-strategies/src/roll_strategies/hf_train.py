@@ -179,14 +179,7 @@ class HFTrainStrategy:
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore what `save_checkpoint` wrote (weights strictly, optimizer and scheduler when trainable)."""
-        path = Path(path)
-        weights, state_file = path / "model.safetensors", path / TRAINER_STATE_FILE
-        if not weights.exists() or not state_file.exists():
-            raise CheckpointError(
-                f"Expected {weights.name} and {state_file.name} in {path}, found "
-                f"{sorted(p.name for p in path.iterdir()) if path.is_dir() else 'no folder'}; pass a folder "
-                "written by HFTrainStrategy.save_checkpoint."
-            )
+        weights, state_file = checkpoint_files(Path(path), "HFTrainStrategy")
         load_named_weights(
             self.model, _read(weights, lambda: load_file(str(weights), device=str(self.device)))
         )
@@ -202,6 +195,19 @@ class HFTrainStrategy:
                 )
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
+
+
+def checkpoint_files(path: Path, writer: str) -> tuple[Path, Path]:
+    """(weights, trainer state) of a checkpoint folder written by `writer`.save_checkpoint; a missing file is a
+    `CheckpointError` listing what the folder holds."""
+    weights, state_file = path / "model.safetensors", path / TRAINER_STATE_FILE
+    if not weights.exists() or not state_file.exists():
+        raise CheckpointError(
+            f"Expected {weights.name} and {state_file.name} in {path}, found "
+            f"{sorted(p.name for p in path.iterdir()) if path.is_dir() else 'no folder'}; pass a folder "
+            f"written by {writer}.save_checkpoint."
+        )
+    return weights, state_file
 
 
 def _read(path: Path, load: Callable[[], T]) -> T:
