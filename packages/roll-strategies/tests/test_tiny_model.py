@@ -4,8 +4,9 @@ import json
 import random
 import re
 
+import pytest
 import torch
-from roll_strategies import build_tiny_model, build_tiny_tokenizer
+from roll_strategies import StrategyError, build_tiny_model, build_tiny_tokenizer
 from roll_strategies.tiny_tokenizer import CHAT_TEMPLATE
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -103,3 +104,5 @@ def test_a_sliding_window_hides_tokens_beyond_its_reach(tmp_path, toy):
             last = [model(input_ids=x).logits[0, -1] for x in (ids, changed)]
         # 2 layers x a 4-token window: the last position sees at most 7 tokens back, not 19
         assert torch.allclose(last[0], last[1]) != reaches_back, folder.name
+    with pytest.raises(StrategyError, match="sliding_window >= 1"):
+        build_tiny_model(tmp_path / "bad", vocab_texts=texts, sliding_window=0)

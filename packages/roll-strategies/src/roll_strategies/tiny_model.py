@@ -59,6 +59,10 @@ def _make_config(
             f"Expected hidden_size divisible by num_heads and num_heads by num_kv_heads, got "
             f"hidden_size={hidden_size}, num_heads={num_heads}, num_kv_heads={num_kv_heads}; pick e.g. 128/4/2."
         )
+    if sliding_window is not None and sliding_window < 1:
+        raise StrategyError(
+            f"Expected sliding_window >= 1 token (or None for full attention), got {sliding_window}."
+        )
     window = {} if sliding_window is None else {"sliding_window": sliding_window, "max_window_layers": 0}
     return Qwen2Config(
         vocab_size=8 * math.ceil(len(tokenizer) / 8),
