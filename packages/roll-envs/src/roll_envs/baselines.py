@@ -182,6 +182,8 @@ class EnvBaselines(NamedTuple):
     """Success rate of each reference policy (the reference lines of a learning curve)."""
     note: str
     """One sentence on how to read them."""
+    details: dict[str, float]
+    """Other measured numbers (Sokoban: the shortest solutions' mean and max moves, unsolvable rooms)."""
 
 
 def env_baselines(env: Any, turns: int, episodes: int = 1000) -> EnvBaselines | None:
@@ -199,15 +201,15 @@ def env_baselines(env: Any, turns: int, episodes: int = 1000) -> EnvBaselines | 
     if isinstance(env, FrozenLakeEnv) and not env.config.is_slippery:
         rates = frozen_lake_baselines(episodes, turns, env.config.size, env.config.p)
         note = "At or below the fixed-sequence baseline the agent does not read the board."
-        return EnvBaselines("FrozenLake", "maps", turns, rates, note)
+        return EnvBaselines("FrozenLake", "maps", turns, rates, note, {})
     if isinstance(env, SokobanEnv):
         from roll_envs.sokoban.baselines import sokoban_baselines
 
         found = sokoban_baselines(episodes, turns, env.config)
-        rates = {name: found[name] for name in ("random", "optimal")}
+        rates = {name: found.pop(name) for name in ("random", "optimal")}
         note = (
             f"Shortest solutions (BFS) take {found['optimal_moves_mean']:.1f} moves on average, "
             f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns."
         )
-        return EnvBaselines("Sokoban", "rooms", turns, rates, note)
+        return EnvBaselines("Sokoban", "rooms", turns, rates, note, found)
     return None
