@@ -25,6 +25,19 @@ def _legend(ax: object, loc: str = "best") -> None:
         ax.legend(fontsize=8, loc=loc)  # type: ignore[attr-defined]
 
 
+def _draw_baselines(
+    ax: object, baselines: dict[str, float] | None, colors: dict[str, str] | None = None
+) -> None:
+    """Dashed reference lines named at the right end; a line whose name starts with a tag of `colors`
+    takes that tag's colour, the others are gray."""
+    for name, value in (baselines or {}).items():
+        tag = next((t for t in colors or {} if name.startswith(f"{t} ")), None)
+        ax.axhline(value, linestyle="--", color=colors[tag] if colors and tag else "gray", linewidth=1)  # type: ignore[attr-defined]
+        y = value - 0.04 if value > 0.95 else value + 0.01  # a line at the top: its name below it
+        transform = ax.get_yaxis_transform()  # type: ignore[attr-defined]
+        ax.text(0.99, y, name, color="gray", fontsize=8, ha="right", transform=transform)  # type: ignore[attr-defined]
+
+
 KL_COEF_KEYS = ("critic/kl_coef", "actor/kl_loss_coef")
 """The KL coefficients in use (scaled by the adaptive controller), drawn in a third panel when they move."""
 
@@ -64,10 +77,7 @@ def plot_learning_curve(
             alpha=0.9 if val else 0.5,
             color=color[key.split("/")[-2]],
         )
-    for name, value in (baselines or {}).items():
-        tag = next((t for t in tags if name.startswith(f"{t} ")), None)
-        ax.axhline(value, linestyle="--", color=color[tag] if tag else "gray", linewidth=1)
-        ax.text(0, value - 0.04 if value > 0.95 else value + 0.01, name, color="gray", fontsize=8)
+    _draw_baselines(ax, baselines, color)
     ax.set(xlabel="step", ylabel="success rate", ylim=(0, 1), title=f"{' / '.join(tags)} success".lstrip())
     _legend(ax, loc="upper left")
     for key in ("actor/entropy", "actor/kl_loss", "critic/kl"):
@@ -122,9 +132,7 @@ def plot_sweep(
     for ax in (by_step, by_minute):
         for level in THRESHOLDS:
             ax.axhline(level, linestyle=":", color="black", linewidth=0.8, alpha=0.5)
-        for name, value in (baselines or {}).items():
-            ax.axhline(value, linestyle="--", color="gray", linewidth=1)
-            ax.text(0, value + 0.01, name, color="gray", fontsize=8)
+        _draw_baselines(ax, baselines)
     by_step.set(xlabel="step", ylabel="success rate", ylim=(0, 1), title=title)
     by_minute.set(
         xlabel="training minutes (summed step + validation time)", title="against the training clock"
