@@ -162,3 +162,26 @@ def test_sample_shape_auto_follows_the_history():
         ).train_sample_shape
         == "step"
     )
+
+
+@pytest.mark.parametrize("name", ["agent_val_sokoban", "agent_val_multi_tag"])
+def test_sokoban_examples_prompt_as_their_builtin_model_warmed_up(name):
+    """Each tag's system prompt is the one the builtin model's warm-up used for that env (the short one)."""
+    from roll_envs import sokoban_baselines
+    from roll_pipeline.models import BUILTIN_MODELS, TINY_SOKOBAN_INSTRUCTION
+
+    cfg = compose(str(EXAMPLES / "tiny-cpu-agentic"), name, [])
+    warmed = {w.env_type: w.instruction for w in BUILTIN_MODELS[cfg.pretrain.removeprefix("builtin:")].envs}
+    tags = cfg.train_env_manager.tags
+    assert cfg.val_env_manager.tags == tags and "Sokoban" in tags
+    for tag in tags:
+        env = cfg.custom_envs[tag]
+        assert env.env_instruction == warmed[env.env_type], tag
+    sokoban = cfg.custom_envs["Sokoban"]
+    assert sokoban.env_instruction == TINY_SOKOBAN_INSTRUCTION and sokoban.env_type == "sokoban"
+    # the turn cap: twice the longest shortest solution of the held-out rooms
+    assert sokoban.max_actions_per_traj == 2 * sokoban_baselines(1000, 30)["optimal_moves_max"]
+    if name == "agent_val_multi_tag":
+        assert tags == ["FrozenLake", "Sokoban"]
+        assert cfg.train_env_manager.num_groups_partition == [8, 8]
+        assert cfg.val_env_manager.num_groups_partition == [64, 64]

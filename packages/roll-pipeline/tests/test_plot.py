@@ -49,3 +49,45 @@ def test_adaptive_kl_runs_get_the_target_line_and_a_coefficient_panel(tmp_path):
     assert cli._run_target_kl(run) == 0.05
     assert cli.main(["plot", str(run)]) == 0
     assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_multi_tag_run_gets_one_curve_per_tag_and_each_tags_baselines(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+    from roll_pipeline.launcher import compose
+
+    cfg = compose(str(cli.EXAMPLES_DIR / "tiny-cpu-agentic"), "agent_val_multi_tag", [])
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfg.model_dump(mode="json")))
+    rows = [
+        {"step": s, "env/FrozenLake/success": 0.1 * s, "env/Sokoban/success": 0.3, "actor/entropy": 0.5}
+        for s in range(1, 4)
+    ]
+    rows += [{"step": s, "val/env/FrozenLake/success": 0.2, "val/env/Sokoban/success": 0.4} for s in (0, 3)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curves, lines = {}, {}
+    real_plot, real_axhline = Axes.plot, Axes.axhline
+
+    def plot(self, *args, **kwargs):
+        curves[kwargs.get("label")] = (list(args[1]), kwargs.get("color"))
+        return real_plot(self, *args, **kwargs)
+
+    def axhline(self, y=0, *args, **kwargs):
+        lines[y] = kwargs.get("color")
+        return real_axhline(self, y, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", plot)
+    monkeypatch.setattr(Axes, "axhline", axhline)
+    assert cli.main(["plot", str(run)]) == 0
+    assert curves["val/env/FrozenLake/success"][0] == [0.2, 0.2]
+    assert curves["val/env/Sokoban/success"][0] == [0.4, 0.4]
+    # a tag's train curve, validation curve and baselines share a colour; the two tags differ
+    fl, sk = curves["val/env/FrozenLake/success"][1], curves["val/env/Sokoban/success"][1]
+    assert fl != sk and curves["env/FrozenLake/success"][1] == fl and curves["env/Sokoban/success"][1] == sk
+    assert set(cli._run_baselines(run)) == {
+        "FrozenLake random baseline",
+        "FrozenLake best_fixed_sequence baseline",
+        "Sokoban random baseline",
+        "Sokoban optimal baseline",
+    }
+    assert lines[1.0] == sk  # Sokoban's optimal line

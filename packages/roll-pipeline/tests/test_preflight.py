@@ -48,7 +48,7 @@ BAD_VALUES = {
     ),
     "unknown builtin model": (
         ["pretrain=builtin:huge"],
-        ["no builtin model 'huge'", "available: builtin:tiny-frozen-lake"],
+        ["no builtin model 'huge'", "available: builtin:", "builtin:tiny-frozen-lake,"],
     ),
 }
 

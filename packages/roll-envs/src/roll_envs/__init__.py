@@ -7,7 +7,7 @@
 """
 
 from roll_envs.base import ActionOutcome, BaseEnv
-from roll_envs.baselines import frozen_lake_baselines
+from roll_envs.baselines import EnvBaselines, env_baselines, frozen_lake_baselines
 from roll_envs.builtins import register_builtins
 from roll_envs.checker import check_env
 from roll_envs.config import EnvConfig
@@ -27,10 +27,11 @@ from roll_envs.metrics import aggregate_metrics
 from roll_envs.parsing import ParsedTurn, extract_answer, parse_turn
 from roll_envs.registry import ENTRY_POINT_GROUP, EnvSpec, list_envs, load_plugins, make, register, spec
 from roll_envs.sokoban import SokobanConfig, SokobanEnv
+from roll_envs.sokoban.baselines import sokoban_baselines
 from roll_envs.tiles import Tile, tile_frame
 from roll_envs.webshop import WebShopLiteConfig, WebShopLiteEnv
 
-__version__ = "0.1.1"
+__version__ = "0.1.2"
 
 register_builtins()
 
@@ -39,6 +40,7 @@ __all__ = [
     "ActionOutcome",
     "BaseEnv",
     "CheckEnvError",
+    "EnvBaselines",
     "EnvConfig",
     "EnvConfigError",
     "EnvSpec",
@@ -61,6 +63,7 @@ __all__ = [
     "aggregate_metrics",
     "caption_frame",
     "check_env",
+    "env_baselines",
     "extract_answer",
     "filmstrip",
     "frozen_lake_baselines",
@@ -72,6 +75,7 @@ __all__ = [
     "register",
     "replay_to_gif",
     "save_gif",
+    "sokoban_baselines",
     "spec",
     "text_frame",
     "tile_frame",

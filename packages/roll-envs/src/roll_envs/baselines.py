@@ -1,4 +1,8 @@
-"""Reference success rates on FrozenLake that a trained agent must beat to show it reads the board.
+"""Reference success rates that a trained agent is judged against: FrozenLake's here, Sokoban's in
+`roll_envs.sokoban.baselines`, and `env_baselines`, the one entry point for any env (None where an env
+has none).
+
+FrozenLake's, which an agent must beat to show it reads the board:
 
 - `random`: a uniformly random move each turn (exact expectation, computed by dynamic programming).
 - `best_fixed_sequence`: the single move sequence (ignoring the board) that solves the most maps
@@ -8,6 +12,8 @@ Both use deterministic ice (the default) and the same map generator as `FrozenLa
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -161,3 +167,49 @@ def frozen_lake_baselines(
         "random": random_policy_success(*held, steps),
         "best_fixed_sequence": sequence_success(*held, sequence),
     }
+
+
+class EnvBaselines(NamedTuple):
+    """An env's reference policies on held-out episodes at one turn cap, as a run reports them."""
+
+    env: str
+    """Which game: `FrozenLake` or `Sokoban`."""
+    episodes: str
+    """What an episode is called: `maps` or `rooms`."""
+    turns: int
+    """The turn cap they were computed at."""
+    success: dict[str, float]
+    """Success rate of each reference policy (the reference lines of a learning curve)."""
+    note: str
+    """One sentence on how to read them."""
+    details: dict[str, float]
+    """Other measured numbers (Sokoban: the shortest solutions' mean and max moves, unsolvable rooms)."""
+
+
+def env_baselines(env: Any, turns: int, episodes: int = 1000) -> EnvBaselines | None:
+    """The baselines of a built env at `turns` turns (one move per turn) on `episodes` held-out episodes:
+    FrozenLake with deterministic ice (any size and p) and Sokoban (any variant); None for other envs.
+
+    >>> import roll_envs
+    >>> found = env_baselines(roll_envs.make("sokoban"), turns=30, episodes=20)
+    >>> found.env, sorted(found.success)
+    ('Sokoban', ['optimal', 'random'])
+    """
+    from roll_envs.frozen_lake import FrozenLakeEnv
+    from roll_envs.sokoban import SokobanEnv
+
+    if isinstance(env, FrozenLakeEnv) and not env.config.is_slippery:
+        rates = frozen_lake_baselines(episodes, turns, env.config.size, env.config.p)
+        note = "At or below the fixed-sequence baseline the agent does not read the board."
+        return EnvBaselines("FrozenLake", "maps", turns, rates, note, {})
+    if isinstance(env, SokobanEnv):
+        from roll_envs.sokoban.baselines import sokoban_baselines
+
+        found = sokoban_baselines(episodes, turns, env.config)
+        rates = {name: found.pop(name) for name in ("random", "optimal")}
+        note = (
+            f"Shortest solutions (BFS) take {found['optimal_moves_mean']:.1f} moves on average, "
+            f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns."
+        )
+        return EnvBaselines("Sokoban", "rooms", turns, rates, note, found)
+    return None

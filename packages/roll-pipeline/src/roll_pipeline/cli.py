@@ -317,15 +317,26 @@ def serve(argv: list[str]) -> int:
 
 
 def baselines(argv: list[str]) -> int:
-    """Print FrozenLake's reference baselines (random policy, best fixed move sequence)."""
-    parser = argparse.ArgumentParser(prog="roll baselines")
+    """Print an env's reference baselines on held-out episodes: FrozenLake's random policy and best fixed
+    move sequence (the default), Sokoban's random policy and optimal (BFS) policy."""
+    parser = argparse.ArgumentParser(prog="roll baselines", description=baselines.__doc__)
+    parser.add_argument("--env", default="frozen_lake", help="registered env id (default frozen_lake)")
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--max-steps", type=int, default=None, help="moves per episode (default: the env's)")
     args = parser.parse_args(argv)
-    from roll_pipeline.report import frozen_lake_baselines
+    from roll_envs import RollEnvsError
 
-    for name, value in frozen_lake_baselines(args.episodes, args.max_steps).items():
+    from roll_pipeline.report import env_id_baselines
+
+    try:
+        found = env_id_baselines(args.env, args.episodes, args.max_steps)
+    except (ValueError, RollEnvsError) as exc:
+        print(f"roll baselines: {exc}", file=sys.stderr)
+        return 2
+    for name, value in found.success.items():
         print(f"{name:>28}: {value:.3f}")
+    for name, value in found.details.items():
+        print(f"{name:>28}: {value:g}")
     return 0
 
 
@@ -350,11 +361,12 @@ def plot(argv: list[str]) -> int:
 
 
 def _run_baselines(run_dir: Path) -> dict[str, float] | None:
-    """FrozenLake baselines at the run's turn cap, drawn as reference lines; None for other envs."""
+    """The baselines of the run's tags at their turn caps, drawn as reference lines; None when no tag's
+    env has any."""
     import json
 
     from roll_pipeline.config import AgenticConfig
-    from roll_pipeline.report import frozen_lake_baselines, frozen_lake_turn_cap
+    from roll_pipeline.report import baseline_lines
 
     path = run_dir / "config.json"
     if not path.exists():
@@ -367,10 +379,7 @@ def _run_baselines(run_dir: Path) -> dict[str, float] | None:
             f"[roll] {path} is not a config this version reads ({exc.__class__.__name__}); no baselines drawn"
         )
         return None
-    if not any(env.env_type == "frozen_lake" for env in config.custom_envs.values()):
-        return None
-    found = frozen_lake_baselines(max_steps=frozen_lake_turn_cap(config))
-    return {f"{name} baseline": value for name, value in found.items()}
+    return baseline_lines(config) or None
 
 
 def _run_target_kl(run_dir: Path) -> float | None:
@@ -409,7 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         print("  show       print dumped episodes turn by turn")
         print("  serve      an OpenAI-compatible HTTP server of the model or a checkpoint")
         print("  config     print the composed config")
-        print("  baselines  FrozenLake random / best-fixed-sequence success rates")
+        print(
+            "  baselines  an env's baselines: FrozenLake random / best fixed sequence, Sokoban random / optimal"
+        )
         print("  plot       learning curve PNG of a run directory")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     try:

@@ -332,7 +332,9 @@ class AgenticConfig(StrictModel):
         default_factory=dict,
         description="wandb.init arguments for track_with: [wandb] (project, entity, name, tags, notes, mode)",
     )
-    print_baselines: bool = Field(True, description="print FrozenLake baselines before training")
+    print_baselines: bool = Field(
+        True, description="print the baselines of each played tag whose env has some (FrozenLake, Sokoban)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> AgenticConfig:

@@ -9,6 +9,8 @@ Its build includes a short *format warm-up*: supervised steps on FrozenLake obse
 with `<answer>DIRECTION</answer>` where DIRECTION is drawn uniformly at random. The model learns the
 answer format and nothing about the board (its greedy policy plays one fixed direction), the role
 instruction-tuning plays for a real pretrained model. Everything it knows about the task comes from RL.
+`builtin:tiny-sokoban` warms up on Sokoban rooms instead, `builtin:tiny-agentic` on episodes of both
+envs in turn (for runs with a FrozenLake and a Sokoban tag); the tokenizer is the same for all.
 """
 
 from __future__ import annotations
@@ -29,14 +31,26 @@ A tiny model reads no English anyway; a shorter prompt makes every CPU forward p
 supervised probe a from-scratch tiny model learnt to read the board faster when fewer prompt tokens
 competed with the board for its attention."""
 
+TINY_SOKOBAN_INSTRUCTION = "P you, X box, O target, # wall. <answer>Left</answer> Up Down Right"
+"""The short system prompt of the tiny Sokoban setup, in the style of `TINY_FROZEN_LAKE_INSTRUCTION`:
+22 tokens of the tiny tokenizer where the env's own instruction has 97."""
+
+
+@dataclass(frozen=True)
+class WarmupEnv:
+    """One env of a builtin model's format warm-up: its registry id, config and system prompt."""
+
+    env_type: str
+    env_config: dict[str, Any] = field(default_factory=dict)
+    instruction: str | None = None  # None: the env's own
+
 
 @dataclass(frozen=True)
 class TinyModelSpec:
     """How a builtin tiny model is built."""
 
-    env_type: str
-    env_config: dict[str, Any] = field(default_factory=dict)
-    instruction: str | None = None  # None: the env's own
+    envs: tuple[WarmupEnv, ...]
+    """The warm-up's envs; its episodes take turns among them (the first, the second, ..., the first)."""
     warmup_steps: int = 300
     warmup_examples: int = 4000
     seed: int = 0
@@ -53,15 +67,18 @@ tokens). Measured (docs/tiny_model_findings.md): with full attention over whole-
 accuracy of an optimal move 0.33); with this window it reached 0.67 in 50 steps, faster than the default
 model on single-board prompts."""
 
+FROZEN_LAKE_WARMUP = WarmupEnv("frozen_lake", instruction=TINY_FROZEN_LAKE_INSTRUCTION)
+SOKOBAN_WARMUP = WarmupEnv("sokoban", instruction=TINY_SOKOBAN_INSTRUCTION)
+
 BUILTIN_MODELS: dict[str, TinyModelSpec] = {
-    "tiny-frozen-lake": TinyModelSpec(env_type="frozen_lake", instruction=TINY_FROZEN_LAKE_INSTRUCTION),
+    "tiny-frozen-lake": TinyModelSpec(envs=(FROZEN_LAKE_WARMUP,)),
     # for prompts that keep the whole conversation (max_history_turns: null, trajectory-wise samples)
     "tiny-frozen-lake-history": TinyModelSpec(
-        env_type="frozen_lake",
-        instruction=TINY_FROZEN_LAKE_INSTRUCTION,
-        sliding_window=HISTORY_WINDOW,
-        history_prompts=True,
+        envs=(FROZEN_LAKE_WARMUP,), sliding_window=HISTORY_WINDOW, history_prompts=True
     ),
+    "tiny-sokoban": TinyModelSpec(envs=(SOKOBAN_WARMUP,)),
+    # FrozenLake and Sokoban in one run (tags), warmed up on both, episodes interleaved
+    "tiny-agentic": TinyModelSpec(envs=(FROZEN_LAKE_WARMUP, SOKOBAN_WARMUP)),
 }
 
 
@@ -127,16 +144,24 @@ def format_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str, str
     """(chat messages, response) pairs: env observations answered with uniformly random actions.
 
     Observations come from random play so that mid-episode boards are covered; the seeds are drawn
-    below the validation seed range, and the answers carry no information about the board.
+    below the validation seed range, and the answers carry no information about the board. Episodes
+    take turns among `spec.envs`; with one env the examples are those of the single-env builds before
+    `envs` existed, byte for byte (one random stream, the same draws).
     """
     import roll_envs
 
     rng = random.Random(spec.seed)
-    env = roll_envs.make(spec.env_type, **spec.env_config)
-    actions = list(env.valid_actions)
-    instruction = env.instruction if spec.instruction is None else spec.instruction
+    envs = [roll_envs.make(w.env_type, **w.env_config) for w in spec.envs]
+    instructions = [
+        env.instruction if w.instruction is None else w.instruction
+        for env, w in zip(envs, spec.envs, strict=True)
+    ]
     examples: list[tuple[list[dict[str, str]], str]] = []
+    episode = 0
     while len(examples) < spec.warmup_examples:
+        env, instruction = envs[episode % len(envs)], instructions[episode % len(envs)]
+        actions = list(env.valid_actions)
+        episode += 1
         obs, _ = env.reset(seed=rng.randrange(0, 10**8))
         history: list[dict[str, str]] = []  # earlier turns, kept only for history prompts
         for _ in range(rng.randint(1, 8 if spec.history_prompts else 4)):
@@ -152,5 +177,6 @@ def format_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str, str
             obs, _, terminated, truncated, _ = env.step(played)
             if terminated or truncated:
                 break
-    env.close()
+    for env in envs:
+        env.close()
     return examples[: spec.warmup_examples]

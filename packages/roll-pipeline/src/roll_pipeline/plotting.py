@@ -25,6 +25,19 @@ def _legend(ax: object, loc: str = "best") -> None:
         ax.legend(fontsize=8, loc=loc)  # type: ignore[attr-defined]
 
 
+def _draw_baselines(
+    ax: object, baselines: dict[str, float] | None, colors: dict[str, str] | None = None
+) -> None:
+    """Dashed reference lines named at the right end; a line whose name starts with a tag of `colors`
+    takes that tag's colour, the others are gray."""
+    for name, value in (baselines or {}).items():
+        tag = next((t for t in colors or {} if name.startswith(f"{t} ")), None)
+        ax.axhline(value, linestyle="--", color=colors[tag] if colors and tag else "gray", linewidth=1)  # type: ignore[attr-defined]
+        y = value - 0.04 if value > 0.95 else value + 0.01  # a line at the top: its name below it
+        transform = ax.get_yaxis_transform()  # type: ignore[attr-defined]
+        ax.text(0.99, y, name, color="gray", fontsize=8, ha="right", transform=transform)  # type: ignore[attr-defined]
+
+
 KL_COEF_KEYS = ("critic/kl_coef", "actor/kl_loss_coef")
 """The KL coefficients in use (scaled by the adaptive controller), drawn in a third panel when they move."""
 
@@ -32,7 +45,8 @@ KL_COEF_KEYS = ("critic/kl_coef", "actor/kl_loss_coef")
 def plot_learning_curve(
     run_dir: Path, out: Path, baselines: dict[str, float] | None = None, target_kl: float | None = None
 ) -> Path:
-    """Train success (per step) and validation success (greedy) against steps, plus baseline lines; the
+    """Train success (per step) and validation success (greedy) of each tag against steps, one colour per tag,
+    plus baseline lines (in the colour of the tag their name starts with, else gray); the
     entropy and the measured KL to the reference (with `target_kl` as a line); the KL coefficients when
     the adaptive controller moved them."""
     import matplotlib
@@ -45,18 +59,26 @@ def plot_learning_curve(
     coefs = {k: pts for k, pts in coefs.items() if len({v for _, v in pts}) > 1}
     fig, axes = plt.subplots(1, 3 if coefs else 2, figsize=(16 if coefs else 11, 4))
     ax, ax2 = axes[0], axes[1]
-    for key in sorted(
+    keys = sorted(
         {k for r in rows for k in r if k.startswith(("env/", "val/env/")) and k.endswith("/success")}
-    ):
+    )
+    tags = sorted({k.split("/")[-2] for k in keys})
+    color = {
+        tag: f"C{i % 10}" for i, tag in enumerate(tags)
+    }  # a tag's train, val and baseline lines share it
+    for key in keys:
         pts = [(r["step"], r[key]) for r in rows if key in r]
-        style = "o-" if key.startswith("val/") else "-"
+        val = key.startswith("val/")
         ax.plot(
-            [p[0] for p in pts], [p[1] for p in pts], style, label=key, alpha=0.9 if "val" in key else 0.6
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            "o-" if val else "-",
+            label=key,
+            alpha=0.9 if val else 0.5,
+            color=color[key.split("/")[-2]],
         )
-    for name, value in (baselines or {}).items():
-        ax.axhline(value, linestyle="--", color="gray", linewidth=1)
-        ax.text(0, value + 0.01, name, color="gray", fontsize=8)
-    ax.set(xlabel="step", ylabel="success rate", ylim=(0, 1), title="FrozenLake success")
+    _draw_baselines(ax, baselines, color)
+    ax.set(xlabel="step", ylabel="success rate", ylim=(0, 1), title=f"{' / '.join(tags)} success".lstrip())
     _legend(ax, loc="upper left")
     for key in ("actor/entropy", "actor/kl_loss", "critic/kl"):
         pts = [(r["step"], r[key]) for r in rows if key in r]
@@ -110,9 +132,7 @@ def plot_sweep(
     for ax in (by_step, by_minute):
         for level in THRESHOLDS:
             ax.axhline(level, linestyle=":", color="black", linewidth=0.8, alpha=0.5)
-        for name, value in (baselines or {}).items():
-            ax.axhline(value, linestyle="--", color="gray", linewidth=1)
-            ax.text(0, value + 0.01, name, color="gray", fontsize=8)
+        _draw_baselines(ax, baselines)
     by_step.set(xlabel="step", ylabel="success rate", ylim=(0, 1), title=title)
     by_minute.set(
         xlabel="training minutes (summed step + validation time)", title="against the training clock"

@@ -2,28 +2,62 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from roll_pipeline.config import AgenticConfig
 
-
-def frozen_lake_baselines(episodes: int = 1000, max_steps: int | None = None) -> dict[str, float]:
-    """Success of a uniform random policy and of the best board-blind fixed move sequence."""
-    from roll_envs.baselines import frozen_lake_baselines as compute
-
-    return compute(episodes, max_steps=max_steps)
+if TYPE_CHECKING:
+    from roll_envs import EnvBaselines
 
 
-def frozen_lake_turn_cap(config: AgenticConfig) -> int | None:
-    """Moves an episode may take: the smaller of the env's max_steps and max_actions_per_traj."""
-    caps = [
-        min(e.max_actions_per_traj, int(e.env_config.get("max_steps", 10**9)))
-        for e in config.custom_envs.values()
-        if e.env_type == "frozen_lake"
-    ]
-    return min(caps) if caps else None
+def env_id_baselines(env_id: str, episodes: int = 1000, max_steps: int | None = None) -> EnvBaselines:
+    """The baselines of a registered env with its default config (`roll baselines`), at `max_steps` turns
+    (default: the env's own `max_steps`); ValueError naming the envs that have some when it has none."""
+    import roll_envs
+
+    env = roll_envs.make(env_id, render_mode=None)
+    found = roll_envs.env_baselines(env, env.config.max_steps if max_steps is None else max_steps, episodes)
+    env.close()
+    if found is None:
+        raise ValueError(
+            f"env {env_id!r} has no baselines; envs with some: frozen_lake, sokoban, simple_sokoban, "
+            "larger_sokoban, sokoban_different_grid_vocab"
+        )
+    return found
+
+
+def tag_baselines(config: AgenticConfig, episodes: int = 1000) -> dict[str, EnvBaselines]:
+    """`roll_envs.EnvBaselines` of each tag the run plays (validation tags first) whose env has some, at the
+    tag's turn cap: the smaller of `max_actions_per_traj` and the env's `max_steps`."""
+    import roll_envs
+
+    found = {}
+    for tag in dict.fromkeys([*config.val_env_manager.tags, *config.train_env_manager.tags]):
+        spec = config.custom_envs[tag]
+        env = roll_envs.make(spec.env_type, render_mode=None, **spec.env_config)
+        turns = min(spec.max_actions_per_traj, env.config.max_steps)
+        result = roll_envs.env_baselines(env, turns, episodes)
+        env.close()
+        if result is not None:
+            found[tag] = result
+    return found
+
+
+def baseline_lines(config: AgenticConfig) -> dict[str, float]:
+    """The reference lines of a learning curve: `NAME baseline` per success rate, prefixed by the tag
+    when several tags have baselines."""
+    found = tag_baselines(config)
+    prefix = len(found) > 1
+    return {
+        f"{tag} {name} baseline" if prefix else f"{name} baseline": value
+        for tag, result in found.items()
+        for name, value in result.success.items()
+    }
 
 
 def print_run_header(config: AgenticConfig) -> None:
-    """Experiment, model, env setup and, for FrozenLake, the baselines to judge the result by."""
+    """Experiment, model, env setup and, for each tag whose env has baselines, the baselines to judge
+    the result by."""
     train = config.train_env_manager
     print(f"[roll] experiment {config.exp_name!r} -> {config.output_dir}/{config.exp_name}")
     print(
@@ -31,17 +65,17 @@ def print_run_header(config: AgenticConfig) -> None:
         f"trajectories ({train.num_env_groups} groups x {train.group_size}); estimator {config.adv_estimator}; "
         f"backend {config.cluster.backend}"
     )
-    if config.print_baselines and any(e.env_type == "frozen_lake" for e in config.custom_envs.values()):
-        try:
-            base = frozen_lake_baselines(max_steps=frozen_lake_turn_cap(config))
-        except Exception as exc:  # baselines are a courtesy; never block a run on them
-            print(f"[roll] (baselines unavailable: {exc})")
-            return
-        print(
-            "[roll] FrozenLake baselines on held-out maps: "
-            + ", ".join(f"{k} {v:.1%}" for k, v in base.items())
-            + ". At or below the fixed-sequence baseline the agent does not read the board."
-        )
+    if not config.print_baselines:
+        return
+    try:
+        found = tag_baselines(config)
+    except Exception as exc:  # baselines are a courtesy; never block a run on them
+        print(f"[roll] (baselines unavailable: {exc})")
+        return
+    for tag, base in found.items():
+        name = base.env if tag == base.env else f"{tag} ({base.env})"
+        rates = ", ".join(f"{k} {v:.1%}" for k, v in base.success.items())
+        print(f"[roll] {name} baselines on held-out {base.episodes}: {rates}. {base.note}")
 
 
 def print_final_report(config: AgenticConfig, summary: object) -> None:
