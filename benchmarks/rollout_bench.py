@@ -68,9 +68,9 @@ def tiny_tokenizer() -> Any:
 
 def instruction() -> str:
     """The default run's FrozenLake system prompt."""
-    from roll_pipeline.models import TINY_FROZEN_LAKE_INSTRUCTION
+    from roll_pipeline.config import AgenticConfig
 
-    return TINY_FROZEN_LAKE_INSTRUCTION
+    return AgenticConfig().custom_envs["FrozenLake"].env_instruction or ""
 
 
 def answer_ids(tokenizer: Any) -> list[int]:

@@ -9,14 +9,13 @@ import json
 
 import pytest
 from roll_pipeline.models import (
-    BUILD_VERSION,
     BUILTIN_MODELS,
     HISTORY_WINDOW,
     TINY_FROZEN_LAKE_INSTRUCTION,
-    TINY_SOKOBAN_INSTRUCTION,
     format_warmup_examples,
-    vocabulary_corpus,
 )
+
+SOKOBAN_SYMBOLS = set("#_O√XPS\n")
 
 
 def _small(name: str):
@@ -25,9 +24,9 @@ def _small(name: str):
 
 def test_the_default_model_warms_up_on_single_board_prompts():
     spec = _small("tiny-frozen-lake")
-    assert spec.sliding_window is None
+    assert spec.sliding_window is None and (spec.num_heads, spec.num_kv_heads) == (8, 4)
     for messages, response in format_warmup_examples(spec):
-        assert [m["role"] for m in messages] == ["system", "user"]
+        assert [m["role"] for m in messages] == ["user"]  # the board alone: no instruction
         assert response.startswith("<answer>") and response.endswith("</answer>")
 
 
@@ -40,32 +39,33 @@ def test_the_history_model_warms_up_on_whole_episodes_played_so_far():
     for messages, _ in examples:
         roles = [m["role"] for m in messages]
         assert roles[0] == "system" and roles[-1] == "user"
+        assert messages[0]["content"] == TINY_FROZEN_LAKE_INSTRUCTION
         assert roles[1:] == ["user", "assistant"] * ((len(roles) - 2) // 2) + ["user"]
         # the earlier turns are the episode's own: each assistant turn is an answer
         assert all(m["content"].startswith("<answer>") for m in messages if m["role"] == "assistant")
 
 
 @pytest.mark.parametrize(
-    ("name", "digest"),
+    ("name", "revision", "digest"),
     [
-        ("tiny-frozen-lake", "7bc53fa55c1379db819b0ee85e4f5705cfc88438babb21f2ee57cf84e6d0abdd"),
-        ("tiny-frozen-lake-history", "edc5a68b44d0963fd71ddc0fdfa83b69cc4d04c543c3db3ee75fe36d9a77509d"),
+        ("tiny-frozen-lake", 4, "8c2761fcf725aa409041e624fb451e46f23b89e829e39504d9cdf099168ae59d"),
+        ("tiny-frozen-lake-history", 3, "edc5a68b44d0963fd71ddc0fdfa83b69cc4d04c543c3db3ee75fe36d9a77509d"),
     ],
     ids=["tiny-frozen-lake", "tiny-frozen-lake-history"],
 )
-def test_the_frozen_lake_models_warm_up_on_the_same_examples_as_before_multi_env_specs(name, digest):
-    """Cached models are found by name and BUILD_VERSION only: their warm-up data must not change (these
-    digests were taken before `TinyModelSpec.envs` existed); a change needs a new BUILD_VERSION."""
-    examples = format_warmup_examples(BUILTIN_MODELS[name])
+def test_a_cached_build_is_found_only_for_the_warm_up_data_it_was_built_from(name, revision, digest):
+    """Cached models are found by name and revision only: a change of the warm-up data needs a new revision
+    (the history model's digest was taken before `TinyModelSpec.envs` existed, so its cached builds stay)."""
+    spec = BUILTIN_MODELS[name]
+    examples = format_warmup_examples(spec)
     assert len(examples) == 4000
-    assert hashlib.sha256(json.dumps(examples).encode()).hexdigest() == digest
-    assert BUILD_VERSION == 3
+    assert (spec.revision, hashlib.sha256(json.dumps(examples).encode()).hexdigest()) == (revision, digest)
 
 
-def test_the_sokoban_model_warms_up_on_sokoban_rooms_with_the_short_instruction():
+def test_the_sokoban_model_warms_up_on_sokoban_rooms_alone():
     for messages, response in format_warmup_examples(_small("tiny-sokoban")):
-        assert messages[0]["content"] == TINY_SOKOBAN_INSTRUCTION
-        assert set(messages[1]["content"]) <= set("#_O√XPS\n") and messages[1]["content"].startswith("#")
+        assert [m["role"] for m in messages] == ["user"]
+        assert set(messages[0]["content"]) <= SOKOBAN_SYMBOLS and messages[0]["content"].startswith("#")
         assert response in {f"<answer>{a}</answer>" for a in ("Up", "Down", "Left", "Right")}
 
 
@@ -73,20 +73,7 @@ def test_a_multi_env_model_interleaves_episodes_of_its_envs():
     spec = _small("tiny-agentic")
     assert [w.env_type for w in spec.envs] == ["frozen_lake", "sokoban"]
     examples = format_warmup_examples(spec)
-    prompts = [messages[0]["content"] for messages, _ in examples]
-    runs = [p for i, p in enumerate(prompts) if i == 0 or p != prompts[i - 1]]  # one entry per episode
-    expected = [TINY_FROZEN_LAKE_INSTRUCTION, TINY_SOKOBAN_INSTRUCTION] * len(runs)
-    assert runs == expected[: len(runs)] and len(runs) > 50
-    share = prompts.count(TINY_SOKOBAN_INSTRUCTION) / len(prompts)
-    assert 0.35 < share < 0.65
-    for messages, _ in examples:  # each env's boards under its own instruction
-        board = messages[1]["content"]
-        assert ("#" in board) == (messages[0]["content"] == TINY_SOKOBAN_INSTRUCTION)
-
-
-def test_the_sokoban_instruction_is_short_for_the_tiny_tokenizer():
-    from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
-
-    tokenizer = build_tiny_tokenizer(vocabulary_corpus())
-    assert len(tokenizer(TINY_SOKOBAN_INSTRUCTION)["input_ids"]) == 22
-    assert len(tokenizer(TINY_FROZEN_LAKE_INSTRUCTION)["input_ids"]) == 18
+    envs = ["sokoban" if "#" in messages[-1]["content"] else "frozen_lake" for messages, _ in examples]
+    runs = [e for i, e in enumerate(envs) if i == 0 or e != envs[i - 1]]  # one entry per episode
+    assert runs == (["frozen_lake", "sokoban"] * len(runs))[: len(runs)] and len(runs) > 50
+    assert 0.35 < envs.count("sokoban") / len(envs) < 0.65

@@ -166,9 +166,9 @@ def test_sample_shape_auto_follows_the_history():
 
 @pytest.mark.parametrize("name", ["agent_val_sokoban", "agent_val_multi_tag"])
 def test_sokoban_examples_prompt_as_their_builtin_model_warmed_up(name):
-    """Each tag's system prompt is the one the builtin model's warm-up used for that env (the short one)."""
+    """Each tag's system prompt is the one the builtin model's warm-up used for that env (none)."""
     from roll_envs import sokoban_baselines
-    from roll_pipeline.models import BUILTIN_MODELS, TINY_SOKOBAN_INSTRUCTION
+    from roll_pipeline.models import BUILTIN_MODELS, NO_INSTRUCTION
 
     cfg = compose(str(EXAMPLES / "tiny-cpu-agentic"), name, [])
     warmed = {w.env_type: w.instruction for w in BUILTIN_MODELS[cfg.pretrain.removeprefix("builtin:")].envs}
@@ -178,7 +178,7 @@ def test_sokoban_examples_prompt_as_their_builtin_model_warmed_up(name):
         env = cfg.custom_envs[tag]
         assert env.env_instruction == warmed[env.env_type], tag
     sokoban = cfg.custom_envs["Sokoban"]
-    assert sokoban.env_instruction == TINY_SOKOBAN_INSTRUCTION and sokoban.env_type == "sokoban"
+    assert sokoban.env_instruction == NO_INSTRUCTION and sokoban.env_type == "sokoban"
     # the turn cap: twice the longest shortest solution of the held-out rooms
     assert sokoban.max_actions_per_traj == 2 * sokoban_baselines(1000, 30)["optimal_moves_max"]
     if name == "agent_val_multi_tag":

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from roll_pipeline.config_checks import config_problems
-from roll_pipeline.models import TINY_FROZEN_LAKE_INSTRUCTION
+from roll_pipeline.models import NO_INSTRUCTION
 from roll_pipeline.worker_config import (
     GeneratingArgs,
     ModelArgs,
@@ -111,7 +111,10 @@ class CustomEnvConfig(StrictModel):
     max_actions_per_traj: int = Field(8, ge=1, description="agent turns per episode")
     max_tokens_per_step: int = Field(16, ge=1, description="new tokens per turn")
     max_history_turns: int | None = Field(0, ge=0, description="earlier turns kept in the prompt; null = all")
-    env_instruction: str | None = Field(None, description="system prompt; null = the env's own instruction")
+    env_instruction: str | None = Field(
+        None,
+        description="system prompt; null = the env's own instruction; empty = none (the observation alone)",
+    )
     env_config: dict[str, Any] = Field(
         default_factory=dict, description="keyword config of the env (validated by the env)"
     )
@@ -295,7 +298,7 @@ class AgenticConfig(StrictModel):
         default_factory=_default_val_envs, description="validation envs (greedy)"
     )
     custom_envs: dict[str, CustomEnvConfig] = Field(
-        default_factory=lambda: {"FrozenLake": CustomEnvConfig(env_instruction=TINY_FROZEN_LAKE_INSTRUCTION)},
+        default_factory=lambda: {"FrozenLake": CustomEnvConfig(env_instruction=NO_INSTRUCTION)},
         description="env tags and their env types and limits",
     )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="where workers run")

@@ -23,17 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BUILD_VERSION = 3
-
 TINY_FROZEN_LAKE_INSTRUCTION = "P you, G goal, O hole. <answer>Left</answer> Down Right Up"
-"""The short system prompt of the tiny FrozenLake setup: 18 tokens where the env's own has about 90.
-A tiny model reads no English anyway; a shorter prompt makes every CPU forward pass cheaper, and in a
-supervised probe a from-scratch tiny model learnt to read the board faster when fewer prompt tokens
-competed with the board for its attention."""
-
-TINY_SOKOBAN_INSTRUCTION = "P you, X box, O target, # wall. <answer>Left</answer> Up Down Right"
-"""The short system prompt of the tiny Sokoban setup, in the style of `TINY_FROZEN_LAKE_INSTRUCTION`:
-22 tokens of the tiny tokenizer where the env's own instruction has 97."""
+"""The short system prompt of the first tiny FrozenLake builds (18 tokens where the env's own has about 90),
+still the one of `tiny-frozen-lake-history`; the other tiny models use `NO_INSTRUCTION`."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +34,8 @@ class WarmupEnv:
 
     env_type: str
     env_config: dict[str, Any] = field(default_factory=dict)
-    instruction: str | None = None  # None: the env's own
+    instruction: str | None = None
+    """System prompt of the warm-up prompts: None: the env's own; "": none (the observation alone)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +51,10 @@ class TinyModelSpec:
     """Attention window of every layer (None: full attention), see `HISTORY_WINDOW`."""
     history_prompts: bool = False
     """Warm-up prompts keep the episode's earlier turns (as prompts with max_history_turns: null do)."""
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    revision: int = 3
+    """Part of the cache folder's name: a spec whose build changes gets a new revision (old folders stay valid)."""
 
 
 HISTORY_WINDOW = 32
@@ -67,18 +64,32 @@ tokens). Measured (docs/tiny_model_findings.md): with full attention over whole-
 accuracy of an optimal move 0.33); with this window it reached 0.67 in 50 steps, faster than the default
 model on single-board prompts."""
 
-FROZEN_LAKE_WARMUP = WarmupEnv("frozen_lake", instruction=TINY_FROZEN_LAKE_INSTRUCTION)
-SOKOBAN_WARMUP = WarmupEnv("sokoban", instruction=TINY_SOKOBAN_INSTRUCTION)
+NO_INSTRUCTION = ""
+"""The tiny models' system prompt: none, the prompt is the observation alone. A model trained from scratch
+reads no English, and a constant prompt carries no information; measured (docs/tiny_model_findings.md), the
+18-token instruction of the first builds delayed the escape from the initial plateau of a supervised
+board-reading probe from 25-50 to 75-150 steps (varying with the data order), and doubled every prompt."""
+
+FROZEN_LAKE_WARMUP = WarmupEnv("frozen_lake", instruction=NO_INSTRUCTION)
+SOKOBAN_WARMUP = WarmupEnv("sokoban", instruction=NO_INSTRUCTION)
+BOARD_READING_HEADS = {"num_heads": 8, "num_kv_heads": 4}
+"""Eight attention heads of 16 dimensions instead of four of 32, at the same cost: held-out accuracy of the
+supervised probe 0.84-0.87 after 300 steps on three data orders, against 0.78-0.84 with four."""
 
 BUILTIN_MODELS: dict[str, TinyModelSpec] = {
-    "tiny-frozen-lake": TinyModelSpec(envs=(FROZEN_LAKE_WARMUP,)),
-    # for prompts that keep the whole conversation (max_history_turns: null, trajectory-wise samples)
+    "tiny-frozen-lake": TinyModelSpec(envs=(FROZEN_LAKE_WARMUP,), **BOARD_READING_HEADS, revision=4),
+    # for prompts that keep the whole conversation (max_history_turns: null, trajectory-wise samples); the
+    # build measured with the instruction (revision 3) stays until it is re-measured without
     "tiny-frozen-lake-history": TinyModelSpec(
-        envs=(FROZEN_LAKE_WARMUP,), sliding_window=HISTORY_WINDOW, history_prompts=True
+        envs=(WarmupEnv("frozen_lake", instruction=TINY_FROZEN_LAKE_INSTRUCTION),),
+        sliding_window=HISTORY_WINDOW,
+        history_prompts=True,
     ),
-    "tiny-sokoban": TinyModelSpec(envs=(SOKOBAN_WARMUP,)),
+    "tiny-sokoban": TinyModelSpec(envs=(SOKOBAN_WARMUP,), **BOARD_READING_HEADS, revision=4),
     # FrozenLake and Sokoban in one run (tags), warmed up on both, episodes interleaved
-    "tiny-agentic": TinyModelSpec(envs=(FROZEN_LAKE_WARMUP, SOKOBAN_WARMUP)),
+    "tiny-agentic": TinyModelSpec(
+        envs=(FROZEN_LAKE_WARMUP, SOKOBAN_WARMUP), **BOARD_READING_HEADS, revision=4
+    ),
 }
 
 
@@ -95,7 +106,7 @@ def resolve_pretrain(pretrain: str, seed: int = 0) -> Path | str:
     if name not in BUILTIN_MODELS:
         raise ValueError(f"unknown builtin model {name!r}; available: {sorted(BUILTIN_MODELS)}")
     spec = BUILTIN_MODELS[name]
-    target = cache_dir() / "models" / f"{name}-v{BUILD_VERSION}-seed{spec.seed}"
+    target = cache_dir() / "models" / f"{name}-v{spec.revision}-seed{spec.seed}"
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -119,6 +130,8 @@ def _build(spec: TinyModelSpec, target: Path) -> None:
         seed=spec.seed,
         warmup_steps=spec.warmup_steps,
         sliding_window=spec.sliding_window,
+        num_heads=spec.num_heads,
+        num_kv_heads=spec.num_kv_heads,
     )
     tmp.rename(target)
 
@@ -165,11 +178,8 @@ def format_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str, str
         obs, _ = env.reset(seed=rng.randrange(0, 10**8))
         history: list[dict[str, str]] = []  # earlier turns, kept only for history prompts
         for _ in range(rng.randint(1, 8 if spec.history_prompts else 4)):
-            messages = [
-                {"role": "system", "content": instruction},
-                *history,
-                {"role": "user", "content": obs},
-            ]
+            system = [{"role": "system", "content": instruction}] if instruction else []
+            messages = [*system, *history, {"role": "user", "content": obs}]
             examples.append((messages, f"<answer>{rng.choice(actions)}</answer>"))
             played = f"<answer>{rng.choice(actions)}</answer>"
             if spec.history_prompts:
