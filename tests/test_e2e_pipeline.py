@@ -8,21 +8,9 @@ from pathlib import Path
 import pytest
 from roll_pipeline import AgenticPipeline, CheckpointManager
 from roll_pipeline.launcher import compose
+from small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
 
-SMALL = [
-    "max_steps=3",
-    "save_steps=3",
-    "eval_steps=3",
-    "train_env_manager.num_env_groups=2",
-    "train_env_manager.group_size=4",
-    "train_env_manager.max_env_num_per_worker=4",
-    "val_env_manager.num_env_groups=8",
-    "val_env_manager.max_env_num_per_worker=8",
-    "custom_envs.FrozenLake.max_actions_per_traj=4",
-    "actor_train.training_args.per_device_train_batch_size=16",
-    "actor_train.training_args.gradient_accumulation_steps=2",
-    "print_baselines=false",
-]
+SMALL = [*steps(3), *SMALL_FROZEN_LAKE, *FEW_WORKERS]
 
 
 def run(tmp_path: Path, *extra: str):

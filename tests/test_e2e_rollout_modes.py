@@ -10,21 +10,11 @@ from roll_envs import FrozenLakeEnv
 from roll_pipeline import AgenticPipeline
 from roll_pipeline.launcher import compose
 from roll_pipeline.pipeline import PipelineError
+from small_runs import SMALL_FROZEN_LAKE
 
 pytestmark = pytest.mark.slow
 
-SMALL = [
-    "cluster.backend=local",
-    "save_steps=100",
-    "train_env_manager.num_env_groups=2",
-    "train_env_manager.group_size=4",
-    "val_env_manager.num_env_groups=8",
-    "custom_envs.FrozenLake.max_actions_per_traj=4",
-    "actor_train.training_args.per_device_train_batch_size=16",
-    "actor_train.training_args.gradient_accumulation_steps=2",
-    "print_baselines=false",
-    "track_with=[]",
-]
+SMALL = [*SMALL_FROZEN_LAKE, "cluster.backend=local", "save_steps=100", "track_with=[]"]
 
 
 class HalfBrokenLake(FrozenLakeEnv):

@@ -9,19 +9,16 @@ from pathlib import Path
 
 import pytest
 from roll_pipeline import cli
+from small_runs import SMALL_BATCHES, steps
 
 CONFIGS = ["--config-path", "tiny-cpu-agentic", "--no-progress"]
 SMALL = [
-    "max_steps=2",
-    "save_steps=2",
-    "eval_steps=2",
+    *steps(2),
+    *SMALL_BATCHES,
     "cluster.backend=local",
-    "train_env_manager.group_size=4",
     "train_env_manager.max_env_num_per_worker=8",
     "val_env_manager.max_env_num_per_worker=8",
     "custom_envs.Sokoban.max_actions_per_traj=6",
-    "actor_train.training_args.per_device_train_batch_size=16",
-    "actor_train.training_args.gradient_accumulation_steps=2",
 ]
 RUNS = {
     "agent_val_sokoban": ["train_env_manager.num_env_groups=2", "val_env_manager.num_env_groups=4"],

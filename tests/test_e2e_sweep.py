@@ -8,23 +8,9 @@ from pathlib import Path
 
 import pytest
 from roll_pipeline import cli
+from small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
 
-SMALL = [
-    "max_steps=2",
-    "save_steps=2",
-    "eval_steps=2",
-    "train_env_manager.num_env_groups=2",
-    "train_env_manager.group_size=4",
-    "train_env_manager.max_env_num_per_worker=4",
-    "val_env_manager.num_env_groups=8",
-    "val_env_manager.max_env_num_per_worker=8",
-    "custom_envs.FrozenLake.max_actions_per_traj=4",
-    "actor_train.training_args.per_device_train_batch_size=16",
-    "actor_train.training_args.gradient_accumulation_steps=2",
-    "print_baselines=false",
-    "cluster.backend=local",
-    "track_with=[stdout]",
-]
+SMALL = [*steps(2), *SMALL_FROZEN_LAKE, *FEW_WORKERS, "cluster.backend=local", "track_with=[stdout]"]
 
 
 @pytest.mark.slow
