@@ -62,3 +62,22 @@ def test_tis_weights_each_token_by_the_truncated_train_inference_ratio():
     assert metrics["actor/tis_weight_mean"] == pytest.approx((1.5 + 1.5 + 1.0 + 0.5 + 1.0) / 5)
     plain, plain_metrics = ActorLoss()(old.clone(), None, mb)  # without tis_cap the weights are ignored
     assert float(plain) == pytest.approx((-10 / 3 - 3) / 2) and "actor/tis_weight_mean" not in plain_metrics
+
+
+def test_by_reference_the_reference_models_confidence_picks_the_tokens():
+    mb = _batch()
+    # the policy grew sure of row 0's decision (0.25 -> 0.999); the reference still gives it 0.25, and
+    # gives row 0's last tag 0.5 (a token the policy is sure of, the reference not)
+    mb["ref_log_probs"] = mb["old_log_probs"].clone()
+    mb["ref_log_probs"][0, 3] = math.log(0.5)
+    mb["old_log_probs"][0, 2] = math.log(0.999)
+    log_probs = mb["old_log_probs"].clone()  # ratio 1: each token's PPO loss is -advantage
+    by_sampler, sampler_metrics = ActorLoss(skip_confident_tokens=0.99)(log_probs, None, mb)
+    assert sampler_metrics["actor/pg_token_frac"] == 0.0 and float(by_sampler) == 0.0  # nothing left to train
+    by_reference, metrics = ActorLoss(skip_confident_tokens=0.99, skip_confident_by="reference")(
+        log_probs, None, mb
+    )
+    assert metrics["actor/pg_token_frac"] == pytest.approx(2 / 5)  # row 0's decision and last tag
+    assert float(by_reference) == pytest.approx(-(-2.0 + 7.0) / 2)
+    with pytest.raises(ValueError, match="ref_log_probs"):
+        ActorLoss(skip_confident_tokens=0.99, skip_confident_by="reference")(log_probs, None, _batch())

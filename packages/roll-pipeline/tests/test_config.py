@@ -133,6 +133,8 @@ def test_an_unknown_override_key_names_the_nearest_valid_key():
         ({"pg_clip": 0.3, "pg_clip_low": 0.1, "pg_clip_high": 0.2}, "override it on both sides"),
         ({"sample_shape": "trajectory"}, "max_history_turns: null"),
         ({"tis_cap": 2.0}, "recompute_old_log_probs"),
+        ({"skip_confident_by": "reference", "use_kl_loss": False}, "skip_confident_by=reference"),
+        ({"skip_confident_by": "reference", "skip_confident_tokens": None}, "skip_confident_by=reference"),
     ],
 )
 def test_settings_that_would_do_nothing_are_errors(overrides, message):

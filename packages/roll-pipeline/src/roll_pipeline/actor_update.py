@@ -39,6 +39,7 @@ def actor_loss(config: AgenticConfig, kl_loss_coef: float) -> ActorLoss:
         kl_penalty=config.kl_penalty,
         entropy_loss_coef=config.entropy_loss_coef,
         skip_confident_tokens=config.skip_confident_tokens,
+        skip_confident_by=config.skip_confident_by,
         tis_cap=config.tis_cap,
         norm_constant=float(config.sequence_length),
     )

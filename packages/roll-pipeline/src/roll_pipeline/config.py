@@ -260,6 +260,12 @@ class AgenticConfig(StrictModel):
         description="leave out of the policy-gradient term the response tokens the old policy drew with"
         " probability >= this (format tokens: no decision, only noise that AdamW scales up); null trains all",
     )
+    skip_confident_by: Literal["sampler", "reference"] = Field(
+        "sampler",
+        description="whose probability of a token skip_confident_tokens compares: the sampler's (the policy"
+        " that drew it), or the reference model's (fixed for the run: a format token stays out however the"
+        " policy drifts, and a decision the policy grew sure of stays in; needs use_kl_loss)",
+    )
     norm_mean_type: Literal["mean_std", "mean", "none"] = Field(
         "mean_std", description="group normalisation of scores"
     )

@@ -97,6 +97,11 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
         )
     if not cfg.use_kl_loss and cfg.kl_loss_coef != _default(cfg, "kl_loss_coef"):
         problems.append("kl_loss_coef set with use_kl_loss=false: set use_kl_loss=true or drop kl_loss_coef")
+    if cfg.skip_confident_by == "reference" and not (cfg.use_kl_loss and cfg.skip_confident_tokens):
+        problems.append(
+            "skip_confident_by=reference compares the reference model's probabilities, which the update sees"
+            " only with use_kl_loss=true, and only matters with skip_confident_tokens set; set both, or drop it"
+        )
     if cfg.tis_cap is not None and not cfg.recompute_old_log_probs:
         problems.append(
             "tis_cap needs recompute_old_log_probs=true: without recomputation the old log-probs are the"

@@ -31,7 +31,8 @@ class ActorLoss:
     policy-gradient term leaves out the response tokens the old policy drew with probability >= p (format
     tokens such as an answer tag): they carry no decision, and their tiny, sign-noisy gradients, which
     AdamW scales up to full steps, drown the decision tokens' signal in the embeddings a small model
-    shares. The KL and entropy terms still cover every response token.
+    shares. The KL and entropy terms still cover every response token. `skip_confident_by="reference"`
+    compares the reference model's probability of the token (`ref_log_probs`) instead of the sampler's.
     """
 
     clip_low: float = 0.2
@@ -43,6 +44,7 @@ class ActorLoss:
     kl_penalty: str = "k3"
     entropy_loss_coef: float = 0.0
     skip_confident_tokens: float | None = None
+    skip_confident_by: str = "sampler"
     tis_cap: float | None = None
     norm_constant: float = 1.0
 
@@ -62,7 +64,7 @@ class ActorLoss:
         self, log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, float]]:
         mask = mb["response_mask"]
-        pg_mask = self._decision_tokens(mask, mb["old_log_probs"])
+        pg_mask = self._decision_tokens(mask, mb)
         pg = policy_loss(
             log_probs,
             mb["old_log_probs"],
@@ -113,11 +115,17 @@ class ActorLoss:
             return mb["full_kl"]
         return kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty)
 
-    def _decision_tokens(self, mask: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+    def _decision_tokens(self, mask: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         """The response tokens the policy-gradient term trains on."""
         if self.skip_confident_tokens is None:
             return mask
-        return mask & (old_log_probs < math.log(self.skip_confident_tokens))
+        if self.skip_confident_by == "reference":
+            if "ref_log_probs" not in mb:
+                raise ValueError("skip_confident_by='reference' needs `ref_log_probs` in the micro-batch")
+            judged = mb["ref_log_probs"]
+        else:
+            judged = mb["old_log_probs"]
+        return mask & (judged < math.log(self.skip_confident_tokens))
 
 
 @dataclass(frozen=True)
