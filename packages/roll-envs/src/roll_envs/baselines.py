@@ -186,6 +186,14 @@ class EnvBaselines(NamedTuple):
     """Other measured numbers (Sokoban: the shortest solutions' mean and max moves, unsolvable rooms)."""
 
 
+def has_baselines(env: Any) -> bool:
+    """Whether `env_baselines` has numbers for this built env: FrozenLake with deterministic ice, Sokoban."""
+    from roll_envs.frozen_lake import FrozenLakeEnv
+    from roll_envs.sokoban import SokobanEnv
+
+    return (isinstance(env, FrozenLakeEnv) and not env.config.is_slippery) or isinstance(env, SokobanEnv)
+
+
 def env_baselines(env: Any, turns: int, episodes: int = 1000) -> EnvBaselines | None:
     """The baselines of a built env at `turns` turns (one move per turn) on `episodes` held-out episodes:
     FrozenLake with deterministic ice (any size and p) and Sokoban (any variant); None for other envs.
@@ -196,20 +204,19 @@ def env_baselines(env: Any, turns: int, episodes: int = 1000) -> EnvBaselines | 
     ('Sokoban', ['optimal', 'random'])
     """
     from roll_envs.frozen_lake import FrozenLakeEnv
-    from roll_envs.sokoban import SokobanEnv
 
-    if isinstance(env, FrozenLakeEnv) and not env.config.is_slippery:
+    if not has_baselines(env):
+        return None
+    if isinstance(env, FrozenLakeEnv):
         rates = frozen_lake_baselines(episodes, turns, env.config.size, env.config.p)
         note = "At or below the fixed-sequence baseline the agent does not read the board."
         return EnvBaselines("FrozenLake", "maps", turns, rates, note, {})
-    if isinstance(env, SokobanEnv):
-        from roll_envs.sokoban.baselines import sokoban_baselines
+    from roll_envs.sokoban.baselines import sokoban_baselines
 
-        found = sokoban_baselines(episodes, turns, env.config)
-        rates = {name: found.pop(name) for name in ("random", "optimal")}
-        note = (
-            f"Shortest solutions (BFS) take {found['optimal_moves_mean']:.1f} moves on average, "
-            f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns."
-        )
-        return EnvBaselines("Sokoban", "rooms", turns, rates, note, found)
-    return None
+    found = sokoban_baselines(episodes, turns, env.config)
+    rates = {name: found.pop(name) for name in ("random", "optimal")}
+    note = (
+        f"Shortest solutions (BFS) take {found['optimal_moves_mean']:.1f} moves on average, "
+        f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns."
+    )
+    return EnvBaselines("Sokoban", "rooms", turns, rates, note, found)

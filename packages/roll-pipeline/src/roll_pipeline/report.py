@@ -20,10 +20,26 @@ def env_id_baselines(env_id: str, episodes: int = 1000, max_steps: int | None = 
     env.close()
     if found is None:
         raise ValueError(
-            f"env {env_id!r} has no baselines; envs with some: frozen_lake, sokoban, simple_sokoban, "
-            "larger_sokoban, sokoban_different_grid_vocab"
+            f"env {env_id!r} has no baselines; envs with some: {', '.join(_envs_with_baselines())}"
         )
     return found
+
+
+def _envs_with_baselines() -> list[str]:
+    """Registered env ids whose default build has baselines (`roll_envs.baselines.has_baselines`)."""
+    import roll_envs
+    from roll_envs.baselines import has_baselines
+
+    ids = []
+    for env_id in roll_envs.list_envs():
+        try:
+            env = roll_envs.make(env_id, render_mode=None)
+        except Exception:  # an env needing extra config has no default build
+            continue
+        if has_baselines(env):
+            ids.append(env_id)
+        env.close()
+    return ids
 
 
 def tag_baselines(config: AgenticConfig, episodes: int = 1000) -> dict[str, EnvBaselines]:
