@@ -81,3 +81,16 @@ def test_by_reference_the_reference_models_confidence_picks_the_tokens():
     assert float(by_reference) == pytest.approx(-(-2.0 + 7.0) / 2)
     with pytest.raises(ValueError, match="ref_log_probs"):
         ActorLoss(skip_confident_tokens=0.99, skip_confident_by="reference")(log_probs, None, _batch())
+
+
+def test_entropy_scope_decision_averages_the_bonus_over_the_decision_tokens_only():
+    mb = _batch()
+    log_probs = mb["old_log_probs"].clone()
+    entropy = torch.tensor([[9.0, 0.1, 1.2, 0.3], [9.0, 0.2, 0.4, 9.0]])  # masked positions hold 9
+    _, everywhere = ActorLoss(skip_confident_tokens=0.99)(log_probs, entropy, mb)
+    assert everywhere["actor/entropy"] == pytest.approx(((0.1 + 1.2 + 0.3) / 3 + (0.2 + 0.4) / 2) / 2)
+    loss, decision = ActorLoss(skip_confident_tokens=0.99, entropy_scope="decision", entropy_loss_coef=0.5)(
+        log_probs, entropy, mb
+    )
+    assert decision["actor/entropy"] == pytest.approx(1.2)  # row 0's one decision token; row 1 has none
+    assert float(loss) == pytest.approx(2.0 - 0.5 * 1.2)

@@ -135,6 +135,8 @@ def test_an_unknown_override_key_names_the_nearest_valid_key():
         ({"tis_cap": 2.0}, "recompute_old_log_probs"),
         ({"skip_confident_by": "reference", "use_kl_loss": False}, "skip_confident_by=reference"),
         ({"skip_confident_by": "reference", "skip_confident_tokens": None}, "skip_confident_by=reference"),
+        ({"entropy_scope": "decision"}, "entropy_scope=decision"),
+        ({"entropy_scope": "decision", "entropy_loss_coef": 0.01, "skip_confident_tokens": None}, "entropy_scope"),
     ],
 )
 def test_settings_that_would_do_nothing_are_errors(overrides, message):

@@ -40,6 +40,7 @@ def actor_loss(config: AgenticConfig, kl_loss_coef: float) -> ActorLoss:
         entropy_loss_coef=config.entropy_loss_coef,
         skip_confident_tokens=config.skip_confident_tokens,
         skip_confident_by=config.skip_confident_by,
+        entropy_scope=config.entropy_scope,
         tis_cap=config.tis_cap,
         norm_constant=float(config.sequence_length),
     )

@@ -248,6 +248,12 @@ class AgenticConfig(StrictModel):
         description="entropy bonus; 0 by default: over every response token it also randomises the answer "
         "format, while the KL term alone keeps the policy near the reference",
     )
+    entropy_scope: Literal["response", "decision"] = Field(
+        "response",
+        description="the tokens the entropy bonus covers: every response token, or only the decision tokens"
+        " the policy-gradient term trains on (see skip_confident_tokens): the choices keep exploring while the"
+        " answer format stays sharp; decision needs skip_confident_tokens",
+    )
     whiten_advantages: bool = Field(
         True,
         description="whiten advantages over the batch's response tokens; also removes their mean, whose"

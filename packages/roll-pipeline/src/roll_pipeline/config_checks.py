@@ -102,6 +102,11 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
             "skip_confident_by=reference compares the reference model's probabilities, which the update sees"
             " only with use_kl_loss=true, and only matters with skip_confident_tokens set; set both, or drop it"
         )
+    if cfg.entropy_scope == "decision" and not (cfg.skip_confident_tokens and cfg.entropy_loss_coef > 0):
+        problems.append(
+            "entropy_scope=decision bounds the entropy bonus to the tokens skip_confident_tokens keeps; set"
+            " skip_confident_tokens and entropy_loss_coef > 0, or drop entropy_scope"
+        )
     if cfg.tis_cap is not None and not cfg.recompute_old_log_probs:
         problems.append(
             "tis_cap needs recompute_old_log_probs=true: without recomputation the old log-probs are the"

@@ -33,6 +33,8 @@ class ActorLoss:
     AdamW scales up to full steps, drown the decision tokens' signal in the embeddings a small model
     shares. The KL and entropy terms still cover every response token. `skip_confident_by="reference"`
     compares the reference model's probability of the token (`ref_log_probs`) instead of the sampler's.
+    `entropy_scope="decision"` aggregates the entropy bonus over those decision tokens only, so it keeps
+    the choices exploring without flattening the answer format.
     """
 
     clip_low: float = 0.2
@@ -45,6 +47,7 @@ class ActorLoss:
     entropy_loss_coef: float = 0.0
     skip_confident_tokens: float | None = None
     skip_confident_by: str = "sampler"
+    entropy_scope: str = "response"
     tis_cap: float | None = None
     norm_constant: float = 1.0
 
@@ -98,7 +101,7 @@ class ActorLoss:
             loss = loss + self.kl_loss_coef * kl
             metrics["actor/kl_loss"] = float(kl.detach())
         if entropy is not None:
-            ent = self._aggregate(entropy, mask)
+            ent = self._aggregate(entropy, pg_mask if self.entropy_scope == "decision" else mask)
             loss = loss - self.entropy_loss_coef * ent
             metrics["actor/entropy"] = float(ent.detach())
         metrics["actor/loss"] = float(loss.detach())
