@@ -136,7 +136,12 @@ def test_an_unknown_override_key_names_the_nearest_valid_key():
         ({"skip_confident_by": "reference", "use_kl_loss": False}, "skip_confident_by=reference"),
         ({"skip_confident_by": "reference", "skip_confident_tokens": None}, "skip_confident_by=reference"),
         ({"entropy_scope": "decision"}, "entropy_scope=decision"),
-        ({"entropy_scope": "decision", "entropy_loss_coef": 0.01, "skip_confident_tokens": None}, "entropy_scope"),
+        ({"actor_infer": {"generating_args": {"temperature": 1.5}}}, "recompute_old_log_probs=true"),
+        ({"actor_infer": {"generating_args": {"top_p": 0.9}}}, "recompute_old_log_probs=true"),
+        (
+            {"entropy_scope": "decision", "entropy_loss_coef": 0.01, "skip_confident_tokens": None},
+            "entropy_scope",
+        ),
     ],
 )
 def test_settings_that_would_do_nothing_are_errors(overrides, message):
