@@ -72,7 +72,11 @@ class GeneratingArgs(StrictModel):
         16, ge=1, description="cap on new tokens (custom_envs.*.max_tokens_per_step rules per turn)"
     )
     temperature: float = Field(
-        1.0, gt=0, description="sampling temperature of training rollouts (validation is greedy)"
+        1.0,
+        gt=0,
+        description="sampling temperature of training rollouts (validation is greedy); temperature, top_p and"
+        " top_k other than 1, 1, 0 need recompute_old_log_probs (the trainer scores the model's own"
+        " distribution)",
     )
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling; 0 disables")
