@@ -84,6 +84,17 @@ def test_a_resume_drops_what_a_killed_run_logged_after_the_checkpoint(tmp_path):
     assert dropped[:2] == [rows[4].strip(), rows[5].strip()] and dropped[2] == '{"step": 6, "x":'
 
 
+def test_a_fresh_start_in_a_used_folder_sets_the_earlier_runs_rows_aside(tmp_path):
+    earlier = "".join(json.dumps({"step": s, "x": 9.0}) + "\n" for s in range(3))
+    (tmp_path / "metrics.jsonl").write_text(earlier)  # a run killed before its first checkpoint
+    tracker = Tracker(tmp_path, [], {})
+    tracker.log({"x": 1.0}, 1)
+    tracker.close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [{"step": 1, "x": 1.0}]
+    assert (tmp_path / "metrics.dropped.jsonl").read_text() == earlier
+
+
 def test_the_checkpointed_wandb_run_id_is_continued_in_another_run_folder(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")

@@ -8,7 +8,8 @@ W&B (`track_with: [wandb]`, extra `roll-pipeline[wandb]`) takes `tracker_kwargs`
 name, tags, notes, mode, ...) as `wandb.init` arguments; its run id is kept in the run folder and in
 every checkpoint, so a resumed run continues the same W&B run. `WANDB_MODE=offline` works without an
 account. On a resume from step N, what a killed run logged after N is dropped from metrics.jsonl (kept
-in metrics.dropped.jsonl) and hidden in TensorBoard (`purge_step`), since the resumed run logs it again.
+in metrics.dropped.jsonl) and hidden in TensorBoard (`purge_step`), since the resumed run logs it again; a
+fresh start in a used folder drops all of it the same way.
 """
 
 from __future__ import annotations
@@ -49,11 +50,13 @@ class Tracker:
         wandb_run_id: str | None = None,
     ) -> None:
         """`resume_step`: the run resumes from a checkpoint of that step, so what a killed run logged after it
-        is dropped (metrics.jsonl rows, TensorBoard events); `wandb_run_id`: the W&B run to continue (the
-        checkpoint's), else the one kept in the run folder, else a new one."""
+        is dropped (metrics.jsonl rows, TensorBoard events); None: a fresh start, so everything an earlier run
+        of the folder logged is (a run killed before its first checkpoint would otherwise share the curve);
+        `wandb_run_id`: the W&B run to continue (the checkpoint's), else the one kept in the run folder, else
+        a new one."""
         self.run_dir = Path(run_dir)
-        if resume_step is not None:
-            drop_rows_after(self.run_dir / "metrics.jsonl", resume_step)
+        first_step = -1 if resume_step is None else resume_step
+        drop_rows_after(self.run_dir / "metrics.jsonl", first_step)
         self.jsonl = (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8")
         self.stdout = "stdout" in track_with
         self.verbose = verbose
@@ -63,8 +66,8 @@ class Tracker:
         if "tensorboard" in track_with:
             from torch.utils.tensorboard import SummaryWriter
 
-            purge = None if resume_step is None else resume_step + 1  # hides a killed run's later events
-            self.writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"), purge_step=purge)
+            # purge_step hides the events an earlier run of the folder logged from that step on
+            self.writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"), purge_step=first_step + 1)
             if config is not None:
                 self.writer.add_text("config", "```\n" + json.dumps(config, indent=2) + "\n```", 0)
         self.wandb_run = (
