@@ -173,6 +173,14 @@ def test_report_writes_table_json_and_plot_of_existing_runs(tmp_path, capsys):
     assert report_run_dirs([sweep_dir]) == [runs / "exp_seed1", runs / "exp_seed2"]  # a sweep folder
 
 
+def test_runs_of_one_seed_are_told_apart_by_their_folder(tmp_path):
+    a = read_seed(make_run(tmp_path / "a", 1, {0: 0.1, 10: 0.5}, max_steps=10).rename(tmp_path / "ref_s1"))
+    b = read_seed(make_run(tmp_path / "b", 1, {0: 0.1, 10: 0.7}, max_steps=10).rename(tmp_path / "t15_s1"))
+    c = read_seed(make_run(tmp_path / "b", 2, {0: 0.1, 10: 0.7}, max_steps=10))
+    firsts = [line.split()[0:2] for line in format_table([a, b, c]).splitlines()[1:4]]
+    assert firsts == [["1", "(ref_s1)"], ["1", "(t15_s1)"], ["2", "10/10"]]
+
+
 def test_report_of_a_folder_without_runs_says_what_to_pass(tmp_path, capsys):
     assert cli.main(["sweep", "--report", str(tmp_path)]) == 2
     assert "pass runs/<exp_name>_seed<k> folders" in capsys.readouterr().err

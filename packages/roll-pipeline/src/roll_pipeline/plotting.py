@@ -114,14 +114,14 @@ def plot_sweep(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from roll_pipeline.sweep import THRESHOLDS
+    from roll_pipeline.sweep import THRESHOLDS, run_labels
 
     fig, (by_step, by_minute) = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
-    for i, result in enumerate(results):
+    for i, (result, name) in enumerate(zip(results, run_labels(results), strict=True)):
         if not result.curve:
             continue
         final = result.final.success if result.final else 0.0
-        label = f"seed {result.seed}: final {final:.2f}"
+        label = f"seed {name}: final {final:.2f}"
         label += f" ({result.status})" if result.status not in ("done", "reused") else ""
         color = f"C{i % 10}"
         steps = [p.step for p in result.curve]

@@ -214,13 +214,27 @@ def _status_text(result: SeedResult, width: int = 100) -> str:
     return result.status
 
 
+def run_labels(results: Sequence[SeedResult]) -> list[str]:
+    """Each run's name in the table and the plot: its seed, with its run folder's name when the seed alone
+    does not tell the runs apart (a report comparing configs on one seed) or is unknown."""
+    seeds = [r.seed for r in results]
+    return [
+        r.run_dir.name
+        if r.seed is None
+        else f"{r.seed} ({r.run_dir.name})"
+        if seeds.count(r.seed) > 1
+        else str(r.seed)
+        for r in results
+    ]
+
+
 def table_rows(results: Sequence[SeedResult]) -> list[list[str]]:
     """One row of cells per seed (see `TABLE_HEADER`)."""
     rows = []
-    for r in results:
+    for r, label in zip(results, run_labels(results), strict=True):
         best = r.best
         cells = [
-            str(r.seed) if r.seed is not None else r.run_dir.name,
+            label,
             f"{r.last_step}/{r.max_steps}" if r.last_step is not None else "-",
             _num(r.final.success if r.final else None),
             f"{best.success:.3f} @{best.step}" if best else "-",
