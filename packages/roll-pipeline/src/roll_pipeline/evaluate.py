@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from roll_rollout import PolicyClient, RolloutBatch, Trajectory, validation_seeds
+from roll_rollout import PolicyClient, RolloutBatch, validation_seeds
 
 from roll_pipeline.checkpoint import CheckpointManager, newest_verified, verify_checkpoint
 from roll_pipeline.cluster import LocalCluster
 from roll_pipeline.config import AgenticConfig
-from roll_pipeline.metrics import val_metrics
+from roll_pipeline.metrics import episodes_by_tag, val_metrics
 from roll_pipeline.rollout_setup import build_scheduler
 
 
@@ -39,17 +38,10 @@ class TagReport:
 
 def tag_reports(batch: RolloutBatch) -> list[TagReport]:
     """Per-tag summary of a validation batch."""
-    healthy: dict[str, list[Trajectory]] = defaultdict(list)
-    failed: dict[str, int] = defaultdict(int)
-    for t in batch.trajectories:
-        healthy[t.tag].append(t)
-    for t in batch.failed:
-        failed[t.tag] += 1
     reports = []
-    for tag in sorted(set(healthy) | set(failed)):
-        trajs = healthy[tag]
+    for tag, (trajs, failed) in episodes_by_tag(batch.trajectories, batch.failed).items():
         turns = [turn for t in trajs for turn in t.turns]
-        n = len(trajs) + failed[tag]
+        n = len(trajs) + failed
         reports.append(
             TagReport(
                 tag,
@@ -58,7 +50,7 @@ def tag_reports(batch: RolloutBatch) -> list[TagReport]:
                 sum(t.score for t in trajs) / max(len(trajs), 1),
                 len(turns) / max(len(trajs), 1),
                 sum(turn.action_is_valid for turn in turns) / max(len(turns), 1),
-                failed[tag],
+                failed,
             )
         )
     return reports

@@ -17,23 +17,28 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 
 
-def env_metrics(trajs: Sequence[Trajectory], failed: Sequence[Trajectory], prefix: str) -> dict[str, float]:
-    """Per-tag means of every episode metric over the healthy episodes: `{prefix}{tag}/{name}`;
-    `success` over healthy and failed episodes; `failed_episodes` per tag."""
+def episodes_by_tag(
+    trajs: Sequence[Trajectory], failed: Sequence[Trajectory]
+) -> dict[str, tuple[list[Trajectory], int]]:
+    """Each tag's healthy episodes and how many of its episodes failed, tags in sorted order."""
     healthy: dict[str, list[Trajectory]] = defaultdict(list)
     broken: dict[str, int] = defaultdict(int)
     for t in trajs:
         healthy[t.tag].append(t)
     for t in failed:
         broken[t.tag] += 1
+    return {tag: (healthy[tag], broken[tag]) for tag in sorted(set(healthy) | set(broken))}
+
+
+def env_metrics(trajs: Sequence[Trajectory], failed: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    """Per-tag means of every episode metric over the healthy episodes: `{prefix}{tag}/{name}`;
+    `success` over healthy and failed episodes; `failed_episodes` per tag."""
     out: dict[str, float] = {}
-    for tag in sorted(set(healthy) | set(broken)):
-        group = healthy[tag]
+    for tag, (group, broken) in episodes_by_tag(trajs, failed).items():
         for name in sorted({k for t in group for k in t.metrics}):
             out[f"{prefix}{tag}/{name}"] = _mean([t.metrics[name] for t in group if name in t.metrics])
-        episodes = len(group) + broken[tag]
-        out[f"{prefix}{tag}/success"] = sum(t.success for t in group) / episodes
-        out[f"{prefix}{tag}/failed_episodes"] = float(broken[tag])
+        out[f"{prefix}{tag}/success"] = sum(t.success for t in group) / (len(group) + broken)
+        out[f"{prefix}{tag}/failed_episodes"] = float(broken)
     return out
 
 
