@@ -252,7 +252,7 @@ class AgenticConfig(StrictModel):
         "response",
         description="the tokens the entropy bonus covers: every response token, or only the decision tokens"
         " the policy-gradient term trains on (see skip_confident_tokens): the choices keep exploring while the"
-        " answer format stays sharp; decision needs skip_confident_tokens",
+        " answer format stays sharp (actor/entropy is then their mean); decision needs skip_confident_tokens",
     )
     whiten_advantages: bool = Field(
         True,
