@@ -43,3 +43,22 @@ def test_lr_scale_applies_to_one_step_without_compounding(tiny_model_dir):
     assert lrs == pytest.approx([0.125e-3, 0.5e-3, 0.1875e-3, 1e-3])
     with pytest.raises(StrategyError, match="lr_scale"):
         strategy.train_step(mb, _nll, with_entropy=False, lr_scale=2.0)
+
+
+def test_adamw_with_warmup_and_lr_scale_on_a_bare_parameter():
+    import torch
+    from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
+
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer, schedule = adamw_with_warmup(
+        [weight], learning_rate=2e-3, weight_decay=0.0, betas=(0.9, 0.98), eps=1e-8, warmup_steps=2
+    )
+    lrs = []
+    for scale in (1.0, 0.5, 0.5):
+        weight.grad = torch.ones(3)
+        lrs.append(apply_lr_scale(optimizer, scale))
+        optimizer.step()
+        schedule.step()
+    # warm-up 1/2 then 2/2 of 2e-3, each times its own step's scale only
+    assert lrs == pytest.approx([1e-3, 1e-3, 1e-3])
+    assert optimizer.param_groups[0]["betas"] == (0.9, 0.98)

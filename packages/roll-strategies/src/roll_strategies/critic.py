@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from roll_strategies.errors import StrategyError
 from roll_strategies.forward import PACK_CAPACITY_KEY, packing_supported, value_outputs
 from roll_strategies.hf_train import TRAINER_STATE_FILE, _read, checkpoint_files
+from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
 from roll_strategies.value_model import load_value_model
 from roll_strategies.weights import load_named_weights
 
@@ -57,11 +58,13 @@ class HFCriticStrategy:
         self.max_grad_norm = max_grad_norm
         self.step = 0
         self.model.train()
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=learning_rate, weight_decay=weight_decay, betas=tuple(betas), eps=eps
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+        self.optimizer, self.scheduler = adamw_with_warmup(
+            self.model.parameters(),
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            betas=betas,
+            eps=eps,
+            warmup_steps=warmup_steps,
         )
 
     def packing_supported(self) -> bool:
@@ -129,9 +132,7 @@ class HFCriticStrategy:
             for key, value in {"loss": float(loss.detach()), **metrics}.items():
                 sums[key] = sums.get(key, 0.0) + weight * float(value)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        for group in self.optimizer.param_groups:  # scheduler.step() resets lr from its base
-            group["lr"] *= lr_scale
-        lr = self.optimizer.param_groups[0]["lr"]
+        lr = apply_lr_scale(self.optimizer, lr_scale)
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1

@@ -9,7 +9,6 @@ grad-norm clipping at `max_grad_norm`. DeepSpeed itself is imported only when a 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -24,7 +23,7 @@ from roll_strategies.deepspeed_config import build_deepspeed_config, zero_stage
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.hf_train import LossFn
 from roll_strategies.logprobs import batched_log_probs, token_log_probs
-from roll_strategies.schedules import warmup_factor
+from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
 from roll_strategies.weight_sync import WeightBucket, WeightExporter, WeightSyncPlan
 from roll_strategies.weights import unique_named_tensors
 
@@ -72,11 +71,13 @@ class DeepSpeedTrainStrategy:
         # float32 master weights: DeepSpeed casts the module to bf16 itself when bf16 is enabled.
         model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype="float32")
         model.train()
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=learning_rate, weight_decay=weight_decay, betas=tuple(betas), eps=eps
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, functools.partial(warmup_factor, warmup_steps=warmup_steps)
+        self.optimizer, self.scheduler = adamw_with_warmup(
+            model.parameters(),
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            betas=betas,
+            eps=eps,
+            warmup_steps=warmup_steps,
         )
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=self.ds_config
@@ -135,9 +136,7 @@ class DeepSpeedTrainStrategy:
             for key, value in {"loss": float(loss.detach()), **metrics}.items():
                 sums[key] = sums.get(key, 0.0) + weight * float(value)
         local_norm = self._local_grad_norm() if self.zero_stage == 0 else None
-        for group in self.optimizer.param_groups:  # the scheduler's step resets lr from its base
-            group["lr"] *= lr_scale
-        lr = self.optimizer.param_groups[0]["lr"]
+        lr = apply_lr_scale(self.optimizer, lr_scale)
         self.engine.step()
         grad_norm = self.engine.get_global_grad_norm()
         self.step += 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -15,7 +14,7 @@ from roll_strategies._loading import load_model_and_tokenizer
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.forward import micro_batch_outputs
 from roll_strategies.logprobs import batched_log_probs, token_log_probs
-from roll_strategies.schedules import warmup_factor
+from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
 from roll_strategies.weight_sync import WeightBucket, WeightExporter, WeightSyncPlan
 from roll_strategies.weights import export_named_weights, load_named_weights
 
@@ -74,11 +73,13 @@ class HFTrainStrategy:
             self.model.eval().requires_grad_(False)
             return
         self.model.train()
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=learning_rate, weight_decay=weight_decay, betas=tuple(betas), eps=eps
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, functools.partial(warmup_factor, warmup_steps=warmup_steps)
+        self.optimizer, self.scheduler = adamw_with_warmup(
+            self.model.parameters(),
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            betas=betas,
+            eps=eps,
+            warmup_steps=warmup_steps,
         )
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
@@ -139,9 +140,7 @@ class HFTrainStrategy:
             for key, value in {"loss": float(loss.detach()), **metrics}.items():
                 sums[key] = sums.get(key, 0.0) + weight * float(value)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        for group in self.optimizer.param_groups:  # scheduler.step() below resets lr from its base
-            group["lr"] *= lr_scale
-        lr = self.optimizer.param_groups[0]["lr"]
+        lr = apply_lr_scale(self.optimizer, lr_scale)
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1

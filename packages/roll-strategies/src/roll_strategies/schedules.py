@@ -6,12 +6,16 @@ exact when the number of optimiser steps per rollout varies) and passes the fact
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterable, Sequence
 from typing import Literal
+
+import torch
 
 from roll_strategies.errors import StrategyError
 
-__all__ = ["LrDecay", "lr_decay_factor", "warmup_factor"]
+__all__ = ["LrDecay", "adamw_with_warmup", "apply_lr_scale", "lr_decay_factor", "warmup_factor"]
 
 LrDecay = Literal["constant", "linear", "cosine"]
 
@@ -35,3 +39,32 @@ def lr_decay_factor(kind: LrDecay, progress: float, min_ratio: float = 0.0) -> f
 def warmup_factor(step: int, warmup_steps: int) -> float:
     """Linear warm-up of the optimiser's lr: min(1, (step + 1) / warmup_steps) at optimiser step `step`; 1 without."""
     return min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+
+
+def adamw_with_warmup(
+    parameters: Iterable[torch.nn.Parameter],
+    *,
+    learning_rate: float,
+    weight_decay: float,
+    betas: Sequence[float],
+    eps: float,
+    warmup_steps: int,
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """The optimiser every training strategy uses: AdamW and a LambdaLR of `warmup_factor`."""
+    optimizer = torch.optim.AdamW(
+        parameters, lr=learning_rate, weight_decay=weight_decay, betas=tuple(betas), eps=eps
+    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, functools.partial(warmup_factor, warmup_steps=warmup_steps)
+    )
+    return optimizer, schedule
+
+
+def apply_lr_scale(optimizer: torch.optim.Optimizer, lr_scale: float) -> float:
+    """Multiply this optimiser step's lr by the run's decay factor; returns the lr the step uses.
+
+    The warm-up scheduler's next `step()` sets lr from its base again, so the scale lasts one step.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] *= lr_scale
+    return float(optimizer.param_groups[0]["lr"])
