@@ -139,6 +139,10 @@ def test_an_unknown_override_key_names_the_nearest_valid_key():
         ({"actor_infer": {"generating_args": {"temperature": 1.5}}}, "recompute_old_log_probs=true"),
         ({"actor_infer": {"generating_args": {"top_p": 0.9}}}, "recompute_old_log_probs=true"),
         (
+            {"actor_infer": {"generating_args": {"temperature_schedule": [[160, 1.5]]}}},
+            "recompute_old_log_probs=true",
+        ),
+        (
             {"entropy_scope": "decision", "entropy_loss_coef": 0.01, "skip_confident_tokens": None},
             "entropy_scope",
         ),
@@ -194,3 +198,31 @@ def test_sokoban_examples_prompt_as_their_builtin_model_warmed_up(name):
         assert tags == ["FrozenLake", "Sokoban"]
         assert cfg.train_env_manager.num_groups_partition == [8, 8]
         assert cfg.val_env_manager.num_groups_partition == [64, 64]
+
+
+def test_temperature_schedule_is_piecewise_constant_from_the_command_line():
+    cfg = compose(
+        None,
+        None,
+        [
+            "recompute_old_log_probs=true",
+            "actor_infer.generating_args.temperature_schedule=[[100,1.5],[200,1.2]]",
+        ],
+    )
+    gen = cfg.actor_infer.generating_args
+    assert [gen.temperature_at(s) for s in (0, 99, 100, 199, 200, 500)] == [1.0, 1.0, 1.5, 1.5, 1.2, 1.2]
+    assert gen.reshapes_sampling()
+    assert not AgenticConfig().actor_infer.generating_args.reshapes_sampling()
+
+
+@pytest.mark.parametrize(
+    "schedule", [[[200, 1.5], [100, 1.2]], [[5, 1.5], [5, 1.2]], [[-1, 1.5]], [[10, 0.0]]]
+)
+def test_bad_temperature_schedules_are_named(schedule):
+    with pytest.raises(ConfigError, match="temperature_schedule"):
+        validate(
+            {
+                "recompute_old_log_probs": True,
+                "actor_infer": {"generating_args": {"temperature_schedule": schedule}},
+            }
+        )

@@ -337,3 +337,38 @@ def test_batches_hold_groups_in_creation_order_not_completion_order(scheduler_fa
     batch = run(one_batch(scheduler_factory(EnvLayout(4, 2, ("A",), (4,), 8), slow_first), 8))
     groups = [t.group_id for t in batch.trajectories]
     assert groups == sorted(groups)
+
+
+class _TemperatureLog(ScriptedPolicy):
+    """Records the temperature of every request and the episode it belongs to."""
+
+    def __init__(self, response_ids):
+        super().__init__(response_ids, latency=lambda r: 0.001)
+        self.temperatures: list[float] = []
+
+    async def generate(self, request):
+        self.temperatures.append(request.sampling.temperature)
+        return await super().generate(request)
+
+
+def test_set_sampling_applies_to_episodes_dispatched_after_it(scheduler_factory, answer_ids):
+    from roll_rollout import SamplingSettings
+
+    async def scenario():
+        layout = EnvLayout(2, 2, ("A",), (2,), 4)
+        policy = _TemperatureLog(answer_ids)
+        scheduler = scheduler_factory(layout, policy)
+        first = await scheduler.get_batch(4)
+        n_first = len(policy.temperatures)
+        scheduler.set_sampling({"A": SamplingSettings(max_new_tokens=4, temperature=1.5)})
+        second = await scheduler.get_batch(4)
+        with pytest.raises(SchedulerError, match="exactly the tags"):
+            scheduler.set_sampling({"B": SamplingSettings(max_new_tokens=4)})
+        await scheduler.stop()
+        return first, second, n_first, policy.temperatures
+
+    first, second, n_first, temperatures = run(scenario())
+    # synchronous mode: nothing runs between batches, so the switch is exact
+    assert n_first == sum(len(t.turns) for t in first.trajectories)
+    assert set(temperatures[:n_first]) == {1.0}
+    assert temperatures[n_first:] == [1.5] * sum(len(t.turns) for t in second.trajectories)

@@ -7,6 +7,11 @@ Per-token estimators of KL(pi || ref) from sampled tokens, with log_ratio = log 
 - `k3`:   exp(-log_ratio) + log_ratio - 1              (Schulman's low-variance, unbiased, >= 0),
           clamped to [-10, 10] for safety against a runaway ratio
 - `full`: sum_v pi(v) (log pi(v) - log ref(v)) over the vocabulary: exact, needs both logits [B, T, V].
+- `full_forward`: sum_v ref(v) (log ref(v) - log pi(v)), the exact KL(ref || pi), the other direction. Its
+          gradient on a logit is pi(v) - ref(v): a token the policy has given up (pi -> 0) is pulled back
+          in proportion to the reference's probability of it, where KL(pi || ref)'s pull vanishes with pi
+          (and k3's is clamped away once ref / pi > ~11.5). Mass-covering: it keeps exploring what the
+          reference deems plausible.
 
 Controllers decide the coefficient beta: `FixedKLController` keeps it; `AdaptiveKLController` follows
 Ziegler et al. (2019): e = clip(KL / target - 1, -0.2, 0.2), beta <- beta * (1 + e * n_steps / horizon).
@@ -41,14 +46,20 @@ class KLEstimator(StrEnum):
     MSE = "mse"
     K3 = "k3"
     FULL = "full"
+    FULL_FORWARD = "full_forward"
 
 
-def full_kl_from_logits(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
-    """Exact KL(pi || ref) per position over the vocabulary. logits, ref_logits: [B, T, V] -> [B, T]."""
+def full_kl_from_logits(
+    logits: torch.Tensor, ref_logits: torch.Tensor, *, forward: bool = False
+) -> torch.Tensor:
+    """Exact KL(pi || ref) per position over the vocabulary (`forward`: KL(ref || pi)).
+    logits, ref_logits: [B, T, V] -> [B, T]."""
     check_shape("logits", logits, [None, None, None], hint="Pass the full-vocabulary logits [B, T, V].")
     check_same_shape("logits", logits, ref_logits=ref_logits)
     logp = torch.log_softmax(logits.float(), dim=-1)
     logq = torch.log_softmax(ref_logits.float(), dim=-1)
+    if forward:
+        return (logq.exp() * (logq - logp)).sum(-1)
     return (logp.exp() * (logp - logq)).sum(-1)
 
 
@@ -65,8 +76,8 @@ def kl_penalty(
     Args:
         log_probs: [B, T] log pi of the sampled tokens (unused by `full`).
         ref_log_probs: [B, T] log ref of the same tokens (unused by `full`).
-        kind: `kl`, `abs`, `mse`, `k3` or `full`.
-        logits, ref_logits: [B, T, V], required by `full` only.
+        kind: `kl`, `abs`, `mse`, `k3`, `full` or `full_forward` (KL(ref || pi)).
+        logits, ref_logits: [B, T, V], required by the `full` kinds only.
     Returns:
         [B, T] float (mask it or aggregate it with `aggregate_loss`). Differentiable in log_probs / logits.
     """
@@ -75,13 +86,13 @@ def kl_penalty(
     except ValueError:
         valid = [k.value for k in KLEstimator]
         raise AlgosError(f"kl_penalty kind: expected one of {valid}, got {kind!r}.") from None
-    if kind is KLEstimator.FULL:
+    if kind in (KLEstimator.FULL, KLEstimator.FULL_FORWARD):
         if logits is None or ref_logits is None:
             raise AlgosError(
-                "kl_penalty(kind='full'): expected logits and ref_logits [B, T, V], got None. "
+                f"kl_penalty(kind={kind.value!r}): expected logits and ref_logits [B, T, V], got None. "
                 "Pass both, or use kind='k3' with per-token log-probs."
             )
-        return full_kl_from_logits(logits, ref_logits)
+        return full_kl_from_logits(logits, ref_logits, forward=kind is KLEstimator.FULL_FORWARD)
     if log_probs is None or ref_log_probs is None:
         raise AlgosError(
             f"kl_penalty(kind={kind.value!r}): expected log_probs and ref_log_probs [B, T], got None."

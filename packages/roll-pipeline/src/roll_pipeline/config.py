@@ -235,10 +235,12 @@ class AgenticConfig(StrictModel):
     kl_horizon: int = Field(
         10000, ge=1, description="adaptive KL controller horizon, in trajectories (needs target_kl)"
     )
-    kl_penalty: Literal["kl", "abs", "mse", "k3", "full"] = Field(
+    kl_penalty: Literal["kl", "abs", "mse", "k3", "full", "full_forward"] = Field(
         "k3",
         description="per-token KL estimator of the reward penalty, the loss term and the measured KL; full is"
-        " exact over the vocabulary (memory: response tokens x vocabulary floats)",
+        " the exact KL(actor || reference) over the vocabulary (memory: response tokens x vocabulary floats),"
+        " full_forward the exact KL(reference || actor): it pulls back a token the actor has given up in"
+        " proportion to the reference's probability of it (keeps exploring; docs/training.md)",
     )
     use_kl_loss: bool = Field(True, description="add kl_loss_coef * KL(actor || reference) to the loss")
     kl_loss_coef: float = Field(0.05, ge=0, description="weight of the KL loss term")

@@ -108,11 +108,9 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
             " skip_confident_tokens and entropy_loss_coef > 0, or drop entropy_scope"
         )
     sampling = cfg.actor_infer.generating_args
-    if (
-        sampling.temperature != 1.0 or sampling.top_p < 1.0 or sampling.top_k > 0
-    ) and not cfg.recompute_old_log_probs:
+    if sampling.reshapes_sampling() and not cfg.recompute_old_log_probs:
         problems.append(
-            "actor_infer samples with temperature/top_p/top_k, so its log-probs are of the reshaped distribution"
+            "actor_infer samples with temperature (or temperature_schedule)/top_p/top_k, so its log-probs are of the reshaped distribution"
             " while the trainer's are of the model's own: with recompute_old_log_probs=false the PPO ratio would"
             " compare the two; set recompute_old_log_probs=true (tis_cap then reweights to the model's"
             " distribution), or sample with temperature 1, top_p 1, top_k 0"

@@ -138,7 +138,7 @@ class ExperienceMaker:
         ref_lp = await self.cluster.call(
             self.reference, "compute_log_probs", tensors, cfg.reference.infer_batch_size
         )
-        if cfg.kl_penalty != "full":
+        if cfg.kl_penalty not in ("full", "full_forward"):
             return ref_lp, None, token_kl(old_lp, ref_lp, mask, cfg.kl_penalty)
         ref_full = await self.cluster.call(
             self.reference, "compute_full_log_probs", tensors, cfg.reference.infer_batch_size
@@ -152,7 +152,8 @@ class ExperienceMaker:
         old_full = await self.cluster.call(
             self.actor_train, "compute_full_log_probs", tensors, cfg.actor_train.infer_batch_size
         )
-        return ref_lp, ref_full, token_kl(old_lp, ref_lp, mask, "full", full=old_full, ref_full=ref_full)
+        kl = token_kl(old_lp, ref_lp, mask, cfg.kl_penalty, full=old_full, ref_full=ref_full)
+        return ref_lp, ref_full, kl
 
 
 def _advantage_metrics(

@@ -71,19 +71,19 @@ def token_kl(
     full: torch.Tensor | None = None,
     ref_full: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-token KL(pi || ref) estimate [R, T], 0 off the response.
+    """Per-token KL(pi || ref) estimate [R, T] (full_forward: KL(ref || pi)), 0 off the response.
 
     `kind` is a roll_algos `KLEstimator`; `full` needs `full` and `ref_full`, the two policies' log-softmax
     [M, V] at the M response positions (row-major order of `response_mask`).
     """
     mask = response_mask.bool()
-    if kind != "full":
+    if kind not in ("full", "full_forward"):
         return torch.where(mask, kl_penalty(log_probs, ref_log_probs, kind), torch.zeros_like(log_probs))
     if full is None or ref_full is None:
         raise ValueError(
-            "token_kl(kind='full') needs both policies' full log-softmax at the response positions"
+            f"token_kl(kind={kind!r}) needs both policies' full log-softmax at the response positions"
         )
-    exact = kl_penalty(None, None, "full", logits=full.unsqueeze(0), ref_logits=ref_full.unsqueeze(0))[0]
+    exact = kl_penalty(None, None, kind, logits=full.unsqueeze(0), ref_logits=ref_full.unsqueeze(0))[0]
     out = torch.zeros(mask.shape, dtype=exact.dtype)
     out[mask] = exact
     return out

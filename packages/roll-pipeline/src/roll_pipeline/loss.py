@@ -109,13 +109,14 @@ class ActorLoss:
 
     def _kl(self, log_probs: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         """Per-token KL(pi || ref) of the loss term, with gradient."""
-        if self.kl_penalty == "full":
-            if "full_kl" not in mb:
+        if self.kl_penalty in ("full", "full_forward"):
+            key = "full_kl" if self.kl_penalty == "full" else "full_kl_forward"
+            if key not in mb:
                 raise ValueError(
-                    "kl_penalty='full' needs the exact KL from the strategy: send `ref_full_log_probs` (the"
-                    " reference's log-softmax at the response positions) in the micro-batch"
+                    f"kl_penalty={self.kl_penalty!r} needs the exact KL from the strategy: send"
+                    " `ref_full_log_probs` (the reference's log-softmax at the response positions) in the micro-batch"
                 )
-            return mb["full_kl"]
+            return mb[key]
         return kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty)
 
     def _decision_tokens(self, mask: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:

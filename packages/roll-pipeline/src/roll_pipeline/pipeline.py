@@ -32,7 +32,7 @@ from roll_pipeline.metrics import rollout_metrics, val_metrics
 from roll_pipeline.micro_batches import TrainLayout
 from roll_pipeline.models import resolve_pretrain
 from roll_pipeline.render import env_sources, renderer_of
-from roll_pipeline.rollout_setup import build_scheduler
+from roll_pipeline.rollout_setup import build_scheduler, sampling_of
 from roll_pipeline.run_state import (
     pipeline_state,
     read_resume_state,
@@ -283,9 +283,13 @@ class AgenticPipeline:
         """Rollout, actor update, weight sync; the step counter advances by one."""
         cfg, timings = self.config, {}
         t0 = time.perf_counter()
+        self.train_rollout.set_sampling(
+            sampling_of(cfg, cfg.train_env_manager.tags, greedy=False, step=self.step)
+        )
         batch = await self.train_rollout.get_batch(cfg.train_rollout_batch_size)
         timings["time/step_rollout"] = time.perf_counter() - t0
         metrics = rollout_metrics(batch)
+        metrics["rollout/temperature"] = cfg.actor_infer.generating_args.temperature_at(self.step)
         metrics["rollout/infer_batch_size/mean"] = _mean(
             await self.cluster.call(self.policy_server, "batch_sizes")
         )

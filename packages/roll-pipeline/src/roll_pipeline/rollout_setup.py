@@ -40,13 +40,16 @@ def layout_of(manager: EnvManagerConfig) -> EnvLayout:
     )
 
 
-def sampling_of(config: AgenticConfig, tags: Sequence[str], greedy: bool) -> dict[str, SamplingSettings]:
-    """Per-tag sampling: the env's token budget per turn, the role's sampling (greedy for validation)."""
+def sampling_of(
+    config: AgenticConfig, tags: Sequence[str], greedy: bool, step: int = 0
+) -> dict[str, SamplingSettings]:
+    """Per-tag sampling at pipeline step `step`: the env's token budget per turn, the role's sampling
+    (its temperature_schedule for training, greedy for validation)."""
     gen = config.actor_infer.generating_args
     return {
         tag: SamplingSettings(
             max_new_tokens=min(config.custom_envs[tag].max_tokens_per_step, gen.max_new_tokens),
-            temperature=1.0 if greedy else gen.temperature,
+            temperature=1.0 if greedy else gen.temperature_at(step),
             top_p=gen.top_p,
             top_k=gen.top_k,
             greedy=greedy,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = ["GeneratingArgs", "ModelArgs", "StrategyArgs", "StrictModel", "TrainingArgs", "WorkerConfig"]
 
@@ -78,12 +78,45 @@ class GeneratingArgs(StrictModel):
         " top_k other than 1, 1, 0 need recompute_old_log_probs (the trainer scores the model's own"
         " distribution)",
     )
+    temperature_schedule: list[tuple[int, float]] = Field(
+        default_factory=list,
+        description="[[step, temperature], ...]: from each pipeline step on, training rollouts sample at that"
+        " temperature (piecewise constant, `temperature` before the first entry); e.g. [[160, 1.5]] explores"
+        " again once the run has lifted off. An episode keeps the temperature it started with",
+    )
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling; 0 disables")
     stop_strings: list[str] = Field(
         default_factory=lambda: ["</answer>"],
         description="a response also ends after any of these (each must be one token); eos always stops",
     )
+
+    @field_validator("temperature_schedule")
+    @classmethod
+    def _increasing_steps(cls, schedule: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        steps = [step for step, _ in schedule]
+        if any(step < 0 for step in steps) or steps != sorted(set(steps)):
+            raise ValueError(
+                f"the steps of temperature_schedule must be >= 0 and strictly increasing, got {steps}"
+            )
+        if not all(0 < temperature < float("inf") for _, temperature in schedule):
+            raise ValueError(
+                f"every temperature of temperature_schedule must be finite and > 0, got {schedule}"
+            )
+        return schedule
+
+    def temperature_at(self, step: int) -> float:
+        """The training rollouts' temperature at pipeline step `step`."""
+        current = self.temperature
+        for start, temperature in self.temperature_schedule:
+            if step >= start:
+                current = temperature
+        return current
+
+    def reshapes_sampling(self) -> bool:
+        """Whether any training rollout samples from other than the model's own distribution."""
+        temperatures = {self.temperature, *(t for _, t in self.temperature_schedule)}
+        return temperatures != {1.0} or self.top_p < 1.0 or self.top_k > 0
 
 
 class StrategyArgs(StrictModel):

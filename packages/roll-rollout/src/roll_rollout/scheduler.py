@@ -159,6 +159,16 @@ class RolloutScheduler:
             tag: cursor[tag] % len(self.layout.groups_of_tag(tag)) for tag in self.layout.tags
         }
 
+    def set_sampling(self, sampling_by_tag: dict[str, SamplingSettings]) -> None:
+        """Sample episodes dispatched from now on this way (a temperature schedule); an episode already
+        running keeps the settings it started with, so every turn of an episode samples alike."""
+        if set(sampling_by_tag) != set(self.layout.tags):
+            raise SchedulerError(
+                f"set_sampling needs settings for exactly the tags {sorted(self.layout.tags)},"
+                f" got {sorted(sampling_by_tag)}"
+            )
+        self.sampling_by_tag = dict(sampling_by_tag)
+
     def set_policy_version(self, version: int) -> None:
         """The version of the weights the policy now samples with (staleness is measured against it)."""
         self.policy_version = int(version)

@@ -55,6 +55,7 @@ class TokenOutputs(NamedTuple):
     log_probs: torch.Tensor
     entropy: torch.Tensor | None
     full_kl: torch.Tensor | None
+    full_kl_forward: torch.Tensor | None = None
 
 
 def _positions(attention_mask: torch.Tensor, needed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,7 +190,7 @@ def lm_outputs(
         input_ids, attention_mask: [B, T]; needed: [B, T] bool (e.g. the response mask).
         with_entropy: also the entropy of each predicting distribution.
         ref_full_log_probs: [N, V] reference log-softmax at the N needed positions (row-major): adds the
-            exact per-token KL(pi || ref) over the vocabulary (`full_kl`).
+            exact per-token KL(pi || ref) over the vocabulary (`full_kl`) and KL(ref || pi) (`full_kl_forward`).
         pack_capacity: None for the padded forward; else pack the rows into rows of this many tokens.
         pad_id: id written on packed padding.
     Returns:
@@ -212,6 +213,8 @@ def lm_outputs(
                 f"{tuple(ref.shape)}; compute it with `full_log_probs` on the same rows."
             )
         full_kl = _scatter((logp.exp() * (logp - ref)).sum(-1), rows, cols, shape)
+        full_kl_forward = _scatter((ref.exp() * (ref - logp)).sum(-1), rows, cols, shape)
+        return TokenOutputs(log_probs, entropy, full_kl, full_kl_forward)
     return TokenOutputs(log_probs, entropy, full_kl)
 
 

@@ -130,6 +130,7 @@ class HFTrainStrategy:
                 log_probs, entropy = out.log_probs, out.entropy
                 if out.full_kl is not None:
                     mb["full_kl"] = out.full_kl
+                    mb["full_kl_forward"] = out.full_kl_forward
             else:
                 log_probs, entropy = token_log_probs(
                     self.model, mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy
