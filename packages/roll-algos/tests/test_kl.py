@@ -47,6 +47,41 @@ def test_full_kl_matches_loop_and_estimators_are_unbiased_for_it():
         assert expectation == pytest.approx(full, rel=1e-6)
 
 
+def test_full_forward_matches_loop_and_its_gradient_is_pi_minus_ref():
+    torch.manual_seed(1)
+    logits = torch.randn(1, 1, 5, dtype=torch.float64, requires_grad=True)
+    ref_logits = torch.randn(1, 1, 5, dtype=torch.float64)
+    forward = kl_penalty(None, None, "full_forward", logits=logits, ref_logits=ref_logits)
+    p = torch.softmax(logits[0, 0].detach(), -1).tolist()
+    q = torch.softmax(ref_logits[0, 0], -1).tolist()
+    assert float(forward) == pytest.approx(sum(qi * math.log(qi / pi) for pi, qi in zip(p, q, strict=True)))
+    forward.sum().backward()
+    # d KL(ref || pi) / d logit_v = pi(v) - ref(v): no factor pi(v) that would vanish for a given-up token
+    want = [pi - qi for pi, qi in zip(p, q, strict=True)]
+    assert logits.grad[0, 0].tolist() == pytest.approx(want, rel=1e-5)  # float32 inside
+
+
+def test_k3s_expected_gradient_is_the_forward_kls_until_the_clamp():
+    # as a loss on tokens drawn from pi, k3's gradient is sum_v (pi - ref) grad log pi: KL(ref || pi)'s,
+    # while the clamp at 10 drops the tokens with ref / pi > ~11.5 (the ones the policy has given up)
+    def expected_k3_grad(logits, ref):
+        z = logits.clone().requires_grad_(True)
+        lp = torch.log_softmax(z, -1)
+        weights = torch.softmax(logits, -1)  # the sampling distribution, not differentiated
+        (weights * kl_penalty(lp, ref, "k3")).sum().backward()
+        return z.grad
+
+    ref = torch.log(torch.tensor([0.25, 0.25, 0.25, 0.25], dtype=torch.float64))
+    mild = torch.tensor([1.0, 0.0, 0.5, -0.5], dtype=torch.float64)
+    assert expected_k3_grad(mild, ref).tolist() == pytest.approx(
+        (torch.softmax(mild, -1) - ref.exp()).tolist(), rel=1e-9
+    )
+    given_up = torch.tensor([6.0, 0.0, 0.0, 0.0], dtype=torch.float64)  # pi ~ 0.0025 for three moves
+    k3_pull = -expected_k3_grad(given_up, ref)[1:]  # only through the kept move's softmax: ~pi(v)
+    forward_pull = (ref.exp() - torch.softmax(given_up, -1))[1:]
+    assert float(k3_pull.max()) < 0.002 and float(forward_pull.min()) > 0.24
+
+
 def test_full_needs_logits_and_unknown_kind():
     with pytest.raises(AlgosError, match="logits and ref_logits"):
         kl_penalty(torch.zeros(1, 1), torch.zeros(1, 1), "full")

@@ -96,3 +96,5 @@ def test_token_kl_estimators_and_full():
     got = token_kl(lp, ref, mask, "full", full=full_p, ref_full=full_q)
     want = (full_p.exp() * (full_p - full_q)).sum(-1)
     torch.testing.assert_close(got[mask], want)
+    got = token_kl(lp, ref, mask, "full_forward", full=full_p, ref_full=full_q)
+    torch.testing.assert_close(got[mask], (full_q.exp() * (full_q - full_p)).sum(-1))

@@ -203,6 +203,14 @@ def test_full_kl_loss_reads_the_strategys_exact_kl():
     assert float(loss) == pytest.approx(reference() + 0.5 * aggregate(ent, "seq-mean-token-mean"), rel=1e-5)
     with pytest.raises(ValueError, match="ref_full_log_probs"):
         actor_loss(cfg, 0.5)(torch.tensor(NEW), None, micro_batch())
+    # full_forward reads the strategy's KL(ref || pi) instead
+    mb["full_kl_forward"] = torch.tensor(ENTROPY) * 2
+    forward, _ = actor_loss(config(kl_loss_coef=0.5, kl_penalty="full_forward"), 0.5)(
+        torch.tensor(NEW), None, mb
+    )
+    assert float(forward) == pytest.approx(
+        reference() + 1.0 * aggregate(ent, "seq-mean-token-mean"), rel=1e-5
+    )
 
 
 def test_the_controllers_coefficient_is_the_one_used():

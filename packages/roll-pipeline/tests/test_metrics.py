@@ -31,3 +31,15 @@ def test_failed_episodes_lower_the_success_rate_and_are_counted_per_tag():
 def test_a_tag_whose_every_episode_failed_reports_zero_success():
     m = val_metrics(RolloutBatch([], [traj("A", False, error="env_error: x")]))
     assert m["val/env/A/success"] == 0.0 and m["val/failed_episodes"] == 1.0
+
+
+def test_flat_groups_are_the_groups_whose_episodes_all_scored_the_same():
+    def member(group, reward):
+        t = traj("A", reward > 0, reward=reward)
+        t.group_id = group
+        return t
+
+    # group 0: 1, 1 (flat); group 1: 0, 1 (signal); group 2: 0, 0, 0 (flat); group 3: one episode (flat)
+    trajs = [member(0, 1.0), member(0, 1.0), member(1, 0.0), member(1, 1.0)]
+    trajs += [member(2, 0.0)] * 3 + [member(3, 0.5)]
+    assert rollout_metrics(RolloutBatch(trajs, []))["critic/score/flat_groups"] == pytest.approx(3 / 4)

@@ -101,7 +101,8 @@ def test_full_kl_is_the_exact_sum_over_the_vocabulary(model):
     m = b["response_mask"]
     assert ref_full.shape == (int(m.sum()), model.config.vocab_size)
     with torch.no_grad():
-        got = lm_outputs(model, b["input_ids"], b["attention_mask"], m, ref_full_log_probs=ref_full).full_kl
+        out = lm_outputs(model, b["input_ids"], b["attention_mask"], m, ref_full_log_probs=ref_full)
+        got, got_forward = out.full_kl, out.full_kl_forward
         packed = lm_outputs(
             model, b["input_ids"], b["attention_mask"], m, ref_full_log_probs=ref_full, pack_capacity=40
         ).full_kl
@@ -113,11 +114,13 @@ def test_full_kl_is_the_exact_sum_over_the_vocabulary(model):
             ref_model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, -1
         )
     rows, cols = m.nonzero(as_tuple=True)
-    want = torch.zeros(m.shape)
+    want, want_forward = torch.zeros(m.shape), torch.zeros(m.shape)
     for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
         p, q = logp[r, c - 1], logq[r, c - 1]
         want[r, c] = float((p.exp() * (p - q)).sum())
+        want_forward[r, c] = float((q.exp() * (q - p)).sum())
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got_forward, want_forward, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(packed, want, rtol=1e-4, atol=1e-5)
     assert float(got[m].min()) >= 0 and float(got[m].mean()) > 1e-4
 

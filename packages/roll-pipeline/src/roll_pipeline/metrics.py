@@ -50,6 +50,17 @@ def score_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     return {f"{prefix}/mean": _mean(scores), f"{prefix}/max": max(scores), f"{prefix}/min": min(scores)}
 
 
+def flat_group_fraction(trajs: Sequence[Trajectory]) -> float:
+    """The fraction of groups whose episodes all scored the same: a group-relative advantage (GRPO, GiGPO's
+    episode part) is 0 for each of them, so they teach the policy nothing at the episode level."""
+    scores: dict[int, list[float]] = {}
+    for t in trajs:
+        scores.setdefault(t.group_id, []).append(t.score)
+    if not scores:
+        return 0.0
+    return sum(max(s) - min(s) <= 1e-9 for s in scores.values()) / len(scores)
+
+
 def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     """Metrics of a training rollout: env metrics, scores, token lengths, and the scheduler's counts."""
     trajs = batch.trajectories
@@ -59,6 +70,7 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
         **score_metrics(trajs, "critic/score"),
         **batch.metrics,
     }
+    out["critic/score/flat_groups"] = flat_group_fraction(trajs)
     out["rollout/num_turns"] = float(len(turns))
     out["tokens/response_length/mean"] = _mean([len(t.response_ids) for t in turns])
     out["tokens/prompt_length/mean"] = _mean([len(t.prompt_ids) for t in turns])
