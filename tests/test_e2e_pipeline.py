@@ -89,6 +89,29 @@ def test_local_backend_runs_and_resumes_from_a_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
+def test_forward_kl_and_a_temperature_schedule_run_end_to_end(tmp_path):
+    run(
+        tmp_path,
+        "exp_name=e2e_explore",
+        "cluster.backend=local",
+        "max_steps=2",
+        "kl_penalty=full_forward",
+        "recompute_old_log_probs=true",
+        "actor_infer.generating_args.temperature_schedule=[[2,1.5]]",
+    )
+    rows = [
+        json.loads(line) for line in (tmp_path / "e2e_explore" / "metrics.jsonl").read_text().splitlines()
+    ]
+    rows = [r for r in rows if r["step"] > 0]
+    assert [r["rollout/temperature"] for r in rows] == [1.0, 1.5]  # from step 2 on, as the metrics count
+    for r in rows:
+        # KL(ref || pi) at the sampled model: > 0 once the actor has moved, finite, and in the loss
+        assert 0.0 <= r["critic/kl"] < 10 and 0.0 <= r["actor/kl_loss"] < 10
+        assert 0.0 <= r["critic/score/flat_groups"] <= 1.0
+    assert rows[-1]["critic/kl"] > 0
+
+
+@pytest.mark.slow
 def test_optimiser_settings_reach_the_train_worker(tmp_path):
     cfg = compose(
         None,

@@ -98,3 +98,33 @@ def test_token_kl_estimators_and_full():
     torch.testing.assert_close(got[mask], want)
     got = token_kl(lp, ref, mask, "full_forward", full=full_p, ref_full=full_q)
     torch.testing.assert_close(got[mask], (full_q.exp() * (full_q - full_p)).sum(-1))
+
+
+def test_log_probs_read_off_the_full_log_softmax_equal_a_separate_pass():
+    from roll_pipeline.kl_control import log_probs_at
+    from roll_strategies.forward import full_log_probs
+    from roll_strategies.logprobs import batched_log_probs
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=50,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+        )
+    ).eval()
+    ids = torch.randint(0, 50, (3, 9))
+    attention = torch.ones_like(ids)
+    attention[0, :2] = 0  # left padding
+    response = torch.zeros_like(ids, dtype=torch.bool)
+    response[0, 6:] = response[1, 4:7] = response[2, 8] = True
+    batch = {"input_ids": ids, "attention_mask": attention, "response_mask": response}
+    full = full_log_probs(model, batch, micro_batch_size=2, device="cpu")
+    got = log_probs_at(full, ids, response)
+    want = batched_log_probs(model, batch, micro_batch_size=3, device="cpu")
+    torch.testing.assert_close(got[response], want[response], rtol=1e-5, atol=1e-5)
+    assert bool((got[~response] == 0).all())

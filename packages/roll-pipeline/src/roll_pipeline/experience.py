@@ -25,7 +25,7 @@ from roll_rollout import Trajectory
 from roll_pipeline.batch import Samples, build_samples
 from roll_pipeline.cluster import Cluster
 from roll_pipeline.config import AgenticConfig
-from roll_pipeline.kl_control import KLControl, kl_reward_penalty, token_kl
+from roll_pipeline.kl_control import FULL_KL_KINDS, KLControl, kl_reward_penalty, log_probs_at, token_kl
 
 __all__ = ["Experience", "ExperienceMaker", "explained_variance"]
 
@@ -135,10 +135,10 @@ class ExperienceMaker:
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """Reference log-probs, (kl_penalty=full) the reference's full log-softmax, and the per-token KL."""
         cfg, tensors, mask = self.config, samples.tensors(), samples.response_mask
-        ref_lp = await self.cluster.call(
-            self.reference, "compute_log_probs", tensors, cfg.reference.infer_batch_size
-        )
-        if cfg.kl_penalty not in ("full", "full_forward"):
+        if cfg.kl_penalty not in FULL_KL_KINDS:
+            ref_lp = await self.cluster.call(
+                self.reference, "compute_log_probs", tensors, cfg.reference.infer_batch_size
+            )
             return ref_lp, None, token_kl(old_lp, ref_lp, mask, cfg.kl_penalty)
         ref_full = await self.cluster.call(
             self.reference, "compute_full_log_probs", tensors, cfg.reference.infer_batch_size
@@ -149,6 +149,7 @@ class ExperienceMaker:
                 f" = {ref_full.numel():,} floats, more than {FULL_KL_MAX_ELEMENTS:,}; use kl_penalty=k3 (unbiased,"
                 " per sampled token) or a smaller rollout batch"
             )
+        ref_lp = log_probs_at(ref_full, tensors["input_ids"], mask)  # no second reference pass
         old_full = await self.cluster.call(
             self.actor_train, "compute_full_log_probs", tensors, cfg.actor_train.infer_batch_size
         )

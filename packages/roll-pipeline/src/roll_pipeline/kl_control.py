@@ -62,6 +62,19 @@ class KLControl:
         self.controller.value = float(state.get("kl_scale", 1.0))
 
 
+FULL_KL_KINDS = ("full", "full_forward")
+"""The `kl_penalty` kinds computed exactly over the vocabulary from both policies' full log-softmax."""
+
+
+def log_probs_at(full: torch.Tensor, input_ids: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """[R, T] log-probs of the response tokens read off `full` (the log-softmax [M, V] at the M response
+    positions, row-major order of `response_mask`), 0 elsewhere: one forward pass gives both."""
+    mask = response_mask.bool()
+    out = torch.zeros(input_ids.shape, dtype=full.dtype)
+    out[mask] = full.gather(-1, input_ids[mask].unsqueeze(-1)).squeeze(-1)
+    return out
+
+
 def token_kl(
     log_probs: torch.Tensor,
     ref_log_probs: torch.Tensor,
@@ -77,7 +90,7 @@ def token_kl(
     [M, V] at the M response positions (row-major order of `response_mask`).
     """
     mask = response_mask.bool()
-    if kind not in ("full", "full_forward"):
+    if kind not in FULL_KL_KINDS:
         return torch.where(mask, kl_penalty(log_probs, ref_log_probs, kind), torch.zeros_like(log_probs))
     if full is None or ref_full is None:
         raise ValueError(

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from roll_algos import aggregate_loss, kl_penalty, policy_loss, value_loss
 
+from roll_pipeline.kl_control import FULL_KL_KINDS
+
 
 def _valid_rows(mask: torch.Tensor) -> int:
     return int(mask.any(dim=-1).sum())
@@ -109,7 +111,7 @@ class ActorLoss:
 
     def _kl(self, log_probs: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         """Per-token KL(pi || ref) of the loss term, with gradient."""
-        if self.kl_penalty in ("full", "full_forward"):
+        if self.kl_penalty in FULL_KL_KINDS:
             key = "full_kl" if self.kl_penalty == "full" else "full_kl_forward"
             if key not in mb:
                 raise ValueError(

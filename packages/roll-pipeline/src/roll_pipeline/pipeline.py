@@ -283,13 +283,12 @@ class AgenticPipeline:
         """Rollout, actor update, weight sync; the step counter advances by one."""
         cfg, timings = self.config, {}
         t0 = time.perf_counter()
-        self.train_rollout.set_sampling(
-            sampling_of(cfg, cfg.train_env_manager.tags, greedy=False, step=self.step)
-        )
+        step = self.step + 1  # this step's number in the metrics, which temperature_schedule counts in
+        self.train_rollout.set_sampling(sampling_of(cfg, cfg.train_env_manager.tags, greedy=False, step=step))
         batch = await self.train_rollout.get_batch(cfg.train_rollout_batch_size)
         timings["time/step_rollout"] = time.perf_counter() - t0
         metrics = rollout_metrics(batch)
-        metrics["rollout/temperature"] = cfg.actor_infer.generating_args.temperature_at(self.step)
+        metrics["rollout/temperature"] = cfg.actor_infer.generating_args.temperature_at(step)
         metrics["rollout/infer_batch_size/mean"] = _mean(
             await self.cluster.call(self.policy_server, "batch_sizes")
         )

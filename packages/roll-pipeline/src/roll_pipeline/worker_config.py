@@ -80,8 +80,8 @@ class GeneratingArgs(StrictModel):
     )
     temperature_schedule: list[tuple[int, float]] = Field(
         default_factory=list,
-        description="[[step, temperature], ...]: from each pipeline step on, training rollouts sample at that"
-        " temperature (piecewise constant, `temperature` before the first entry); e.g. [[160, 1.5]] explores"
+        description="[[step, temperature], ...]: from each training step on (numbered as in the metrics, 1 first),"
+        " training rollouts sample at that temperature (piecewise constant, `temperature` before the first entry); e.g. [[160, 1.5]] explores"
         " again once the run has lifted off. An episode keeps the temperature it started with",
     )
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
