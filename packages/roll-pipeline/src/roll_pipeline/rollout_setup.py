@@ -43,7 +43,7 @@ def layout_of(manager: EnvManagerConfig) -> EnvLayout:
 def sampling_of(
     config: AgenticConfig, tags: Sequence[str], greedy: bool, step: int = 0
 ) -> dict[str, SamplingSettings]:
-    """Per-tag sampling at pipeline step `step`: the env's token budget per turn, the role's sampling
+    """Per-tag sampling at training step `step` (as the metrics number it): the env's token budget per turn, the role's sampling
     (its temperature_schedule for training, greedy for validation)."""
     gen = config.actor_infer.generating_args
     return {

@@ -106,7 +106,7 @@ class GeneratingArgs(StrictModel):
         return schedule
 
     def temperature_at(self, step: int) -> float:
-        """The training rollouts' temperature at pipeline step `step`."""
+        """The training rollouts' temperature at training step `step` (numbered as in the metrics)."""
         current = self.temperature
         for start, temperature in self.temperature_schedule:
             if step >= start:
