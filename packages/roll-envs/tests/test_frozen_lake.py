@@ -55,6 +55,18 @@ def test_goal_hole_and_symbols():
     assert (obs, reward, terminated, info["success"]) == ("_G\nX_", 0.0, True, False)
 
 
+def test_hole_penalty_only_on_the_move_into_the_hole():
+    env = FrozenLakeEnv(hole_penalty=1.0)
+    env.reset(options={"map": ["SF", "HG"]})
+    assert env.step(answer("Right"))[1] == 0.0  # ice: no penalty
+    assert env.step(answer("Down"))[1:3] == (1.0, True)  # the goal is unchanged
+    env.reset(options={"map": ["SF", "HG"]})
+    _, reward, terminated, _, info = env.step(answer("Down"))
+    assert (reward, terminated, info["success"]) == (-1.0, True, False)
+    with pytest.raises(Exception, match="hole_penalty"):
+        FrozenLakeEnv(hole_penalty=-1.0)
+
+
 def test_invalid_action_is_a_noop_with_the_format_penalty():
     env = FrozenLakeEnv(format_penalty=0.1)
     obs0, _ = env.reset(seed=1)

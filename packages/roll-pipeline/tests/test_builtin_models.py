@@ -11,8 +11,11 @@ import pytest
 from roll_pipeline.models import (
     BUILTIN_MODELS,
     HISTORY_WINDOW,
+    NEIGHBOUR_QUESTION,
     TINY_FROZEN_LAKE_INSTRUCTION,
     format_warmup_examples,
+    frozen_lake_neighbours,
+    perception_warmup_examples,
 )
 
 SOKOBAN_SYMBOLS = set("#_O√XPS\n")
@@ -77,3 +80,38 @@ def test_a_multi_env_model_interleaves_episodes_of_its_envs():
     runs = [e for i, e in enumerate(envs) if i == 0 or e != envs[i - 1]]  # one entry per episode
     assert runs == (["frozen_lake", "sokoban"] * len(runs))[: len(runs)] and len(runs) > 50
     assert 0.35 < envs.count("sokoban") / len(envs) < 0.65
+
+
+def _neighbours_from_the_env_state(env) -> str:
+    """The reference: the env's own map and move function, not the text board."""
+    from roll_envs.frozen_lake import ACTIONS, move
+
+    flat = "".join(env.desc)
+    cells = []
+    for action, name in enumerate(ACTIONS):
+        there = move(env.desc, env.position, action)
+        cells.append(
+            f"{name} {'edge' if there == env.position else {'H': 'O', 'G': 'G'}.get(flat[there], '_')}"
+        )
+    return " ".join(cells)
+
+
+def test_the_neighbours_read_off_a_text_board_match_the_env_state():
+    import roll_envs
+
+    env = roll_envs.make("frozen_lake", size=5)
+    for seed in range(200):
+        obs, _ = env.reset(seed=seed)
+        assert frozen_lake_neighbours(obs) == _neighbours_from_the_env_state(env)
+    assert frozen_lake_neighbours("_X\n_G") is None  # in a hole: no P on the board
+
+
+def test_only_the_sighted_model_sees_perception_questions_and_they_name_cells_not_moves():
+    assert perception_warmup_examples(_small("tiny-frozen-lake")) == []
+    spec = dataclasses.replace(BUILTIN_MODELS["tiny-frozen-lake-sighted"], perception_examples=200)
+    examples = perception_warmup_examples(spec)
+    assert len(examples) == 200 and len({m[0]["content"] for m, _ in examples}) > 150
+    for messages, answer in examples:
+        board, question = messages[0]["content"].rsplit("\n", 1)
+        assert [m["role"] for m in messages] == ["user"] and question == NEIGHBOUR_QUESTION
+        assert answer == frozen_lake_neighbours(board) and "<answer>" not in answer

@@ -31,7 +31,7 @@ from roll_envs.sokoban.baselines import sokoban_baselines
 from roll_envs.tiles import Tile, tile_frame
 from roll_envs.webshop import WebShopLiteConfig, WebShopLiteEnv
 
-__version__ = "0.1.2"
+__version__ = "0.1.3"
 
 register_builtins()
 

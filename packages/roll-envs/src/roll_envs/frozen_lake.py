@@ -40,6 +40,12 @@ class FrozenLakeConfig(EnvConfig):
         le=1.0,
         description="with slippery ice, probability of moving in the intended direction",
     )
+    hole_penalty: float = Field(
+        0.0,
+        ge=0.0,
+        description="subtracted from the reward of the move that falls into a hole (Gymnasium's: 0, the"
+        " same as wandering until the turn limit); a penalty makes every move into a hole a lesson",
+    )
 
 
 def generate_map(rng: np.random.Generator, size: int = 4, p: float = 0.8) -> list[str]:
@@ -91,7 +97,7 @@ def move(desc: list[str], position: int, action: int) -> int:
 class FrozenLakeEnv(BaseEnv):
     """FrozenLake: `P` you, `_` ice, `O` hole, `G` goal, `X` you in a hole, `√` you on the goal.
 
-    Reward 1 on reaching the goal, else 0; the episode terminates in a hole or on the goal and is
+    Reward 1 on reaching the goal, minus `hole_penalty` (default 0) on falling into a hole, else 0; the episode terminates in a hole or on the goal and is
     truncated after `max_steps` turns. `reset(options={"map": ["SFF", "FHF", "FFG"]})` plays a given map.
 
     >>> env = FrozenLakeEnv()
@@ -147,7 +153,8 @@ class FrozenLakeEnv(BaseEnv):
         effective = new != self.position
         self.position = new
         letter = self._letter(new)
-        return ActionOutcome(1.0 if letter == "G" else 0.0, letter in "GH", effective)
+        reward = 1.0 if letter == "G" else -self.config.hole_penalty if letter == "H" else 0.0
+        return ActionOutcome(reward, letter in "GH", effective)
 
     def text_observation(self) -> str:
         """The board, one row per line."""

@@ -46,6 +46,8 @@ class TinyModelSpec:
     """The warm-up's envs; its episodes take turns among them (the first, the second, ..., the first)."""
     warmup_steps: int = 300
     warmup_examples: int = 4000
+    warmup_lr: float = 3e-3
+    """Peak learning rate of the warm-up (cosine to a tenth of it)."""
     seed: int = 0
     sliding_window: int | None = None
     """Attention window of every layer (None: full attention), see `HISTORY_WINDOW`."""
@@ -53,6 +55,8 @@ class TinyModelSpec:
     """Warm-up prompts keep the episode's earlier turns (as prompts with max_history_turns: null do)."""
     num_heads: int = 4
     num_kv_heads: int = 2
+    perception_examples: int = 0
+    """Warm-up examples that ask what lies next to P on a FrozenLake board (`perception_warmup_examples`)."""
     revision: int = 3
     """Part of the cache folder's name: a spec whose build changes gets a new revision (old folders stay valid)."""
 
@@ -84,6 +88,14 @@ BUILTIN_MODELS: dict[str, TinyModelSpec] = {
         envs=(WarmupEnv("frozen_lake", instruction=TINY_FROZEN_LAKE_INSTRUCTION),),
         sliding_window=HISTORY_WINDOW,
         history_prompts=True,
+    ),
+    "tiny-frozen-lake-sighted": TinyModelSpec(
+        envs=(FROZEN_LAKE_WARMUP,),
+        **BOARD_READING_HEADS,
+        warmup_steps=2000,
+        warmup_lr=5e-4,
+        perception_examples=4000,
+        revision=5,
     ),
     "tiny-sokoban": TinyModelSpec(envs=(SOKOBAN_WARMUP,), **BOARD_READING_HEADS, revision=4),
     # FrozenLake and Sokoban in one run (tags), warmed up on both, episodes interleaved
@@ -126,9 +138,10 @@ def _build(spec: TinyModelSpec, target: Path) -> None:
     build_tiny_model(
         tmp,
         vocab_texts=vocabulary_corpus(),
-        warmup_examples=format_warmup_examples(spec),
+        warmup_examples=format_warmup_examples(spec) + perception_warmup_examples(spec),
         seed=spec.seed,
         warmup_steps=spec.warmup_steps,
+        warmup_lr=spec.warmup_lr,
         sliding_window=spec.sliding_window,
         num_heads=spec.num_heads,
         num_kv_heads=spec.num_kv_heads,
@@ -190,3 +203,51 @@ def format_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str, str
     for env in envs:
         env.close()
     return examples[: spec.warmup_examples]
+
+
+NEIGHBOUR_QUESTION = "next to P"
+"""Appended to a board in a perception warm-up prompt (after it, so the board's tokens read as in an RL prompt)."""
+
+
+def frozen_lake_neighbours(board: str) -> str | None:
+    """What lies next to P on a FrozenLake text board, e.g. `Left _ Down O Right edge Up G`; None without P."""
+    rows = board.split("\n")
+    here = next(((r, row.index("P")) for r, row in enumerate(rows) if "P" in row), None)
+    if here is None:
+        return None
+    parts = []
+    for name, (dr, dc) in (("Left", (0, -1)), ("Down", (1, 0)), ("Right", (0, 1)), ("Up", (-1, 0))):
+        r, c = here[0] + dr, here[1] + dc
+        inside = 0 <= r < len(rows) and 0 <= c < len(rows[r])
+        parts.append(f"{name} {rows[r][c] if inside else 'edge'}")
+    return " ".join(parts)
+
+
+def perception_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str, str]], str]]:
+    """(chat messages, response) pairs that teach the model to *see*, not to act: a FrozenLake board from random
+    play, then `NEIGHBOUR_QUESTION`, answered with the four cells around P (`frozen_lake_neighbours`).
+
+    A pretrained LLM can say what is below a character in a grid before any RL; a model built from scratch
+    cannot, and RL alone did not teach it within the CPU budget (docs/tiny_model_findings.md, session 8). The
+    answers name cells, never a move: which move is good is still left to RL. Boards come from seeds below the
+    validation range, played by uniformly random moves, on a random stream of their own.
+    """
+    import roll_envs
+
+    if not spec.perception_examples:
+        return []
+    rng = random.Random(spec.seed + 1)
+    env = roll_envs.make("frozen_lake")
+    examples: list[tuple[list[dict[str, str]], str]] = []
+    while len(examples) < spec.perception_examples:
+        obs, _ = env.reset(seed=rng.randrange(0, 10**8))
+        for _ in range(rng.randint(1, 4)):
+            answer = frozen_lake_neighbours(obs)
+            if answer is None:
+                break
+            examples.append(([{"role": "user", "content": f"{obs}\n{NEIGHBOUR_QUESTION}"}], answer))
+            obs, _, terminated, truncated, _ = env.step(f"<answer>{rng.choice(env.valid_actions)}</answer>")
+            if terminated or truncated:
+                break
+    env.close()
+    return examples[: spec.perception_examples]
