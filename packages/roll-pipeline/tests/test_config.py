@@ -11,7 +11,13 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 def test_defaults_are_the_cpu_frozen_lake_run():
     cfg = AgenticConfig()
-    assert cfg.pretrain == "builtin:tiny-frozen-lake"
+    assert cfg.pretrain == "builtin:tiny-frozen-lake-sighted"
+    assert (cfg.kl_penalty, cfg.kl_loss_coef, cfg.async_generation_ratio, cfg.max_steps) == (
+        "full_forward",
+        1.0,
+        1,
+        400,
+    )
     assert cfg.train_env_manager.tags == ["FrozenLake"]
     assert cfg.custom_envs["FrozenLake"].env_type == "frozen_lake"
     assert cfg.train_rollout_batch_size == cfg.train_env_manager.num_groups_partition[0] * 8

@@ -5,7 +5,7 @@ from roll_pipeline.config import AgenticConfig
 from roll_pipeline.launcher import ConfigError, compose
 from roll_pipeline.pipeline import AgenticPipeline, RunSummary
 
-__version__ = "0.2.1"
+__version__ = "0.2.2"
 
 __all__ = [
     "AgenticConfig",  # the validated run configuration (pydantic, unknown keys rejected)

@@ -141,10 +141,10 @@ class AgenticConfig(StrictModel):
     seed: int = Field(42, description="seeds the env seed stream, sampling and mini-batch order")
     output_dir: str = Field("runs", description="run directory = output_dir/exp_name")
     pretrain: str = Field(
-        "builtin:tiny-frozen-lake",
+        "builtin:tiny-frozen-lake-sighted",
         description="a model folder or hub id for from_pretrained; 'builtin:NAME' builds a tiny model offline",
     )
-    max_steps: int = Field(320, ge=0, description="training steps (one rollout + one actor update each)")
+    max_steps: int = Field(400, ge=0, description="training steps (one rollout + one actor update each)")
     save_steps: int = Field(80, ge=1, description="checkpoint every this many steps (and at the end)")
     eval_steps: int = Field(
         20, ge=1, description="validate every this many steps (and before and after training)"
@@ -156,7 +156,7 @@ class AgenticConfig(StrictModel):
     val_batch_size: int | None = Field(None, ge=1, description="validation episodes (default: all val envs)")
     sequence_length: int = Field(1024, ge=16, description="max tokens of a prompt plus its response")
     async_generation_ratio: int = Field(
-        0,
+        1,
         ge=0,
         description="0: synchronous rollout (paused while the trainer trains, every turn from the current"
         " weights); r > 0: env loops keep generating during training, up to (1 + r) batches ahead, and a group"
@@ -236,14 +236,14 @@ class AgenticConfig(StrictModel):
         10000, ge=1, description="adaptive KL controller horizon, in trajectories (needs target_kl)"
     )
     kl_penalty: Literal["kl", "abs", "mse", "k3", "full", "full_forward"] = Field(
-        "k3",
+        "full_forward",
         description="per-token KL estimator of the reward penalty, the loss term and the measured KL; full is"
         " the exact KL(actor || reference) over the vocabulary (memory: response tokens x vocabulary floats),"
         " full_forward the exact KL(reference || actor): it pulls back a token the actor has given up in"
         " proportion to the reference's probability of it (keeps exploring; docs/training.md)",
     )
     use_kl_loss: bool = Field(True, description="add kl_loss_coef * KL(actor || reference) to the loss")
-    kl_loss_coef: float = Field(0.05, ge=0, description="weight of the KL loss term")
+    kl_loss_coef: float = Field(1.0, ge=0, description="weight of the KL loss term")
     entropy_loss_coef: float = Field(
         0.0,
         ge=0,

@@ -9,6 +9,10 @@ Its build includes a short *format warm-up*: supervised steps on FrozenLake obse
 with `<answer>DIRECTION</answer>` where DIRECTION is drawn uniformly at random. The model learns the
 answer format and nothing about the board (its greedy policy plays one fixed direction), the role
 instruction-tuning plays for a real pretrained model. Everything it knows about the task comes from RL.
+`builtin:tiny-frozen-lake-sighted` (the default config's model) also learns to *see*: a second set of
+warm-up prompts asks what lies next to P on a board and is answered with the four neighbouring cells
+(`perception_warmup_examples`), the kind of grid reading a pretrained LLM brings to RL. It is never told
+which move is good; RL alone still has to learn that holes and edges matter and where the goal is.
 `builtin:tiny-sokoban` warms up on Sokoban rooms instead, `builtin:tiny-agentic` on episodes of both
 envs in turn (for runs with a FrozenLake and a Sokoban tag); the tokenizer is the same for all.
 """
