@@ -38,6 +38,8 @@ def test_deepspeed_train_through_the_pipeline_with_model_update_frequency(tmp_pa
             *SMALL,
             f"output_dir={tmp_path}",
             "exp_name=ds",
+            "async_generation_ratio=0",  # lockstep: the recorded versions are exactly the synced ones
+            "kl_penalty=k3",  # the exact-KL estimators need hf_train (a clear StrategyError otherwise)
             "model_update_frequency=2",
             "actor_train.strategy_args.strategy_name=deepspeed_train",
             "+actor_train.strategy_args.strategy_config={zero_optimization: {stage: 2}}",
