@@ -23,9 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import roll_envs
+from roll_envs.frozen_lake import ACTIONS
+from roll_pipeline.models import frozen_lake_neighbours
 
 Rule = Callable[[list[str]], str]
-_STEP = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
 
 
 def _find(rows: list[str], marks: str) -> tuple[int, int] | None:
@@ -46,10 +47,11 @@ def _toward(rows: list[str]) -> tuple[str | None, str | None]:
 
 
 def _is_hole(rows: list[str], move: str) -> bool:
-    me = _find(rows, "P")
-    assert me is not None
-    r, c = me[0] + _STEP[move][0], me[1] + _STEP[move][1]
-    return 0 <= r < len(rows) and 0 <= c < len(rows[0]) and rows[r][c] == "O"
+    """Whether `move` walks into a hole (the cells next to P as the sighted model's warm-up names them)."""
+    named = frozen_lake_neighbours("\n".join(rows))
+    assert named is not None, f"no P on the board {rows}"
+    words = named.split()
+    return dict(zip(words[::2], words[1::2], strict=True))[move] == "O"
 
 
 def vertical(rows: list[str]) -> str:
@@ -104,7 +106,7 @@ def main() -> None:
         for turn in episode["turns"]:
             rows = turn["observation"].splitlines()
             move = turn["response"].removeprefix("<answer>").removesuffix("</answer>")
-            if _find(rows, "P") is not None and move in _STEP:
+            if _find(rows, "P") is not None and move in ACTIONS:
                 moves.append((rows, move))
     seeds = [e["seed"] for e in episodes]
     success = sum(e["success"] for e in episodes) / len(episodes)

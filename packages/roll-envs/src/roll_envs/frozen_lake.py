@@ -97,8 +97,8 @@ def move(desc: list[str], position: int, action: int) -> int:
 class FrozenLakeEnv(BaseEnv):
     """FrozenLake: `P` you, `_` ice, `O` hole, `G` goal, `X` you in a hole, `√` you on the goal.
 
-    Reward 1 on reaching the goal, minus `hole_penalty` (default 0) on falling into a hole, else 0; the episode terminates in a hole or on the goal and is
-    truncated after `max_steps` turns. `reset(options={"map": ["SFF", "FHF", "FFG"]})` plays a given map.
+    Reward 1 on reaching the goal, minus `hole_penalty` (default 0) on falling into a hole, else 0; the
+    episode terminates in a hole or on the goal and is truncated after `max_steps` turns. `reset(options={"map": ["SFF", "FHF", "FFG"]})` plays a given map.
 
     >>> env = FrozenLakeEnv()
     >>> obs, info = env.reset(seed=0)
