@@ -54,7 +54,7 @@ class Measurement:
 
 def tiny_model_path() -> Path:
     """The builtin tiny model (built once, cached)."""
-    from roll_pipeline.models import resolve_pretrain
+    from roll_pipeline.models.cache import resolve_pretrain
 
     return Path(resolve_pretrain("builtin:tiny-frozen-lake"))
 
@@ -68,7 +68,7 @@ def tiny_tokenizer() -> Any:
 
 def instruction() -> str:
     """The default run's FrozenLake system prompt."""
-    from roll_pipeline.config import AgenticConfig
+    from roll_pipeline.config.schema import AgenticConfig
 
     return AgenticConfig().custom_envs["FrozenLake"].env_instruction or ""
 
@@ -136,7 +136,7 @@ def _ray_spawn(layout: EnvLayout, tokenizer: Any, policy: Any) -> Callable[[int]
 
 def ray_session() -> Any:
     """A local Ray instance (started once per process, no dashboard)."""
-    from roll_pipeline.cluster import disable_uv_runtime_env
+    from roll_pipeline.runtime.cluster import disable_uv_runtime_env
 
     disable_uv_runtime_env()
     import ray
@@ -345,7 +345,7 @@ def p2_lockstep(
 def p3_pipeline(ratio: int, steps: int = 10, skip: int = 3, overrides: tuple[str, ...] = ()) -> Measurement:
     """Mean step time of the real pipeline (tiny model, FrozenLake, Ray) after `skip` warm-up steps."""
     from roll_pipeline import AgenticPipeline
-    from roll_pipeline.launcher import compose
+    from roll_pipeline.config.compose import compose
 
     with tempfile.TemporaryDirectory() as out:
         cfg = compose(
@@ -384,7 +384,7 @@ def p3_pipeline(ratio: int, steps: int = 10, skip: int = 3, overrides: tuple[str
 # ---------------------------------------------------------------------------------------------- P5
 def p5_generation(concurrent: int, min_turns: int = 256) -> Measurement:
     """Generated tokens/s of the HF backend behind `BatchingPolicy`, with `concurrent` env loops."""
-    from roll_pipeline.workers import PolicyServer
+    from roll_pipeline.runtime.policy_server import PolicyServer
 
     tokenizer = tiny_tokenizer()
     server = PolicyServer(tiny_model_path(), seed=0, num_threads=os.cpu_count(), stop_strings=["</answer>"])

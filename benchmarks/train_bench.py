@@ -25,11 +25,12 @@ from dataclasses import dataclass
 
 import roll_envs
 import torch
-from roll_pipeline.actor_update import actor_loss
-from roll_pipeline.batch import Samples, build_samples
-from roll_pipeline.config import AgenticConfig
-from roll_pipeline.micro_batches import TrainLayout, build_micro_batches
-from roll_pipeline.models import TINY_FROZEN_LAKE_INSTRUCTION, resolve_pretrain
+from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.models.cache import resolve_pretrain
+from roll_pipeline.models.recipes import TINY_FROZEN_LAKE_INSTRUCTION
+from roll_pipeline.trainer.micro_batches import TrainLayout, build_micro_batches
+from roll_pipeline.trainer.samples import Samples, build_samples
+from roll_pipeline.trainer.settings import actor_loss
 from roll_rollout import PromptBuilder, Trajectory, Turn
 
 ENVS = {"frozen_lake": ({}, 8), "sokoban": ({"dim_x": 6, "dim_y": 6, "num_boxes": 1}, 12)}

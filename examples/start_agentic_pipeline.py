@@ -13,8 +13,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from roll_pipeline import cli
+from roll_pipeline.cli import args as cli_args
+from roll_pipeline.cli import commands as cli
 
 if __name__ == "__main__":
-    cli.EXAMPLES_DIR = Path(__file__).resolve().parent
+    cli_args.EXAMPLES_DIR = Path(__file__).resolve().parent
     sys.exit(cli.train(sys.argv[1:]))

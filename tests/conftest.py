@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray instance without dashboard, shared by every `ray` test (ray.init costs 8-18 s)."""
-    from roll_pipeline.cluster import disable_uv_runtime_env
+    from roll_pipeline.runtime.cluster import disable_uv_runtime_env
 
     disable_uv_runtime_env()  # before ray is imported
     ray = pytest.importorskip("ray")

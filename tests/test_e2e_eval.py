@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from roll_pipeline import AgenticPipeline
-from roll_pipeline.cli import main
-from roll_pipeline.evaluate import checkpoint_model_dir, run_eval
-from roll_pipeline.launcher import compose
-from roll_pipeline.serve import OpenAICompatibleServer
-from roll_pipeline.workers import PolicyServer
+from roll_pipeline.cli.commands import main
+from roll_pipeline.config.compose import compose
+from roll_pipeline.runtime.policy_server import PolicyServer
+from roll_pipeline.serving.evaluate import checkpoint_model_dir, run_eval
+from roll_pipeline.serving.openai_server import OpenAICompatibleServer
 from roll_rollout.openai_policy import OpenAIPolicy, OpenAISettings
 
 RUN = [
@@ -82,7 +82,7 @@ def test_eval_of_a_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_rollout_dumps_readable_transcripts_that_show_prints(trained, tmp_path, capsys):
-    from roll_pipeline.transcripts import read_dump
+    from roll_pipeline.observe.transcripts import read_dump
 
     run_dir, _, overrides = trained
     dump = tmp_path / "dump"

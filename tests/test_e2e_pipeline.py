@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from roll_pipeline import AgenticPipeline, CheckpointManager
-from roll_pipeline.launcher import compose
+from roll_pipeline.config.compose import compose
 from small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
 
 SMALL = [*steps(3), *SMALL_FROZEN_LAKE, *FEW_WORKERS]

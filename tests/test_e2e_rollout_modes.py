@@ -8,7 +8,7 @@ import pytest
 import roll_envs
 from roll_envs import FrozenLakeEnv
 from roll_pipeline import AgenticPipeline
-from roll_pipeline.launcher import compose
+from roll_pipeline.config.compose import compose
 from roll_pipeline.pipeline import PipelineError
 from small_runs import SMALL_FROZEN_LAKE
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from roll_pipeline import cli
+from roll_pipeline.cli import commands as cli
 from small_runs import SMALL_BATCHES, steps
 
 CONFIGS = ["--config-path", "tiny-cpu-agentic", "--no-progress"]

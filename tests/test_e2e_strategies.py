@@ -7,7 +7,7 @@ import json
 
 import pytest
 from roll_pipeline import AgenticPipeline
-from roll_pipeline.launcher import compose
+from roll_pipeline.config.compose import compose
 
 SMALL = [
     "cluster.backend=local",

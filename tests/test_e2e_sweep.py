@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from roll_pipeline import cli
+from roll_pipeline.cli import commands as cli
 from small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
 
 SMALL = [*steps(2), *SMALL_FROZEN_LAKE, *FEW_WORKERS, "cluster.backend=local", "track_with=[stdout]"]

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 from roll_pipeline import AgenticPipeline, CheckpointManager
-from roll_pipeline.checkpoint import MANIFEST_FILE, checkpoint_problem, checkpoint_step
-from roll_pipeline.launcher import compose
+from roll_pipeline.config.compose import compose
+from roll_pipeline.state.checkpoint import MANIFEST_FILE, checkpoint_problem, checkpoint_step
 from safetensors.torch import load_file
 
 EXACT = [

@@ -1,10 +1,14 @@
-"""The dependency direction of DESIGN.md, enforced: each package imports with the heavier ones absent."""
+"""The layering of docs/architecture.md, enforced: each package imports with the heavier ones absent, no
+module import cycle exists in packages/, and a train worker runs its loss without the orchestrator."""
 
 from __future__ import annotations
 
+import ast
+import pickle
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +92,163 @@ def test_every_export_is_documented():
             obj = getattr(module, export)
             if callable(obj) and not isinstance(obj, type(sys)):
                 assert (obj.__doc__ or "").strip(), f"{name}.{export} has no docstring"
+
+
+SOURCES = Path(__file__).resolve().parents[1] / "packages"
+
+
+def _module_files() -> dict[str, Path]:
+    """Every module of the five packages by its dotted name (a package by its `__init__`)."""
+    modules = {}
+    for path in SOURCES.glob("*/src/**/*.py"):
+        parts = path.relative_to(path.parents[len(path.relative_to(SOURCES).parts) - 3]).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name | ast.Attribute) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """The modules of `modules` that `name` imports when it runs: at module level or inside functions, but not
+    under `if TYPE_CHECKING:` (never executed). A module's parent packages, which Python initialises first
+    anyway, are no edge of their own."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:  # `from pkg import module` needs only the module (pkg is its parent)
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return {m for m in found if m in modules and m != name}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path):
+    """The scan itself: an import inside a function closes a cycle; one under TYPE_CHECKING does not."""
+    (tmp_path / "a.py").write_text("import b\n")
+    (tmp_path / "b.py").write_text("def f():\n    from a import x\n")
+    (tmp_path / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\n")
+    modules = {p.stem: p for p in tmp_path.glob("*.py")}
+    graph = {name: _imports(path, name, modules) for name, path in modules.items()}
+    assert graph == {"a": {"b"}, "b": {"a"}, "c": set()}
+    assert _cycles(graph) == [["a", "b"]]
+
+
+def test_no_import_cycle_in_packages():
+    modules = _module_files()
+    assert {"roll_pipeline.cli.commands", "roll_envs.baselines", "roll_algos.objectives"} <= set(modules)
+    graph = {name: _imports(path, name, modules) for name, path in modules.items()}
+    assert sum(map(len, graph.values())) > 200  # the scan sees the imports
+    assert _cycles(graph) == [], (
+        "import cycles (break them by moving the shared name to a module both import)"
+    )
+
+
+WORKER = textwrap.dedent(
+    """
+    import pickle, sys
+    import torch
+    loss = pickle.loads(sys.stdin.buffer.read())
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    old = torch.log(torch.tensor([[0.5, 0.999, 1.0], [0.25, 0.5, 0.999]]))
+    mb = {"response_mask": mask, "old_log_probs": old, "ref_log_probs": old - 0.1,
+          "advantages": torch.tensor([[1.0, 1.0, 0.0], [-1.0, -1.0, -1.0]])}
+    log_probs = (old + 0.05).requires_grad_()
+    value, metrics = loss(log_probs, None, mb)
+    value.backward()
+    assert torch.isfinite(value) and log_probs.grad.abs().sum() > 0, metrics
+    leaked = sorted(m for m in sys.modules if m.split(".")[0] in ("roll_pipeline", "roll_rollout"))
+    print("leaked", leaked)
+    """
+)
+
+
+def test_a_train_worker_runs_the_actor_loss_without_the_orchestrator():
+    """The pipeline's configured actor loss, pickled as it travels to a train worker, unpickles and runs in a
+    process that imports neither roll_pipeline nor roll_rollout."""
+    from roll_pipeline import AgenticConfig
+    from roll_pipeline.trainer.settings import actor_loss
+
+    loss = actor_loss(AgenticConfig(skip_confident_tokens=0.99, use_kl_loss=True, kl_penalty="k3"), 0.1)
+    assert type(loss).__module__.startswith("roll_algos.")
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER], input=pickle.dumps(loss), capture_output=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    assert proc.stdout.decode().strip() == "leaked []"
+
+
+def _names_used(path: Path) -> set[str]:
+    """Every identifier a module imports or reads."""
+    tree = ast.parse(path.read_text(), str(path))
+    names = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    return names | {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+
+
+def test_trainer_and_runtime_components_never_receive_the_whole_config():
+    """Below the entry points a component gets its own settings (a config section such as a role's
+    WorkerConfig is fine): in trainer/ and runtime/ only trainer/settings.py, the translation, uses the run's
+    AgenticConfig."""
+    modules = _module_files()
+    readers = sorted(
+        name
+        for name, path in modules.items()
+        if name.startswith(("roll_pipeline.trainer.", "roll_pipeline.runtime."))
+        and "AgenticConfig" in _names_used(path)
+    )
+    assert readers == ["roll_pipeline.trainer.settings"]

@@ -11,9 +11,9 @@ import sys
 from typing import Any
 
 import pytest
-from roll_pipeline.cluster import RayCluster
-from roll_pipeline.config import WorkerConfig
-from roll_pipeline.strategies_setup import plan_placement
+from roll_pipeline.config.schema import WorkerConfig
+from roll_pipeline.runtime.cluster import RayCluster
+from roll_pipeline.runtime.placement import plan_placement
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -18,12 +18,12 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from roll_pipeline.cluster import disable_uv_runtime_env
+    from roll_pipeline.runtime.cluster import disable_uv_runtime_env
     disable_uv_runtime_env()
     import ray
     from ray.cluster_utils import Cluster
     from roll_pipeline import AgenticPipeline
-    from roll_pipeline.launcher import compose
+    from roll_pipeline.config.compose import compose
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)

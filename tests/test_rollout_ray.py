@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from roll_pipeline.models import resolve_pretrain
+    from roll_pipeline.models.cache import resolve_pretrain
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(resolve_pretrain("builtin:tiny-frozen-lake"))

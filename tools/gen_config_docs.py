@@ -9,7 +9,7 @@ import json
 import sys
 
 from pydantic import BaseModel
-from roll_pipeline.config import (
+from roll_pipeline.config.schema import (
     AgenticConfig,
     ClusterConfig,
     CustomEnvConfig,

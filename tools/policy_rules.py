@@ -23,8 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import roll_envs
-from roll_envs.frozen_lake import ACTIONS
-from roll_pipeline.models import frozen_lake_neighbours
+from roll_envs.frozen_lake import ACTIONS, frozen_lake_neighbours
 
 Rule = Callable[[list[str]], str]
 

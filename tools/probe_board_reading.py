@@ -22,21 +22,21 @@ from pathlib import Path
 import roll_envs
 import torch
 from probe_history_attention import ACTIONS, sample
-from roll_pipeline import models
+from roll_pipeline.models import cache, recipes
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-INSTRUCTIONS = {"short": models.TINY_FROZEN_LAKE_INSTRUCTION, "none": models.NO_INSTRUCTION}
+INSTRUCTIONS = {"short": recipes.TINY_FROZEN_LAKE_INSTRUCTION, "none": recipes.NO_INSTRUCTION}
 
 
 def build_variant(instruction: str, heads: int, out: Path) -> Path:
     """The builtin default model with another system prompt and head count (kv heads: half the heads)."""
     spec = dataclasses.replace(
-        models.BUILTIN_MODELS["tiny-frozen-lake"],
-        envs=(models.WarmupEnv("frozen_lake", instruction=instruction),),
+        recipes.BUILTIN_MODELS["tiny-frozen-lake"],
+        envs=(recipes.WarmupEnv("frozen_lake", instruction=instruction),),
         num_heads=heads,
         num_kv_heads=heads // 2,
     )
-    models._build(spec, out)
+    cache._build(spec, out)
     return out
 
 

@@ -19,7 +19,8 @@ import time
 
 import roll_envs
 import torch
-from roll_pipeline.models import TINY_FROZEN_LAKE_INSTRUCTION, resolve_pretrain
+from roll_pipeline.models.cache import resolve_pretrain
+from roll_pipeline.models.recipes import TINY_FROZEN_LAKE_INSTRUCTION
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 ACTIONS = ("Left", "Down", "Right", "Up")

@@ -18,7 +18,7 @@ import roll_envs
 from pydantic import Field
 from roll_envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv
 from roll_pipeline import AgenticPipeline
-from roll_pipeline.launcher import compose
+from roll_pipeline.config.compose import compose
 
 
 class StepCostConfig(FrozenLakeConfig):

@@ -1,8 +1,11 @@
-"""GiGPO: a hand-derived example, a loop reference on random batches, and the text-anchor helper."""
+"""GiGPO: a hand-derived example, a loop reference on random batches, and the text clustering of anchors."""
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
+import zlib
 
 import numpy as np
 import pytest
@@ -13,8 +16,8 @@ from roll_algos import (
     AdvantageConfig,
     AdvantageInputs,
     AlgosError,
-    anchor_id,
     anchor_ids_from_texts,
+    cluster_representatives,
     compute_advantages,
 )
 
@@ -133,6 +136,32 @@ def test_gigpo_matches_reference(make_rows, seed, gamma, omega, mode, discrete):
     )
 
 
+def ref_representatives(texts, groups, threshold, similarity):
+    """Brute force: text j heads a cluster iff no earlier head of its group matches it; text i belongs to
+    the first head of its group, in input order, that matches it (itself if none)."""
+
+    def matches(a, b):
+        if a == b or threshold >= 1.0:
+            return a == b
+        if similarity == "difflib":
+            return difflib.SequenceMatcher(None, b, a, autojunk=False).ratio() >= threshold
+        ta, tb = set(re.findall(r"\w+|[^\w\s]", a)), set(re.findall(r"\w+|[^\w\s]", b))
+        return (len(ta & tb) / len(ta | tb) if ta | tb else 1.0) >= threshold
+
+    heads: list[int] = []
+    out = []
+    for i, text in enumerate(texts):
+        head = next((j for j in heads if groups[j] == groups[i] and matches(texts[j], text)), i)
+        if head == i:
+            heads.append(i)
+        out.append(head)
+    return out
+
+
+def same_cluster(reps) -> set[tuple[int, int]]:
+    return {(i, j) for i in range(len(reps)) for j in range(len(reps)) if reps[i] == reps[j]}
+
+
 def test_anchor_ids_from_texts():
     texts = [
         "you are at (1, 2); the goal is north",
@@ -141,22 +170,51 @@ def test_anchor_ids_from_texts():
         "a completely different room",
         "you are at (1, 2); the goal is north",
     ]
-    exact = anchor_ids_from_texts(texts)
+    ids = [zlib.crc32(t.encode()) for t in texts]  # the caller's exact-state ids (any stable id)
+    exact = anchor_ids_from_texts(texts, ids=ids)
     assert exact.dtype == np.int64 and (exact >= 0).all()
-    assert exact[0] == exact[1] == exact[4] == anchor_id(texts[0]) and exact[2] != exact[0]
-    fuzzy = anchor_ids_from_texts(texts, threshold=0.8)
+    assert exact[0] == exact[1] == exact[4] == ids[0] and exact[2] != exact[0]
+    assert cluster_representatives(texts).tolist() == [0, 0, 2, 3, 0]
+    fuzzy = anchor_ids_from_texts(texts, threshold=0.8, ids=ids)
     assert fuzzy[0] == fuzzy[1] == fuzzy[2] == fuzzy[4] != fuzzy[3]
-    by_ratio = anchor_ids_from_texts(texts, threshold=0.9, similarity="difflib")
+    assert fuzzy.tolist() == [ids[0], ids[0], ids[0], ids[3], ids[0]]  # the representative's id
+    by_ratio = anchor_ids_from_texts(texts, threshold=0.9, similarity="difflib", ids=ids)
     assert by_ratio[2] == by_ratio[0]
     # different env groups never merge, even for identical texts under a fuzzy threshold
-    split = anchor_ids_from_texts(texts[:2], group_ids=[0, 1], threshold=0.5)
-    assert split[0] == split[1]  # same representative text -> same id; the estimator keys on the group too
+    assert cluster_representatives(texts[:2], group_ids=[0, 1], threshold=0.5).tolist() == [0, 1]
+    split = anchor_ids_from_texts(texts[:2], group_ids=[0, 1], threshold=0.5, ids=ids[:2])
+    assert split[0] == split[1]  # same exact-state id -> same anchor; the estimator keys on the group too
     with pytest.raises(AlgosError, match="threshold"):
-        anchor_ids_from_texts(texts, threshold=0.0)
+        anchor_ids_from_texts(texts, threshold=0.0, ids=ids)
     with pytest.raises(AlgosError, match="group ids"):
-        anchor_ids_from_texts(texts, group_ids=[0])
+        anchor_ids_from_texts(texts, group_ids=[0], ids=ids)
+    with pytest.raises(AlgosError, match="5 integer ids"):
+        anchor_ids_from_texts(texts, ids=ids[:4])
+    with pytest.raises(AlgosError, match="5 integer ids"):
+        anchor_ids_from_texts(texts, ids=[0.5] * 5)
+    with pytest.raises(TypeError, match="ids"):
+        anchor_ids_from_texts(texts, None, 0.8)  # the ids are required: this module hashes nothing
+    assert anchor_ids_from_texts([], ids=[]).tolist() == []
 
 
-def test_anchor_id_is_stable():
-    # blake2b, not Python's salted hash(): the same value in every process
-    assert anchor_id("abc") == anchor_id("abc") == 6455300059550759896
+WORDS = ["go", "north", "south", "box", "wall", "(1, 2)", "(2, 1)", ";", "!", "the"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    picks=st.lists(st.lists(st.integers(0, len(WORDS) - 1), max_size=5), max_size=14),
+    groups=st.lists(st.integers(0, 2), min_size=14, max_size=14),
+    threshold=st.sampled_from([1.0, 0.9, 0.6, 0.34, 0.05]),
+    similarity=st.sampled_from(["jaccard", "difflib"]),
+)
+def test_clustering_matches_brute_force(picks, groups, threshold, similarity):
+    texts = [" ".join(WORDS[k] for k in pick) for pick in picks]
+    groups = groups[: len(texts)]
+    reps = cluster_representatives(texts, groups, threshold, similarity)
+    expected = ref_representatives(texts, groups, threshold, similarity)
+    assert reps.dtype == np.int64 and reps.tolist() == expected
+    assert same_cluster(reps) == same_cluster(expected)  # which texts share a cluster
+    assert all(groups[i] == groups[r] for i, r in enumerate(expected))  # clusters stay in their env group
+    ids = np.arange(len(texts), dtype=np.int64) * 7919 - 10**12  # arbitrary caller ids, some negative
+    anchors = anchor_ids_from_texts(texts, groups, threshold, similarity, ids=ids)
+    assert anchors.tolist() == [int(ids[r]) for r in expected]

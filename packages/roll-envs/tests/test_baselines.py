@@ -7,8 +7,9 @@ import time
 
 import numpy as np
 import pytest
-from roll_envs.baselines import (
-    HELD_OUT_SEED_START,
+from roll_envs.baseline_types import HELD_OUT_SEED_START
+from roll_envs.frozen_lake import ACTIONS, FrozenLakeEnv
+from roll_envs.frozen_lake.baselines import (
     PRECOMPUTED_SEQUENCES,
     SEARCH_MAPS,
     SEARCH_SEED_START,
@@ -18,7 +19,6 @@ from roll_envs.baselines import (
     sequence_success,
     transition_table,
 )
-from roll_envs.frozen_lake import ACTIONS, FrozenLakeEnv
 
 
 def test_transition_table_agrees_with_the_env():

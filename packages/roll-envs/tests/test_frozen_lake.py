@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import roll_envs
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
-from roll_envs.frozen_lake import ACTIONS, FrozenLakeEnv, generate_map, has_path
+from roll_envs.frozen_lake import ACTIONS, FrozenLakeEnv, frozen_lake_neighbours, generate_map, has_path, move
 
 INFO_KEYS = {"action_is_valid", "action_is_effective", "success", "metrics", "state_key"}
 
@@ -166,3 +166,33 @@ def test_rgb_frame():
     frame = env.render()
     assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
     assert env.render("text") == env.text_observation()
+
+
+@pytest.mark.parametrize(
+    ("board", "expected"),
+    [
+        ("___\n_P_\n___", "Left _ Down _ Right _ Up _"),  # the middle: four cells of ice
+        ("P__\n___\n___", "Left edge Down _ Right _ Up edge"),  # a corner: two edges
+        ("__O\n_GP\n___", "Left G Down _ Right edge Up O"),  # the goal on one side, a hole above
+        ("_O_\nOPO\n_O_", "Left O Down O Right O Up O"),  # holes all round
+        ("___\n___\n_P_", "Left _ Down edge Right _ Up _"),  # the bottom row
+        ("_P", "Left _ Down edge Right edge Up edge"),  # one row
+        ("_X\n_G", None),  # in a hole: no P on the board
+        ("__√\n___", None),  # on the goal: no P either
+    ],
+)
+def test_frozen_lake_neighbours_on_hand_written_boards(board, expected):
+    assert frozen_lake_neighbours(board) == expected
+
+
+def test_frozen_lake_neighbours_match_the_env_state():
+    env = FrozenLakeEnv(size=5)
+    for seed in range(100):
+        obs, _ = env.reset(seed=seed)
+        named = dict(zip(*[iter(frozen_lake_neighbours(obs).split())] * 2, strict=True))
+        assert list(named) == list(ACTIONS)
+        for action, symbol in named.items():
+            there = move(env.desc, env.position, ACTIONS.index(action))
+            cell = "".join(env.desc)[there]
+            assert symbol == ("edge" if there == env.position else {"H": "O", "G": "G"}.get(cell, "_"))
+    assert roll_envs.frozen_lake_neighbours is frozen_lake_neighbours

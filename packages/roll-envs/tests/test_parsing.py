@@ -85,7 +85,7 @@ ADVERSARIAL = {
     "think_repeated": lambda n: "<think>" * (n // 7),
     "open_answer_spaces": lambda n: "<answer>" + " " * (n - 8),
 }
-"""Inputs that made the old patterns backtrack, or that scan to the end (benchmarks use them too)."""
+"""Inputs that make plain patterns backtrack, or that scan to the end (benchmarks use them too)."""
 
 
 @pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
@@ -110,26 +110,26 @@ def test_only_the_last_max_parse_chars_are_looked_at():
     assert not parse_turn("y" + window_edge[1:] + "x", VOCAB).valid  # one char later: cut
 
 
-# The patterns before issue 16: the same matches, but quadratic on "<" + spaces. On short texts they
-# are an independent reference for the possessive patterns.
-_OLD_ANSWER = re.compile(r"<\s*(/?)\s*answer\s*>", re.IGNORECASE)
-_OLD_THINK = re.compile(r"<\s*/\s*think\s*>", re.IGNORECASE)
-_OLD_SPECIAL = re.compile(
+# Plain backtracking patterns: the same matches as the parser's possessive ones, but quadratic on "<" +
+# spaces. On short texts they are an independent reference for the possessive patterns.
+_PLAIN_ANSWER = re.compile(r"<\s*(/?)\s*answer\s*>", re.IGNORECASE)
+_PLAIN_THINK = re.compile(r"<\s*/\s*think\s*>", re.IGNORECASE)
+_PLAIN_SPECIAL = re.compile(
     r"<\|[^<>|\s]{1,48}\|>|</?s>|<\s*/?\s*(?:eos|bos|pad|unk|endoftext)\s*>|\[/?INST\]", re.IGNORECASE
 )
 
 
 def reference_answer(text: str) -> str | None:
-    """extract_answer written with the old patterns (and no window)."""
-    ends = [m.end() for m in _OLD_THINK.finditer(text)]
+    """extract_answer written with the plain patterns (and no window)."""
+    ends = [m.end() for m in _PLAIN_THINK.finditer(text)]
     pos = ends[-1] if ends else 0
-    opening = next((m for m in _OLD_ANSWER.finditer(text, pos) if not m.group(1)), None)
+    opening = next((m for m in _PLAIN_ANSWER.finditer(text, pos) if not m.group(1)), None)
     if opening is None:
         return None
-    closing = next((m for m in _OLD_ANSWER.finditer(text, opening.end()) if m.group(1)), None)
+    closing = next((m for m in _PLAIN_ANSWER.finditer(text, opening.end()) if m.group(1)), None)
     if closing is None or closing.start() - opening.end() > MAX_ANSWER_CHARS:
         return None
-    inner = _OLD_SPECIAL.sub(" ", text[opening.end() : closing.start()])
+    inner = _PLAIN_SPECIAL.sub(" ", text[opening.end() : closing.start()])
     return re.sub(
         r"\s+", " ", re.sub(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\ufeff]", " ", inner)
     ).strip()
@@ -169,7 +169,7 @@ ANSWERISH = st.tuples(
 
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)
 @given(st.one_of(ANSWERISH, TAG_SOUP, st.text(max_size=60)))
-def test_possessive_patterns_match_what_the_old_ones_matched(text):
+def test_possessive_patterns_match_what_the_plain_ones_match(text):
     assert extract_answer(text) == reference_answer(text)
 
 

@@ -9,7 +9,9 @@ import time
 import numpy as np
 import pytest
 import roll_envs
-from roll_envs.baselines import HELD_OUT_SEED_START, env_baselines, frozen_lake_baselines
+from roll_envs.baseline_types import HELD_OUT_SEED_START
+from roll_envs.baselines import env_baselines
+from roll_envs.frozen_lake.baselines import frozen_lake_baselines
 from roll_envs.sokoban import Room, SokobanEnv
 from roll_envs.sokoban.baselines import (
     _held_out_graphs,
@@ -56,6 +58,15 @@ def brute_force_moves(room: Room, limit: int) -> int | None:
         return False
 
     return next((depth for depth in range(limit + 1) if solvable_in(depth)), None)
+
+
+@pytest.mark.parametrize("env_id", ["sokoban", "larger_sokoban", "sokoban_different_grid_vocab"])
+def test_held_out_rooms_are_the_rooms_the_env_plays(env_id):
+    env = roll_envs.make(env_id, render_mode=None)
+    rooms = held_out_rooms(30, env.config)
+    for seed, room in zip(range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + 30), rooms, strict=True):
+        env.reset(seed=seed)
+        assert env.room == room, seed
 
 
 def test_random_policy_dp_matches_monte_carlo_of_the_real_env():

@@ -8,11 +8,9 @@ import hashlib
 import json
 
 import pytest
-from roll_pipeline.models import (
-    BUILTIN_MODELS,
-    HISTORY_WINDOW,
+from roll_pipeline.models.recipes import BUILTIN_MODELS, HISTORY_WINDOW, TINY_FROZEN_LAKE_INSTRUCTION
+from roll_pipeline.models.warmup import (
     NEIGHBOUR_QUESTION,
-    TINY_FROZEN_LAKE_INSTRUCTION,
     format_warmup_examples,
     frozen_lake_neighbours,
     perception_warmup_examples,

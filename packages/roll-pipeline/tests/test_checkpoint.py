@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from roll_pipeline.checkpoint import (
+from roll_pipeline.state.checkpoint import (
     MANIFEST_FILE,
     CheckpointError,
     CheckpointManager,
@@ -121,7 +121,7 @@ def test_missing_manifest_missing_file_and_no_good_checkpoint(checkpoints):
 
 
 def test_a_verified_checkpoint_is_not_hashed_again_unless_it_changes(checkpoints, monkeypatch):
-    import roll_pipeline.checkpoint as ckpt_module
+    import roll_pipeline.state.checkpoint as ckpt_module
 
     verify_checkpoint(checkpoints / "checkpoint-1")
     hashed = []

@@ -3,8 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from roll_pipeline.config import AgenticConfig
-from roll_pipeline.launcher import ConfigError, compose, parse_args, validate
+from roll_pipeline.config.compose import ConfigError, compose, parse_args, validate
+from roll_pipeline.config.schema import AgenticConfig
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -187,7 +187,7 @@ def test_sample_shape_auto_follows_the_history():
 def test_sokoban_examples_prompt_as_their_builtin_model_warmed_up(name):
     """Each tag's system prompt is the one the builtin model's warm-up used for that env (none)."""
     from roll_envs import sokoban_baselines
-    from roll_pipeline.models import BUILTIN_MODELS, NO_INSTRUCTION
+    from roll_pipeline.models.recipes import BUILTIN_MODELS, NO_INSTRUCTION
 
     cfg = compose(str(EXAMPLES / "tiny-cpu-agentic"), name, [])
     warmed = {w.env_type: w.instruction for w in BUILTIN_MODELS[cfg.pretrain.removeprefix("builtin:")].envs}

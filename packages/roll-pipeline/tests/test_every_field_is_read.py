@@ -16,7 +16,7 @@ from types import UnionType
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
-from roll_pipeline.config import AgenticConfig
+from roll_pipeline.config.schema import AgenticConfig
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "roll_pipeline"
 

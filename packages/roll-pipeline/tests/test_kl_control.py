@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
-from roll_algos import AdvantageConfig, compute_advantages
-from roll_pipeline.batch import TurnView
-from roll_pipeline.kl_control import KLControl, kl_reward_penalty, token_kl
+from roll_algos import AdvantageConfig, compute_advantages, token_kl
+from roll_pipeline.trainer.kl_control import KLControl, kl_reward_penalty
+from roll_pipeline.trainer.samples import TurnView
 
 
 def test_fixed_coefficients_never_move():
@@ -101,7 +101,7 @@ def test_token_kl_estimators_and_full():
 
 
 def test_log_probs_read_off_the_full_log_softmax_equal_a_separate_pass():
-    from roll_pipeline.kl_control import log_probs_at
+    from roll_algos import log_probs_at
     from roll_strategies.forward import full_log_probs
     from roll_strategies.logprobs import batched_log_probs
     from transformers import Qwen2Config, Qwen2ForCausalLM

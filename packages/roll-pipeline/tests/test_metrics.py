@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from roll_pipeline.metrics import rollout_metrics, val_metrics
+from roll_pipeline.observe.metrics import rollout_metrics, val_metrics
 from roll_rollout import RolloutBatch, Trajectory, Turn
 
 

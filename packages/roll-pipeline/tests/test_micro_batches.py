@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from roll_pipeline.actor_update import actor_loss
-from roll_pipeline.config import AgenticConfig
-from roll_pipeline.micro_batches import TrainLayout, build_micro_batches, mini_batches, plan_micro_batches
+from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.trainer.micro_batches import (
+    TrainLayout,
+    build_micro_batches,
+    mini_batches,
+    plan_micro_batches,
+)
+from roll_pipeline.trainer.settings import actor_loss
 
 
 def layout(mode: str, rows: int = 8, max_tokens: int = 256, round_to: int = 8) -> TrainLayout:

@@ -14,9 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from roll_pipeline.models import resolve_pretrain
-from roll_pipeline.serve import OpenAICompatibleServer
-from roll_pipeline.workers import PolicyServer
+from roll_pipeline.models.cache import resolve_pretrain
+from roll_pipeline.runtime.policy_server import PolicyServer
+from roll_pipeline.serving.openai_server import OpenAICompatibleServer
 from roll_rollout import (
     EnvLayout,
     EnvSlotSpec,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from roll_pipeline import pipeline as pipeline_module
-from roll_pipeline.launcher import compose
+from roll_pipeline.config.compose import compose
 
 
 class RecordingCluster:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from roll_pipeline import cli
-from roll_pipeline.config import AgenticConfig
+from roll_pipeline.cli import commands as cli
+from roll_pipeline.cli.args import EXAMPLES_DIR
+from roll_pipeline.config.schema import AgenticConfig
 
 
 def test_plot_writes_png_with_baselines(tmp_path, monkeypatch):
@@ -53,9 +54,9 @@ def test_adaptive_kl_runs_get_the_target_line_and_a_coefficient_panel(tmp_path):
 
 def test_a_multi_tag_run_gets_one_curve_per_tag_and_each_tags_baselines(tmp_path, monkeypatch):
     from matplotlib.axes import Axes
-    from roll_pipeline.launcher import compose
+    from roll_pipeline.config.compose import compose
 
-    cfg = compose(str(cli.EXAMPLES_DIR / "tiny-cpu-agentic"), "agent_val_multi_tag", [])
+    cfg = compose(str(EXAMPLES_DIR / "tiny-cpu-agentic"), "agent_val_multi_tag", [])
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(cfg.model_dump(mode="json")))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import roll_envs
 from PIL import Image
-from roll_pipeline.render import (
+from roll_pipeline.observe.render import (
     EnvSource,
     EpisodeRenderer,
     ReplayMismatch,
@@ -18,7 +18,7 @@ from roll_pipeline.render import (
     renderer_of,
     replay_frames,
 )
-from roll_pipeline.tracking import Tracker
+from roll_pipeline.observe.tracking import Tracker
 from roll_rollout import Trajectory, Turn
 
 FL = {"FrozenLake": EnvSource("frozen_lake", {"size": 4})}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from roll_pipeline import cli
-from roll_pipeline.config import AgenticConfig
-from roll_pipeline.launcher import compose
-from roll_pipeline.report import baseline_lines, print_run_header, tag_baselines
+from roll_pipeline.cli import commands as cli
+from roll_pipeline.cli.args import EXAMPLES_DIR
+from roll_pipeline.config.compose import compose
+from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.observe.report import baseline_lines, print_run_header, tag_baselines
 
-EXAMPLES = cli.EXAMPLES_DIR / "tiny-cpu-agentic"
+EXAMPLES = EXAMPLES_DIR / "tiny-cpu-agentic"
 
 
 def test_the_default_run_prints_the_frozen_lake_line_as_before(capsys):
@@ -66,9 +67,16 @@ def test_a_tag_named_other_than_its_env_says_both(capsys):
     assert "[roll] Boxes (Sokoban) baselines on held-out rooms: random" in capsys.readouterr().out
 
 
-def test_roll_baselines_keeps_its_frozen_lake_default(capsys):
-    assert cli.main(["baselines"]) == 0
+def test_roll_baselines_of_frozen_lake(capsys):
+    assert cli.main(["baselines", "--env", "frozen_lake"]) == 0
     assert capsys.readouterr().out == f"{'random':>28}: 0.214\n{'best_fixed_sequence':>28}: 0.310\n"
+
+
+def test_roll_baselines_names_no_env_by_default(capsys):
+    """A generic command assumes no env: without --env it says which envs have baselines."""
+    assert cli.main(["baselines"]) == 2
+    err = capsys.readouterr().err
+    assert "--env" in err and "frozen_lake" in err and "sokoban" in err
 
 
 def test_roll_baselines_of_sokoban(capsys):

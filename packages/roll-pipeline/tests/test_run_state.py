@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from roll_pipeline.checkpoint import CheckpointError, CheckpointManager
-from roll_pipeline.run_state import global_rng_state, read_resume_state, set_global_rng_state
+from roll_pipeline.state.checkpoint import CheckpointError, CheckpointManager
+from roll_pipeline.state.run_state import global_rng_state, read_resume_state, set_global_rng_state
 
 
 def _draws() -> tuple[float, float, float]:

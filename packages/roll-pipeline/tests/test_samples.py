@@ -13,8 +13,9 @@ import pytest
 import roll_envs
 import torch
 from roll_algos import AdvantageConfig, AdvantageInputs, compute_advantages
-from roll_pipeline.batch import SampleError, build_samples
-from roll_pipeline.models import TINY_FROZEN_LAKE_INSTRUCTION, resolve_pretrain
+from roll_pipeline.models.cache import resolve_pretrain
+from roll_pipeline.models.recipes import TINY_FROZEN_LAKE_INSTRUCTION
+from roll_pipeline.trainer.samples import SampleError, build_samples
 from roll_rollout import PromptBuilder, Trajectory, Turn
 
 

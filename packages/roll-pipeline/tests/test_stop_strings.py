@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from roll_pipeline.workers import stop_token_ids
+from roll_pipeline.runtime.policy_server import stop_token_ids
 from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
 
 

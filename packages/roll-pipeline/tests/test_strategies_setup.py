@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from roll_pipeline import cli
-from roll_pipeline.config import AgenticConfig, WorkerConfig
-from roll_pipeline.strategies_setup import Placement, model_folder, plan_placement, strategy_problems
+from roll_pipeline.cli import commands as cli
+from roll_pipeline.config.schema import AgenticConfig, WorkerConfig
+from roll_pipeline.config.strategies import strategy_problems
+from roll_pipeline.runtime.placement import Placement, model_folder, plan_placement
 
 
 def _roles(*mappings: list[int], gpus: list[float | None] | None = None) -> dict[str, WorkerConfig]:

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from roll_pipeline import cli
-from roll_pipeline.checkpoint import write_manifest
-from roll_pipeline.config import AgenticConfig
-from roll_pipeline.sweep import (
+from roll_pipeline.cli import commands as cli
+from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.experiments.sweep import (
     STATUS_FILE,
     CurvePoint,
     current_timeline,
@@ -22,7 +21,7 @@ from roll_pipeline.sweep import (
     summary_rows,
     validation_curve,
 )
-from roll_pipeline.sweep_runner import (
+from roll_pipeline.experiments.sweep_runner import (
     SeedJob,
     SweepError,
     config_differences,
@@ -32,6 +31,7 @@ from roll_pipeline.sweep_runner import (
     plan_sweep,
     run_jobs,
 )
+from roll_pipeline.state.checkpoint import write_manifest
 
 TAGS = ("FrozenLake", "Sokoban")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from roll_pipeline.tracking import WANDB_ID_FILE, Tracker
+from roll_pipeline.observe.tracking import WANDB_ID_FILE, Tracker
 
 STEP = {
     "critic/score/mean": 0.25,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from roll_pipeline.cluster import LocalCluster
-from roll_pipeline.weight_update import WeightUpdater
-from roll_pipeline.workers import PolicyServer
+from roll_pipeline.runtime.cluster import LocalCluster
+from roll_pipeline.runtime.policy_server import PolicyServer
+from roll_pipeline.trainer.weight_update import WeightUpdater
 from roll_rollout import GenerateRequest, SamplingSettings
 from roll_strategies import ActorTrainWorker, build_tiny_model
 

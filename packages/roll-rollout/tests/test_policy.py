@@ -121,7 +121,7 @@ def test_remote_policy_sends_concurrent_requests_in_one_call():
 
 
 def test_a_request_made_while_a_call_is_in_flight_is_sent_without_waiting_for_another():
-    """Regression: the request that arrives during a call, with no request after it, used to wait forever."""
+    """A request that arrives during a call, with no request after it, is sent (it must not wait forever)."""
     server = BatchingPolicy(echo_backend([]))
     calls: list[int] = []
 

@@ -3,7 +3,8 @@
 Pure functions on tensors (torch, numpy only). Families share one call shape:
 - advantages: `compute_advantages(estimator, AdvantageInputs, AdvantageConfig) -> AdvantageOutput`;
 - losses: `policy_loss(...) -> PolicyLossOutput`, `value_loss(...) -> ValueLossOutput`, `aggregate_loss`;
-- KL: `kl_penalty`, `apply_kl_penalty`, fixed / adaptive controllers;
+- KL: `kl_penalty`, `apply_kl_penalty`, `token_kl`, fixed / adaptive controllers;
+- objectives the train workers run: `ActorLoss` (PPO family + KL + entropy), `CriticLoss`;
 - packing and dynamic batching: `pack_sequences`, `dynamic_micro_batches`, `balance_partitions`.
 """
 
@@ -27,7 +28,7 @@ from roll_algos.batching import (
     padding_stats,
 )
 from roll_algos.errors import AlgosError, ShapeError
-from roll_algos.gigpo import anchor_id, anchor_ids_from_texts
+from roll_algos.gigpo import anchor_ids_from_texts, cluster_representatives
 from roll_algos.kl import AdaptiveKLController, FixedKLController, KLEstimator, apply_kl_penalty, kl_penalty
 from roll_algos.logits import entropy_from_logits, log_probs_from_logits
 from roll_algos.losses import (
@@ -40,6 +41,7 @@ from roll_algos.losses import (
     policy_loss,
     value_loss,
 )
+from roll_algos.objectives import FULL_KL_KINDS, ActorLoss, CriticLoss, log_probs_at, token_kl
 from roll_algos.packing import PackedBatch, pack_sequences, packed_attention_mask, unpack, unpack_padded
 from roll_algos.rewards import (
     NormMode,
@@ -53,15 +55,18 @@ from roll_algos.rewards import (
     starpo_group_filter,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 __all__: list[str] = [
     "ADVANTAGE_ESTIMATORS",
+    "FULL_KL_KINDS",
+    "ActorLoss",
     "AdaptiveKLController",
     "AdvantageConfig",
     "AdvantageEstimator",
     "AdvantageInputs",
     "AdvantageOutput",
     "AlgosError",
+    "CriticLoss",
     "DynamicBatchPlan",
     "FixedKLController",
     "KLEstimator",
@@ -74,12 +79,12 @@ __all__: list[str] = [
     "ValueLossOutput",
     "__version__",
     "aggregate_loss",
-    "anchor_id",
     "anchor_ids_from_texts",
     "apply_kl_penalty",
     "balance_partitions",
     "clip_advantages",
     "clip_rewards",
+    "cluster_representatives",
     "compute_advantages",
     "contiguous_segments",
     "dynamic_micro_batches",
@@ -89,6 +94,7 @@ __all__: list[str] = [
     "group_normalize",
     "karmarkar_karp",
     "kl_penalty",
+    "log_probs_at",
     "log_probs_from_logits",
     "masked_mean",
     "masked_var",
@@ -99,6 +105,7 @@ __all__: list[str] = [
     "policy_loss",
     "register_estimator",
     "starpo_group_filter",
+    "token_kl",
     "unpack",
     "unpack_padded",
     "value_loss",

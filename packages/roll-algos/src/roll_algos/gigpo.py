@@ -7,14 +7,16 @@ A(row) = A_E(trajectory) + omega * A_S(row), spread over the row's response toke
   (equal `anchor_ids`). A singleton anchor group, and a row with anchor_id -1 (unknown), contribute 0.
 Normalisation: `mean_std` or `mean` (config.gigpo_norm_mode, falling back to config.norm_mode).
 
-Anchors are grouped by exact equality of `anchor_ids`. For similarity-based grouping, map texts to
-anchor ids first with `anchor_ids_from_texts(texts, group_ids, threshold)`.
+Anchors are grouped by exact equality of `anchor_ids`: the caller's ids of the observed states (roll's
+pipeline uses each turn's `anchor_id`, a stable hash of its state key; this module hashes nothing). For
+similarity-based grouping, `cluster_representatives(texts, group_ids, threshold)` gives each text its
+cluster's representative, and `anchor_ids_from_texts(texts, group_ids, threshold, ids=exact_ids)` gives
+it the representative's id.
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
 import re
 from collections.abc import Sequence
 
@@ -32,7 +34,13 @@ from roll_algos.errors import AlgosError
 from roll_algos.estimators import spread_over_tokens, step_returns, trajectory_normalized_scores
 from roll_algos.rewards import group_index, group_normalize
 
-__all__ = ["UNKNOWN_ANCHOR", "anchor_id", "anchor_ids_from_texts", "gigpo", "gigpo_step_advantages"]
+__all__ = [
+    "UNKNOWN_ANCHOR",
+    "anchor_ids_from_texts",
+    "cluster_representatives",
+    "gigpo",
+    "gigpo_step_advantages",
+]
 
 UNKNOWN_ANCHOR = -1
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -61,29 +69,24 @@ def gigpo(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:
     return AdvantageOutput(adv, adv.clone())
 
 
-def anchor_id(text: str) -> int:
-    """Stable 63-bit non-negative hash of an observation text (same across processes and runs)."""
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
-
-
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     if not a and not b:
         return 1.0
     return len(a & b) / len(a | b)
 
 
-def anchor_ids_from_texts(
+def cluster_representatives(
     texts: Sequence[str],
     group_ids: Sequence[int] | np.ndarray | None = None,
     threshold: float = 1.0,
     similarity: str = "jaccard",
 ) -> np.ndarray:
-    """Map observation texts to GiGPO anchor ids, merging similar observations of the same env group.
+    """For each observation text, the index of its cluster's representative, clustering similar texts
+    of the same env group.
 
     Greedy clustering in input order, per env group: a text joins the first existing cluster whose
-    representative (its first member) has similarity >= threshold, else starts a new cluster. The id
-    is `anchor_id(representative)`. threshold=1.0 is exact equality (fast path, no comparisons).
+    representative (its first member) is the same text or has similarity >= threshold, else it starts a
+    new cluster and is its representative. threshold=1.0 is exact equality (no comparisons).
 
     Args:
         texts: N observation texts.
@@ -91,39 +94,65 @@ def anchor_ids_from_texts(
         threshold: in (0, 1].
         similarity: `jaccard` (token sets, words and punctuation) or `difflib` (SequenceMatcher ratio).
     Returns:
-        int64 array [N] of anchor ids (never -1).
+        int64 array [N]: out[i] <= i is the index of text i's representative (out[r] == r for one).
     """
     if not 0 < threshold <= 1:
-        raise AlgosError(f"anchor_ids_from_texts: expected threshold in (0, 1], got {threshold}.")
+        raise AlgosError(f"cluster_representatives: expected threshold in (0, 1], got {threshold}.")
     if similarity not in {"jaccard", "difflib"}:
         raise AlgosError(
-            f"anchor_ids_from_texts: similarity must be 'jaccard' or 'difflib', got {similarity!r}."
+            f"cluster_representatives: similarity must be 'jaccard' or 'difflib', got {similarity!r}."
         )
     groups = [0] * len(texts) if group_ids is None else [int(g) for g in group_ids]
     if len(groups) != len(texts):
         raise AlgosError(
-            f"anchor_ids_from_texts: expected {len(texts)} group ids (one per text), got {len(groups)}."
+            f"cluster_representatives: expected {len(texts)} group ids (one per text), got {len(groups)}."
         )
     out = np.empty(len(texts), dtype=np.int64)
     if threshold >= 1.0:
-        for i, text in enumerate(texts):
-            out[i] = anchor_id(text)
+        first: dict[tuple[int, str], int] = {}
+        for i, (text, group) in enumerate(zip(texts, groups, strict=True)):
+            out[i] = first.setdefault((group, text), i)
         return out
-    clusters: dict[int, list[tuple[str, frozenset[str]]]] = {}
+    clusters: dict[int, list[tuple[int, str, frozenset[str]]]] = {}
     for i, (text, group) in enumerate(zip(texts, groups, strict=True)):
         reps = clusters.setdefault(group, [])
         tokens = frozenset(_WORD.findall(text)) if similarity == "jaccard" else frozenset()
-        chosen = text
-        for rep, rep_tokens in reps:
+        out[i] = i
+        for rep_index, rep, rep_tokens in reps:
             score = (
                 _jaccard(tokens, rep_tokens)
                 if similarity == "jaccard"
                 else difflib.SequenceMatcher(None, text, rep, autojunk=False).ratio()
             )
             if rep == text or score >= threshold:
-                chosen = rep
+                out[i] = rep_index
                 break
         else:
-            reps.append((text, tokens))
-        out[i] = anchor_id(chosen)
+            reps.append((i, text, tokens))
     return out
+
+
+def anchor_ids_from_texts(
+    texts: Sequence[str],
+    group_ids: Sequence[int] | np.ndarray | None = None,
+    threshold: float = 1.0,
+    similarity: str = "jaccard",
+    *,
+    ids: Sequence[int] | np.ndarray,
+) -> np.ndarray:
+    """GiGPO anchor ids that merge similar observations of the same env group.
+
+    `ids` are the caller's exact-state ids of the texts (in roll, each turn's `anchor_id`, a stable hash
+    of its state key); each text gets the id of its cluster's representative (`cluster_representatives`,
+    same arguments), so the rows of one cluster share an anchor id. No hashing happens here.
+
+    Returns:
+        int64 array [N]: `ids[cluster_representatives(texts, group_ids, threshold, similarity)]`.
+    """
+    exact = np.asarray(ids)
+    if exact.shape != (len(texts),) or not (exact.size == 0 or np.issubdtype(exact.dtype, np.integer)):
+        raise AlgosError(
+            f"anchor_ids_from_texts: expected {len(texts)} integer ids (one per text), got shape "
+            f"{exact.shape} of {exact.dtype}."
+        )
+    return exact.astype(np.int64)[cluster_representatives(texts, group_ids, threshold, similarity)]

@@ -7,7 +7,8 @@
 """
 
 from roll_envs.base import ActionOutcome, BaseEnv
-from roll_envs.baselines import EnvBaselines, env_baselines, frozen_lake_baselines
+from roll_envs.baseline_types import EnvBaselines
+from roll_envs.baselines import env_baselines, has_baselines
 from roll_envs.builtins import register_builtins
 from roll_envs.checker import check_env
 from roll_envs.config import EnvConfig
@@ -21,7 +22,8 @@ from roll_envs.errors import (
     UnknownEnvError,
 )
 from roll_envs.frames import caption_frame, filmstrip, grid_frame, replay_to_gif, save_gif, text_frame
-from roll_envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv
+from roll_envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv, frozen_lake_neighbours
+from roll_envs.frozen_lake.baselines import frozen_lake_baselines
 from roll_envs.gym_adapter import GymAdapterConfig, GymAdapterEnv
 from roll_envs.metrics import aggregate_metrics
 from roll_envs.parsing import ParsedTurn, extract_answer, parse_turn
@@ -31,7 +33,7 @@ from roll_envs.sokoban.baselines import sokoban_baselines
 from roll_envs.tiles import Tile, tile_frame
 from roll_envs.webshop import WebShopLiteConfig, WebShopLiteEnv
 
-__version__ = "0.1.3"
+__version__ = "0.1.4"
 
 register_builtins()
 
@@ -67,7 +69,9 @@ __all__ = [
     "extract_answer",
     "filmstrip",
     "frozen_lake_baselines",
+    "frozen_lake_neighbours",
     "grid_frame",
+    "has_baselines",
     "list_envs",
     "load_plugins",
     "make",

@@ -19,6 +19,7 @@ import numpy as np
 from gymnasium import spaces
 from pydantic import BaseModel
 
+from roll_envs.baseline_types import EnvBaselines
 from roll_envs.config import EnvConfig, build_config
 from roll_envs.errors import EnvConfigError, ResetNeeded
 from roll_envs.parsing import ActionMatcher, ParsedTurn, make_action_matcher, parse_turn
@@ -58,6 +59,15 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     Construct with a config model, a mapping, keyword overrides or nothing:
     `FrozenLakeEnv(size=5)`, `FrozenLakeEnv(FrozenLakeConfig(size=5))`. `render_mode` is `"text"`
     (the default), `"rgb_array"` or None.
+
+    Baselines (optional): an env with reference policies to judge a trained agent by overrides
+    `baselines(turns, episodes)` to return their success rates as `EnvBaselines`, scored on the
+    `episodes` held-out episodes seeded from `HELD_OUT_SEED_START` (`roll_envs.baseline_types`).
+    `has_baselines` says, without computing them, whether it has any: by default whether the class
+    overrides `baselines`; an env whose baselines depend on its config overrides it too (FrozenLake has
+    none on slippery ice). `roll_envs.env_baselines(env, turns)` and `roll_envs.has_baselines(env)`
+    go through these two hooks, so the pipeline prints and plots a third-party env's baselines as it does
+    the built-ins'.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": list(RENDER_MODES), "render_fps": 4}
@@ -138,6 +148,17 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         from roll_envs.frames import text_frame
 
         return text_frame(self.text_observation())
+
+    def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines | None:
+        """Reference policies' success within `turns` turns on `episodes` held-out episodes (seeds from
+        `HELD_OUT_SEED_START`), as `EnvBaselines`; default None: this env has no baselines."""
+        return None
+
+    @property
+    def has_baselines(self) -> bool:
+        """Whether `baselines` gives numbers, answered without computing them; default: whether the class
+        overrides `baselines` (override this too when that depends on the config)."""
+        return type(self).baselines is not BaseEnv.baselines
 
     # ---- the Gymnasium API, written once --------------------------------------------------------
 

@@ -1,222 +1,68 @@
-"""Reference success rates that a trained agent is judged against: FrozenLake's here, Sokoban's in
-`roll_envs.sokoban.baselines`, and `env_baselines`, the one entry point for any env (None where an env
-has none).
+"""Reference success rates that a trained agent is judged against, for any env that provides them.
 
-FrozenLake's, which an agent must beat to show it reads the board:
+An env provides baselines through its `BaseEnv.baselines(turns, episodes)` hook (and says whether it
+has any with `BaseEnv.has_baselines`); `env_baselines` and `has_baselines` are the entry points that
+callers use, for built-in and third-party envs alike. Baselines are scored on held-out episodes, seeded
+from `HELD_OUT_SEED_START`.
 
-- `random`: a uniformly random move each turn (exact expectation, computed by dynamic programming).
-- `best_fixed_sequence`: the single move sequence (ignoring the board) that solves the most maps
-  of a search set, found by exhaustive search with memoisation, then scored on held-out maps.
-
-Both use deterministic ice (the default) and the same map generator as `FrozenLakeEnv`.
+The built-ins' baseline code lives beside each env: FrozenLake's in `roll_envs.frozen_lake.baselines`
+(its names stay importable from here), Sokoban's in `roll_envs.sokoban.baselines`.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
+from roll_envs.base import BaseEnv
+from roll_envs.baseline_types import HELD_OUT_SEED_START, EnvBaselines
+from roll_envs.frozen_lake.baselines import (
+    PRECOMPUTED_SEQUENCES,
+    SEARCH_MAPS,
+    SEARCH_SEED_START,
+    best_fixed_sequence,
+    fixed_sequence_for,
+    frozen_lake_baselines,
+    goal_distances,
+    random_policy_success,
+    sequence_success,
+    transition_table,
+)
 
-from roll_envs.frozen_lake import ACTIONS, FrozenLakeConfig, generate_map, move
-
-HELD_OUT_SEED_START = 1_000_000
-"""First seed of the held-out maps the baselines are scored on."""
-
-SEARCH_SEED_START = 2_000_000
-"""First seed of the maps the best fixed sequence is searched on (disjoint from the held-out ones)."""
-
-SEARCH_MAPS = 1000
-"""How many maps the best fixed sequence is searched on."""
-
-PRECOMPUTED_SEQUENCES: dict[int, str] = {
-    1: "Down",
-    2: "Down Right",
-    3: "Down Right Up",
-    4: "Down Right Up Up",
-    5: "Down Right Up Up Left",
-    6: "Down Right Up Right Up Left",
-    7: "Left Left Down Right Right Right Up",
-    8: "Down Right Right Up Up Left Left Left",
-    9: "Down Right Right Up Up Up Left Left Left",
-    10: "Down Down Right Right Up Up Up Left Left Left",
-}
-"""`best_fixed_sequence` on the default search maps (size 4, p 0.8) by length; a test recomputes them."""
-
-
-def transition_table(
-    seeds: range | list[int], size: int = 4, p: float = 0.8
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each seed's map: next-state table (N, S, 4) with holes and goal absorbing, start (N,), goal (N,)."""
-    n_states = size * size
-    table = np.zeros((len(seeds), n_states, 4), dtype=np.int16)
-    starts = np.zeros(len(seeds), dtype=np.int16)
-    goals = np.zeros(len(seeds), dtype=np.int16)
-    for i, seed in enumerate(seeds):
-        desc = generate_map(np.random.default_rng(seed), size, p)
-        flat = "".join(desc)
-        starts[i], goals[i] = flat.index("S"), flat.index("G")
-        for s, letter in enumerate(flat):
-            for a in range(4):
-                table[i, s, a] = s if letter in "GH" else move(desc, s, a)
-    return table, starts, goals
-
-
-def random_policy_success(table: np.ndarray, starts: np.ndarray, goals: np.ndarray, steps: int) -> float:
-    """Exact mean probability that uniformly random moves reach the goal within `steps` moves."""
-    n, n_states, _ = table.shape
-    rows = np.arange(n)[:, None]
-    mix = np.zeros((n, n_states, n_states))
-    for a in range(4):
-        np.add.at(mix, (rows, np.arange(n_states)[None, :], table[:, :, a]), 0.25)
-    dist = np.zeros((n, n_states))
-    dist[np.arange(n), starts] = 1.0
-    for _ in range(steps):
-        dist = np.einsum("ns,nst->nt", dist, mix)
-    return float(dist[np.arange(n), goals].mean())
-
-
-def goal_distances(table: np.ndarray, goals: np.ndarray) -> np.ndarray:
-    """(N, S) moves from each cell to its map's goal avoiding holes (a large number when unreachable)."""
-    n, n_states, _ = table.shape
-    far = np.iinfo(np.int16).max
-    dist = np.full((n, n_states), far, dtype=np.int32)
-    dist[np.arange(n), goals] = 0
-    for step in range(1, n_states):
-        reach = (dist[np.arange(n)[:, None, None], table] == step - 1).any(axis=2)
-        moving = table != np.arange(n_states)[None, :, None]  # absorbing cells (holes, goal) do not move
-        reach &= moving.any(axis=2) & (dist == far)
-        if not reach.any():
-            break
-        dist[reach] = step
-    return dist
-
-
-def best_fixed_sequence(
-    table: np.ndarray, starts: np.ndarray, goals: np.ndarray, steps: int
-) -> tuple[str, ...]:
-    """The move sequence of length `steps` that solves the most maps: exact branch and bound.
-
-    A branch is cut when even the maps whose goal is still within reach cannot beat the best so
-    far; the goal is absorbing, so a map counts as solved if it ends on its goal.
-    """
-    rows = np.arange(table.shape[0])
-    dist = goal_distances(table, goals)
-    best: list[tuple[int, tuple[int, ...]]] = [(-1, ())]
-    seen: set[tuple[int, bytes]] = set()
-
-    def bound(state: np.ndarray, depth: int) -> int:
-        return int((dist[rows, state] <= depth).sum())
-
-    def search(state: np.ndarray, depth: int, prefix: tuple[int, ...]) -> None:
-        if depth == 0:
-            value = int((state == goals).sum())
-            if value > best[0][0]:
-                best[0] = (value, prefix)
-            return
-        key = (depth, state.tobytes())
-        if key in seen:
-            return
-        seen.add(key)
-        children = [(bound(nxt, depth - 1), a, nxt) for a in range(4) for nxt in [table[rows, state, a]]]
-        for upper, a, nxt in sorted(children, key=lambda c: -c[0]):
-            if upper > best[0][0]:
-                search(nxt, depth - 1, (*prefix, a))
-
-    search(starts.astype(np.int64), steps, ())
-    return tuple(ACTIONS[a] for a in best[0][1])
-
-
-def sequence_success(
-    table: np.ndarray, starts: np.ndarray, goals: np.ndarray, sequence: tuple[str, ...]
-) -> float:
-    """Fraction of maps solved by playing `sequence` regardless of the board."""
-    rows = np.arange(table.shape[0])
-    state = starts.copy()
-    for name in sequence:
-        state = table[rows, state, ACTIONS.index(name)]
-    return float((state == goals).mean())
-
-
-def fixed_sequence_for(steps: int, size: int = 4, p: float = 0.8) -> tuple[str, ...]:
-    """The best fixed sequence on the search maps: precomputed for the defaults, else searched (seconds)."""
-    if (size, p) == (4, 0.8) and steps in PRECOMPUTED_SEQUENCES:
-        return tuple(PRECOMPUTED_SEQUENCES[steps].split())
-    search = transition_table(range(SEARCH_SEED_START, SEARCH_SEED_START + SEARCH_MAPS), size, p)
-    return best_fixed_sequence(*search, steps)
-
-
-def frozen_lake_baselines(
-    episodes: int = 1000,
-    max_steps: int | None = None,
-    size: int = 4,
-    p: float = 0.8,
-) -> dict[str, float]:
-    """Success rates of the `random` and `best_fixed_sequence` baselines on `episodes` held-out maps.
-
-    `max_steps` defaults to `FrozenLakeConfig().max_steps`; pass the episode's real turn limit
-    (the smaller of the env's `max_steps` and the pipeline's turn cap) to compare like with like.
-    Takes about 0.1 s with the default map parameters and up to 10 steps.
-
-    >>> sorted(frozen_lake_baselines(episodes=50, max_steps=4))
-    ['best_fixed_sequence', 'random']
-    """
-    steps = FrozenLakeConfig().max_steps if max_steps is None else max_steps
-    held = transition_table(range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes), size, p)
-    sequence = fixed_sequence_for(steps, size, p)
-    return {
-        "random": random_policy_success(*held, steps),
-        "best_fixed_sequence": sequence_success(*held, sequence),
-    }
-
-
-class EnvBaselines(NamedTuple):
-    """An env's reference policies on held-out episodes at one turn cap, as a run reports them."""
-
-    env: str
-    """Which game: `FrozenLake` or `Sokoban`."""
-    episodes: str
-    """What an episode is called: `maps` or `rooms`."""
-    turns: int
-    """The turn cap they were computed at."""
-    success: dict[str, float]
-    """Success rate of each reference policy (the reference lines of a learning curve)."""
-    note: str
-    """One sentence on how to read them."""
-    details: dict[str, float]
-    """Other measured numbers (Sokoban: the shortest solutions' mean and max moves, unsolvable rooms)."""
+__all__ = [
+    "HELD_OUT_SEED_START",
+    "PRECOMPUTED_SEQUENCES",
+    "SEARCH_MAPS",
+    "SEARCH_SEED_START",
+    "EnvBaselines",
+    "best_fixed_sequence",
+    "env_baselines",
+    "fixed_sequence_for",
+    "frozen_lake_baselines",
+    "goal_distances",
+    "has_baselines",
+    "random_policy_success",
+    "sequence_success",
+    "transition_table",
+]
 
 
 def has_baselines(env: Any) -> bool:
-    """Whether `env_baselines` has numbers for this built env: FrozenLake with deterministic ice, Sokoban."""
-    from roll_envs.frozen_lake import FrozenLakeEnv
-    from roll_envs.sokoban import SokobanEnv
-
-    return (isinstance(env, FrozenLakeEnv) and not env.config.is_slippery) or isinstance(env, SokobanEnv)
+    """Whether `env_baselines` has numbers for this built env, answered without computing them: its
+    `BaseEnv.has_baselines` (built-ins: FrozenLake with deterministic ice, every Sokoban variant); False
+    for anything that is not a `BaseEnv`."""
+    return isinstance(env, BaseEnv) and bool(env.has_baselines)
 
 
 def env_baselines(env: Any, turns: int, episodes: int = 1000) -> EnvBaselines | None:
-    """The baselines of a built env at `turns` turns (one move per turn) on `episodes` held-out episodes:
-    FrozenLake with deterministic ice (any size and p) and Sokoban (any variant); None for other envs.
+    """The baselines of a built env at `turns` turns (one move per turn) on `episodes` held-out episodes,
+    from its `BaseEnv.baselines` hook: FrozenLake with deterministic ice (any size and p) and Sokoban (any
+    variant) among the built-ins; None for envs without baselines.
 
     >>> import roll_envs
     >>> found = env_baselines(roll_envs.make("sokoban"), turns=30, episodes=20)
     >>> found.env, sorted(found.success)
     ('Sokoban', ['optimal', 'random'])
     """
-    from roll_envs.frozen_lake import FrozenLakeEnv
-
     if not has_baselines(env):
         return None
-    if isinstance(env, FrozenLakeEnv):
-        rates = frozen_lake_baselines(episodes, turns, env.config.size, env.config.p)
-        note = "At or below the fixed-sequence baseline the agent does not read the board."
-        return EnvBaselines("FrozenLake", "maps", turns, rates, note, {})
-    from roll_envs.sokoban.baselines import sokoban_baselines
-
-    found = sokoban_baselines(episodes, turns, env.config)
-    rates = {name: found.pop(name) for name in ("random", "optimal")}
-    note = (
-        f"Shortest solutions (BFS) take {found['optimal_moves_mean']:.1f} moves on average, "
-        f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns."
-    )
-    return EnvBaselines("Sokoban", "rooms", turns, rates, note, found)
+    return env.baselines(turns, episodes)

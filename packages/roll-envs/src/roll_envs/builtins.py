@@ -9,10 +9,7 @@ import gymnasium
 
 from roll_envs.gym_adapter import latest_gym_id
 from roll_envs.registry import register
-from roll_envs.sokoban.env import ALTERNATIVE_GRID
-
-_SOKOBAN = "roll_envs.sokoban.env:SokobanEnv"
-_ADAPTER = "roll_envs.gym_adapter:GymAdapterEnv"
+from roll_envs.sokoban.rules import ALTERNATIVE_GRID
 
 GYM_NAMESPACE = "roll_envs"
 """Gymnasium namespace of the built-ins: `gymnasium.make("roll_envs/FrozenLake-v0")`."""

@@ -1,11 +1,11 @@
 """roll-pipeline: the agentic RL pipeline — config, orchestration, logging, checkpoints, CLI."""
 
-from roll_pipeline.checkpoint import CheckpointError, CheckpointManager
-from roll_pipeline.config import AgenticConfig
-from roll_pipeline.launcher import ConfigError, compose
+from roll_pipeline.config.compose import ConfigError, compose
+from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.pipeline import AgenticPipeline, RunSummary
+from roll_pipeline.state.checkpoint import CheckpointError, CheckpointManager
 
-__version__ = "0.2.2"
+__version__ = "0.3.0"
 
 __all__ = [
     "AgenticConfig",  # the validated run configuration (pydantic, unknown keys rejected)

@@ -16,33 +16,35 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from roll_rollout import RemotePolicy, validation_seeds
 
-from roll_pipeline.actor_update import ActorUpdater
-from roll_pipeline.checkpoint import CheckpointError, CheckpointManager
-from roll_pipeline.cluster import Cluster, make_cluster
-from roll_pipeline.config import AgenticConfig, WorkerConfig
-from roll_pipeline.critic_update import CriticUpdater
-from roll_pipeline.experience import ExperienceMaker
-from roll_pipeline.kl_control import KLControl
-from roll_pipeline.metrics import rollout_metrics, val_metrics
-from roll_pipeline.micro_batches import TrainLayout
-from roll_pipeline.models import resolve_pretrain
-from roll_pipeline.render import env_sources, renderer_of
-from roll_pipeline.rollout_setup import build_scheduler, sampling_of
-from roll_pipeline.run_state import (
+from roll_pipeline.config.schema import AgenticConfig, WorkerConfig
+from roll_pipeline.models.cache import resolve_pretrain
+from roll_pipeline.observe.metrics import mean, rollout_metrics, val_metrics
+from roll_pipeline.observe.render import env_sources, renderer_of
+from roll_pipeline.observe.tracking import Tracker
+from roll_pipeline.runtime.cluster import Cluster, make_cluster
+from roll_pipeline.runtime.placement import model_folder, optimiser_kwargs, plan_placement, strategy_kwargs
+from roll_pipeline.runtime.policy_server import PolicyServer
+from roll_pipeline.runtime.rollout import build_scheduler, sampling_of
+from roll_pipeline.state.checkpoint import CheckpointError, CheckpointManager
+from roll_pipeline.state.run_state import (
     pipeline_state,
     read_resume_state,
     restore_pipeline_state,
     set_global_rng_state,
 )
-from roll_pipeline.strategies_setup import model_folder, optimiser_kwargs, plan_placement, strategy_kwargs
-from roll_pipeline.tracking import Tracker
-from roll_pipeline.weight_update import WeightUpdater
-from roll_pipeline.workers import PolicyServer
+from roll_pipeline.trainer import settings
+from roll_pipeline.trainer.actor_update import ActorUpdater
+from roll_pipeline.trainer.critic_update import CriticUpdater
+from roll_pipeline.trainer.experience import ExperienceMaker
+from roll_pipeline.trainer.kl_control import KLControl
+from roll_pipeline.trainer.micro_batches import TrainLayout
+from roll_pipeline.trainer.weight_update import WeightUpdater
 
 CRITIC_DIR = "critic"
 """Where a checkpoint keeps the critic (next to `model/`)."""
@@ -144,28 +146,18 @@ class AgenticPipeline:
             cfg.init_kl_coef, cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, cfg.target_kl, cfg.kl_horizon
         )
         policy = RemotePolicy(self.cluster.remote_method(self.policy_server, "generate_many"))
-        self.train_rollout = build_scheduler(
-            cfg,
-            cfg.train_env_manager,
-            self.cluster,
-            self.tokenizer,
-            policy,
-            validation=False,
-            seed=cfg.seed,
-            name="train",
+        self.rollout_settings = settings.rollout_settings(cfg)
+        rollout = partial(
+            build_scheduler,
+            self.rollout_settings,
+            cluster=self.cluster,
+            tokenizer=self.tokenizer,
+            policy=policy,
         )
-        self.val_rollout = build_scheduler(
-            cfg,
-            cfg.val_env_manager,
-            self.cluster,
-            self.tokenizer,
-            policy,
-            validation=True,
-            seed=cfg.seed + 1,
-            name="val",
-        )
+        self.train_rollout = rollout(cfg.train_env_manager, validation=False, seed=cfg.seed, name="train")
+        self.val_rollout = rollout(cfg.val_env_manager, validation=True, seed=cfg.seed + 1, name="val")
         self.make_experience = ExperienceMaker(
-            cfg,
+            settings.experience_settings(cfg),
             self.cluster,
             self.actor_train,
             self.reference,
@@ -204,9 +196,15 @@ class AgenticPipeline:
                         " back to dynamic batching (actor/sequence_packing = 0 in the metrics)"
                     )
             layouts[name] = TrainLayout.of(role, packing_ok=ok)
-        self.update_actor = ActorUpdater(cfg, self.cluster, self.actor_train, self.kl, layouts["actor_train"])
+        schedule, loss = settings.update_schedule(cfg, "actor_train"), settings.actor_loss_template(cfg)
+        self.update_actor = ActorUpdater(
+            self.cluster, self.actor_train, self.kl, layouts["actor_train"], schedule, loss, cfg.use_kl_loss
+        )
         if self.critic is not None:
-            self.update_critic = CriticUpdater(cfg, self.cluster, self.critic, layouts["critic"])
+            critic_schedule, critic_loss = settings.update_schedule(cfg, "critic"), settings.critic_loss(cfg)
+            self.update_critic = CriticUpdater(
+                self.cluster, self.critic, layouts["critic"], critic_schedule, critic_loss
+            )
 
     def _roles(self) -> dict[str, WorkerConfig]:
         """The worker roles of the config by section name."""
@@ -284,12 +282,13 @@ class AgenticPipeline:
         cfg, timings = self.config, {}
         t0 = time.perf_counter()
         step = self.step + 1  # this step's number in the metrics, which temperature_schedule counts in
-        self.train_rollout.set_sampling(sampling_of(cfg, cfg.train_env_manager.tags, greedy=False, step=step))
+        tags = cfg.train_env_manager.tags
+        self.train_rollout.set_sampling(sampling_of(self.rollout_settings, tags, greedy=False, step=step))
         batch = await self.train_rollout.get_batch(cfg.train_rollout_batch_size)
         timings["time/step_rollout"] = time.perf_counter() - t0
         metrics = rollout_metrics(batch)
         metrics["rollout/temperature"] = cfg.actor_infer.generating_args.temperature_at(step)
-        metrics["rollout/infer_batch_size/mean"] = _mean(
+        metrics["rollout/infer_batch_size/mean"] = mean(
             await self.cluster.call(self.policy_server, "batch_sizes")
         )
         if any(t.turns for t in batch.trajectories):
@@ -397,10 +396,6 @@ def cpu_threads(configured: int | None, device: str, share: float = 1.0) -> int 
     return max(1, round((os.cpu_count() or 1) * share))
 
 
-def _mean(values: Sequence[float]) -> float:
-    return float(sum(values) / len(values)) if values else 0.0
-
-
 def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
@@ -411,7 +406,7 @@ def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
 
 def _postfix(metrics: dict[str, float], summary: RunSummary) -> str:
     succ = [v for k, v in metrics.items() if k.startswith("env/") and k.endswith("/success")]
-    parts = [f"success {_mean(succ):.2f}"] if succ else []
+    parts = [f"success {mean(succ):.2f}"] if succ else []
     if summary.val_history:
         parts.append(f"val {summary.val_success(-1):.2f}")
     if "time/step_total" in metrics:

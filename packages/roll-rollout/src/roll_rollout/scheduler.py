@@ -17,6 +17,8 @@ the same group episode (same seed) with a fresh env, and a group episode with mo
 `max_failures_per_group` failures is given up (its healthy episodes counted as dropped) and the layout
 group moves on to a new seed. A worker that dies, or whose hung env calls need a new process, is
 killed and respawned, and its running episodes are replayed. See docs/rollout.md.
+
+Helpers: `SeedStream` (seeds.py: what checkpoints save), `GroupQueue`, `WorkerPool`, `RolloutMetrics`.
 """
 
 from __future__ import annotations
@@ -24,47 +26,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import random
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from roll_rollout.env_manager import EpisodeJob, failure_kind
 from roll_rollout.errors import SchedulerError
 from roll_rollout.group_queue import GroupQueue
 from roll_rollout.groups import GroupEpisode, GroupFilter, Ledger, RolloutBatch, SpawnWorker
-from roll_rollout.layout import EnvLayout, TagMix
+from roll_rollout.layout import EnvLayout
 from roll_rollout.policy import SamplingSettings
 from roll_rollout.pool import WorkerPool
+from roll_rollout.rollout_metrics import RolloutMetrics
 from roll_rollout.schema import Trajectory
-from roll_rollout.seeds import VALIDATION_SEED_BASE, rng_state_problem
-
-
-@dataclass(frozen=True)
-class SchedulerSettings:
-    """How the scheduler runs; the pipeline fills these from `AgenticConfig`."""
-
-    async_generation_ratio: int = 0
-    """0: synchronous; r > 0: generate during training, turns at most r policy versions old."""
-    max_failures_per_group: int = 4
-    """Failed episodes a group episode survives (each replayed) before it is given up."""
-    batch_timeout_s: float = 900.0
-    """`get_batch` raises if no batch is ready within this many seconds."""
-    max_consecutive_given_up: int = 16
-    """`get_batch` raises when this many group episodes in a row were given up (every env failing)."""
-    max_worker_restarts: int = 16
-    """Env-worker restarts (deaths and recycles) tolerated over the scheduler's life."""
-    filter_keep_fraction: float = 1.0
-    """StarPO-S: collect need / f groups per tag and keep `need` of them with `group_filter`."""
-    poll_wait_s: float = 0.05
-    """Longest wait of one `poll` call on a worker."""
-
-    def __post_init__(self) -> None:
-        if self.async_generation_ratio < 0 or self.max_failures_per_group < 0:
-            raise SchedulerError("async_generation_ratio and max_failures_per_group must be >= 0")
-        if not 0 < self.filter_keep_fraction <= 1:
-            raise SchedulerError(f"filter_keep_fraction must be in (0, 1], got {self.filter_keep_fraction}")
+from roll_rollout.seeds import SeedStream
+from roll_rollout.settings import SchedulerSettings
 
 
 class RolloutScheduler:
@@ -92,10 +68,8 @@ class RolloutScheduler:
         self.policy_version = 0
         self.ledger = Ledger()
         self.dispatched = 0
-        self._rng = random.Random(seed)
-        self._episode_counter = 0
-        self._group_counter = 0
-        self._mix = TagMix(dict(zip(layout.tags, layout.num_groups_partition, strict=True)))
+        self._seeds = SeedStream(layout, seed)
+        self._metrics = RolloutMetrics()
         self._pool = WorkerPool(
             layout.num_workers,
             spawn_worker,
@@ -105,17 +79,12 @@ class RolloutScheduler:
             self.settings.poll_wait_s,
         )
         self._busy: dict[int, GroupEpisode] = {}  # layout group -> its running group episode
-        self._next_group = {tag: 0 for tag in layout.tags}  # round-robin cursor per tag
         self._owner: dict[int, GroupEpisode] = {}  # running episode id -> its group episode
-        self._ready = GroupQueue(layout.tags, self.ledger, self._count, group_filter)
+        self._ready = GroupQueue(layout.tags, self.ledger, self._metrics.count, group_filter)
         self._want: dict[str, int] = dict.fromkeys(layout.tags, 0)
         self._seed_queue: dict[str, deque[int]] = {tag: deque() for tag in layout.tags}
         self._given_up_explicit: dict[str, int] = dict.fromkeys(layout.tags, 0)
-        self._failed: list[Trajectory] = []
-        self._counts: dict[str, float] = {}
-        self._worker_stats: dict[int, dict[str, int]] = {}
         self._consecutive_given_up = 0
-        self._last_failure = ""
         self._fatal: SchedulerError | None = None
         self._changed: asyncio.Event | None = None
         self._started = False
@@ -123,41 +92,16 @@ class RolloutScheduler:
     # ------------------------------------------------------------------ seeds and state
     def next_seeds(self, num_groups: int) -> list[int]:
         """Fresh training seeds, one per group (below 2**31, disjoint from `validation_seeds`)."""
-        return [self._rng.randrange(0, VALIDATION_SEED_BASE) for _ in range(num_groups)]
+        return self._seeds.training_seeds(num_groups)
 
     def rng_state(self) -> dict[str, Any]:
-        """The seed stream, the id counters, the tag mix and the round-robin cursor of each tag's layout
-        groups, JSON-friendly (for checkpoints): with them a restored scheduler plays the same seeds on the
-        same env slots under the same episode ids (the sampling keys of the turns)."""
-        version, internal, _gauss = self._rng.getstate()
-        return {
-            "rng": [version, *internal],
-            "episodes": self._episode_counter,
-            "groups": self._group_counter,
-            "tag_mix": self._mix.state(),
-            "next_group": dict(self._next_group),
-        }
+        """For checkpoints, JSON-friendly: the seed stream, id counters, tag mix and round-robin cursors, with
+        which a restored scheduler plays the same seeds on the same env slots under the same episode ids."""
+        return self._seeds.state()
 
     def set_rng_state(self, state: Mapping[str, Any]) -> None:
         """Restore what `rng_state` returned; anything else raises `SchedulerError` and changes nothing."""
-        expected = self.rng_state()
-        problem = rng_state_problem(state, expected)
-        if problem:
-            raise SchedulerError(
-                f"set_rng_state: {problem}; pass what rng_state() returned (the checkpoint's pipeline state "
-                "is corrupt or from another roll version)"
-            )
-        rng = state["rng"]
-        try:
-            self._rng.setstate((rng[0], tuple(rng[1:]), None))
-        except (ValueError, TypeError) as exc:
-            raise SchedulerError(f"set_rng_state: not a random.Random state ({exc})") from exc
-        self._episode_counter, self._group_counter = state["episodes"], state["groups"]
-        self._mix.set_state(state["tag_mix"])
-        cursor = state.get("next_group", dict.fromkeys(self.layout.tags, 0))  # absent in older checkpoints
-        self._next_group = {
-            tag: cursor[tag] % len(self.layout.groups_of_tag(tag)) for tag in self.layout.tags
-        }
+        self._seeds.set_state(state)
 
     def set_sampling(self, sampling_by_tag: dict[str, SamplingSettings]) -> None:
         """Sample episodes dispatched from now on this way (a temperature schedule); an episode already
@@ -214,7 +158,7 @@ class RolloutScheduler:
                 f"get_batch({num_trajectories}): the batch must be whole groups, a positive multiple of "
                 f"group_size={size}"
             )
-        need = self._mix.split(num_trajectories // size)
+        need = self._seeds.mix.split(num_trajectories // size)
         ratio = self.settings.async_generation_ratio
         keep = self.settings.filter_keep_fraction
         if seeds is not None:
@@ -254,7 +198,9 @@ class RolloutScheduler:
         ]
         trajs = [t for ge in taken for t in sorted(ge.finished, key=lambda t: t.env_id)]
         self.ledger.add("delivered", len(trajs))
-        return RolloutBatch(trajs, self._take_failed(), self._metrics(trajs))
+        failed, queued = self._metrics.take_failed(), sum(self._ready.sizes().values())
+        metrics = self._metrics.take(self.ledger, trajs, self.policy_version, queued, len(self._busy))
+        return RolloutBatch(trajs, failed, metrics)
 
     # ------------------------------------------------------------------ dispatch
     def _start(self) -> None:
@@ -274,7 +220,7 @@ class RolloutScheduler:
             queue = self._seed_queue[tag]
             have = self._ready.size(tag) + self._running_of_tag(tag)
             while queue or have < self._want[tag]:
-                group = self._idle_group(tag, self.layout.groups_of_tag(tag))
+                group = self._seeds.idle_group(tag, self._busy)
                 if group is None:
                     break
                 if queue:
@@ -283,25 +229,16 @@ class RolloutScheduler:
                     self._start_group(group, tag, self.next_seeds(1)[0], explicit=False)
                 have += 1
 
-    def _idle_group(self, tag: str, groups: range) -> int | None:
-        for i in range(len(groups)):
-            group = groups[(self._next_group[tag] + i) % len(groups)]
-            if group not in self._busy:
-                self._next_group[tag] = (self._next_group[tag] + i + 1) % len(groups)
-                return group
-        return None
-
     def _start_group(self, group: int, tag: str, seed: int, explicit: bool) -> None:
-        ge = GroupEpisode(self._group_counter, group, tag, seed, explicit)
-        self._group_counter += 1
+        ge = GroupEpisode(self._seeds.new_group_key(), group, tag, seed, explicit)
         self._busy[group] = ge
         self._dispatch([(ge, env_id) for env_id in self.layout.env_ids_of_group(group)])
 
     def _dispatch(self, slots: Sequence[tuple[GroupEpisode, int]]) -> None:
         by_worker: dict[int, list[EpisodeJob]] = {}
         for ge, env_id in slots:
-            job = EpisodeJob(env_id, ge.key, self._episode_counter, ge.seed, self.sampling_by_tag[ge.tag])
-            self._episode_counter += 1
+            episode_id = self._seeds.new_episode_id()
+            job = EpisodeJob(env_id, ge.key, episode_id, ge.seed, self.sampling_by_tag[ge.tag])
             self.dispatched += 1
             ge.running[job.episode_id] = env_id
             self._owner[job.episode_id] = ge
@@ -317,7 +254,7 @@ class RolloutScheduler:
             self._on_cancelled(w, episode_id)
         for traj in done:
             self._on_finished(w, traj)
-        self._note_stats(w, stats)
+        self._metrics.note_stats(w, stats)
 
     def _on_cancelled(self, w: int, episode_id: int) -> None:
         ge = self._owner.pop(episode_id, None)
@@ -338,9 +275,7 @@ class RolloutScheduler:
         kind = failure_kind(traj)
         if kind is not None:
             self.ledger.add("failed")
-            self._failed.append(traj)
-            self._count(f"rollout/{kind}s")
-            self._last_failure = traj.error or ""
+            self._metrics.note_failure(traj, kind)
         if ge.closed:
             if kind is None:
                 self.ledger.add("straggler")
@@ -366,7 +301,7 @@ class RolloutScheduler:
     def _give_up(self, ge: GroupEpisode) -> None:
         self._close(ge)
         self.ledger.add("dropped_incomplete", len(ge.finished))
-        self._count("rollout/given_up_groups")
+        self._metrics.count("rollout/given_up_groups")
         if ge.explicit_seed:
             self._given_up_explicit[ge.tag] += 1
         self._consecutive_given_up += 1
@@ -374,7 +309,7 @@ class RolloutScheduler:
             self._fatal = SchedulerError(
                 f"every env seems to be failing: {self._consecutive_given_up} group episodes in a row were "
                 f"given up after more than max_failures_per_group={self.settings.max_failures_per_group} "
-                f"failed episodes each. Last error: {self._last_failure[:2000]}"
+                f"failed episodes each. Last error: {self._metrics.last_failure[:2000]}"
             )
         self._notify()
         self._refill()
@@ -403,7 +338,7 @@ class RolloutScheduler:
     # ------------------------------------------------------------------ worker restarts
     def _on_replaced(self, w: int, lost: list[int], reason: str, recycle: bool) -> None:
         """Worker `w` was replaced: count its episodes as lost and replay those of open groups."""
-        self._count("rollout/env_worker_recycles" if recycle else "rollout/env_worker_restarts")
+        self._metrics.count("rollout/env_worker_recycles" if recycle else "rollout/env_worker_restarts")
         if self._pool.restarts > self.settings.max_worker_restarts:
             self._fatal = SchedulerError(
                 f"env workers had to be restarted {self._pool.restarts} times, more than max_worker_restarts="
@@ -422,52 +357,7 @@ class RolloutScheduler:
                 replay.append((ge, env_id))
         self._dispatch(replay)
 
-    # ------------------------------------------------------------------ metrics and stop
-    def _count(self, name: str, value: float = 1.0) -> None:
-        self._counts[name] = self._counts.get(name, 0.0) + value
-
-    def _note_stats(self, w: int, stats: dict[str, int]) -> None:
-        self._worker_stats[w] = stats
-
-    def _take_failed(self) -> list[Trajectory]:
-        failed, self._failed = self._failed, []
-        return failed
-
-    def _metrics(self, trajs: Sequence[Trajectory]) -> dict[str, float]:
-        delta = self.ledger.take_delta()
-        counts, self._counts = self._counts, {}
-        behind = [self.policy_version - turn.policy_version for t in trajs for turn in t.turns]
-        stats = self._worker_stats.values()
-        counted = (
-            "rollout/env_errors",
-            "rollout/env_timeouts",
-            "rollout/policy_errors",
-            "rollout/given_up_groups",
-            "rollout/stale_groups",
-            "rollout/filtered_groups",
-            "rollout/env_worker_restarts",
-            "rollout/env_worker_recycles",
-        )
-        metrics = {  # stable names: every key in every batch, 0 when nothing happened
-            **dict.fromkeys(counted, 0.0),
-            **counts,
-            "rollout/failed_episodes": float(delta["failed"]),
-            "rollout/dropped_episodes": float(delta["dropped_incomplete"]),
-            "rollout/stale_episodes": float(delta["stale"]),
-            "rollout/filtered_episodes": float(delta["filtered"]),
-            "rollout/straggler_episodes": float(delta["straggler"]),
-            "rollout/cancelled_episodes": float(delta["cancelled"]),
-            "rollout/lost_episodes": float(delta["lost"]),
-            "rollout/queued_groups": float(sum(self._ready.sizes().values())),
-            "rollout/running_groups": float(len(self._busy)),
-            "rollout/hung_env_calls": float(sum(s.get("hung_env_calls", 0) for s in stats)),
-            "rollout/env_worker_threads_max": float(max((s.get("threads", 0) for s in stats), default=0)),
-        }
-        if behind:
-            metrics["rollout/staleness/mean"] = sum(behind) / len(behind)
-            metrics["rollout/staleness/max"] = float(max(behind))
-        return metrics
-
+    # ------------------------------------------------------------------ stop
     async def stop(self) -> None:
         """Cancel everything running, stop polling and kill the workers; the ledger closes its books."""
         self._started = False
@@ -485,6 +375,6 @@ class RolloutScheduler:
         return (
             f"get_batch({num_trajectories}) got no batch within batch_timeout_s={self.settings.batch_timeout_s:g} s: "
             f"groups needed per tag {need}, ready {ready}, running {len(self._busy)}; {failed} episodes failed so "
-            f"far (last error: {self._last_failure[:500] or 'none'}). Check the env and the policy server, or raise "
+            f"far (last error: {self._metrics.last_failure[:500] or 'none'}). Check the env and the policy server, or raise "
             "rollout_batch_timeout_s if episodes are just slow."
         )

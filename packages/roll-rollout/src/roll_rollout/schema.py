@@ -53,7 +53,7 @@ class Turn:
 
     @property
     def anchor_id(self) -> int:
-        """A stable signed 64-bit hash of `state_key` (GiGPO groups turns by it)."""
+        """A stable signed 64-bit hash of `state_key` (GiGPO groups turns by it): `stable_hash(state_key)`."""
         return stable_hash(self.state_key)
 
 
@@ -85,7 +85,10 @@ class Trajectory:
 
 
 def stable_hash(text: str) -> int:
-    """A signed 64-bit hash of `text` that is the same in every process (unlike `hash`)."""
+    """A signed 64-bit hash of `text` that is the same in every process (unlike `hash`).
+
+    roll's one observation hash: the GiGPO anchor ids the pipeline trains on are `Turn.anchor_id`.
+    """
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little", signed=True)
 

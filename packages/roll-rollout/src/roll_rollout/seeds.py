@@ -1,17 +1,22 @@
 """Episode seeds: the training stream stays below `VALIDATION_SEED_BASE`, validation seeds above it.
 
-Also the check of a scheduler's saved seed-stream state (a checkpoint may be corrupt or come from
-another roll version: it is validated before anything is restored).
+Also the scheduler's seed-stream state (`SeedStream`: which seed which env slot plays under which ids)
+and its check (a checkpoint may be corrupt or come from another roll version: it is validated before
+anything is restored).
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
-__all__ = ["VALIDATION_SEED_BASE", "rng_state_problem", "sample_key", "validation_seeds"]
+from roll_rollout.errors import SchedulerError
+from roll_rollout.layout import EnvLayout, TagMix
+
+__all__ = ["VALIDATION_SEED_BASE", "SeedStream", "rng_state_problem", "sample_key", "validation_seeds"]
 
 VALIDATION_SEED_BASE = 1_000_000_000
 
@@ -62,3 +67,74 @@ def rng_state_problem(state: Any, expected: Mapping[str, Any]) -> str | None:
     if not all(type(v) is int and v >= 0 for v in cursor.values()):
         return "'next_group' values must be ints >= 0"
     return None
+
+
+class SeedStream:
+    """The scheduler's seed stream, its episode and group id counters, its tag mix and the round-robin
+    cursor over each tag's layout groups: what a checkpoint holds (`state` / `set_state`). With them a
+    restored scheduler plays the same seeds on the same env slots under the same episode ids (the
+    sampling keys of the turns)."""
+
+    def __init__(self, layout: EnvLayout, seed: int) -> None:
+        self._layout = layout
+        self._rng = random.Random(seed)
+        self._episodes = 0
+        self._groups = 0
+        self.mix = TagMix(dict(zip(layout.tags, layout.num_groups_partition, strict=True)))
+        self._next_group = {tag: 0 for tag in layout.tags}
+
+    def training_seeds(self, count: int) -> list[int]:
+        """Fresh training seeds (below 2**31, disjoint from `validation_seeds`)."""
+        return [self._rng.randrange(0, VALIDATION_SEED_BASE) for _ in range(count)]
+
+    def new_episode_id(self) -> int:
+        """The id of the next dispatched episode."""
+        self._episodes += 1
+        return self._episodes - 1
+
+    def new_group_key(self) -> int:
+        """The key (trajectory `group_id`) of the next group episode."""
+        self._groups += 1
+        return self._groups - 1
+
+    def idle_group(self, tag: str, busy: Container[int]) -> int | None:
+        """The next layout group of `tag`, round robin, that is not in `busy` (None if all are)."""
+        groups = self._layout.groups_of_tag(tag)
+        for i in range(len(groups)):
+            group = groups[(self._next_group[tag] + i) % len(groups)]
+            if group not in busy:
+                self._next_group[tag] = (self._next_group[tag] + i + 1) % len(groups)
+                return group
+        return None
+
+    def state(self) -> dict[str, Any]:
+        """The whole state, JSON-friendly."""
+        version, internal, _gauss = self._rng.getstate()
+        return {
+            "rng": [version, *internal],
+            "episodes": self._episodes,
+            "groups": self._groups,
+            "tag_mix": self.mix.state(),
+            "next_group": dict(self._next_group),
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state` returned; anything else raises `SchedulerError` (worded for the scheduler's
+        `set_rng_state`) and changes nothing."""
+        problem = rng_state_problem(state, self.state())
+        if problem:
+            raise SchedulerError(
+                f"set_rng_state: {problem}; pass what rng_state() returned (the checkpoint's pipeline state "
+                "is corrupt or from another roll version)"
+            )
+        rng = state["rng"]
+        try:
+            self._rng.setstate((rng[0], tuple(rng[1:]), None))
+        except (ValueError, TypeError) as exc:
+            raise SchedulerError(f"set_rng_state: not a random.Random state ({exc})") from exc
+        self._episodes, self._groups = state["episodes"], state["groups"]
+        self.mix.set_state(state["tag_mix"])
+        cursor = state.get("next_group", dict.fromkeys(self._layout.tags, 0))  # may be absent: start over
+        self._next_group = {
+            tag: cursor[tag] % len(self._layout.groups_of_tag(tag)) for tag in self._layout.tags
+        }

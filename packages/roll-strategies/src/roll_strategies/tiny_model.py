@@ -189,7 +189,9 @@ def build_tiny_model(
         "tie_word_embeddings": tie_word_embeddings,
     }
     if sliding_window is not None:
-        sizes["sliding_window"] = sliding_window  # absent otherwise: earlier builds stay byte-identical
+        sizes["sliding_window"] = (
+            sliding_window  # absent otherwise: a config without it builds byte-identically
+        )
     warmup = {"warmup_steps": warmup_steps, "warmup_batch_size": warmup_batch_size, "warmup_lr": warmup_lr}
     previous_threads = torch.get_num_threads()
     if num_threads is not None:

@@ -19,10 +19,12 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 import numpy as np
+from gymnasium.utils import seeding
 
-from roll_envs.baselines import HELD_OUT_SEED_START
-from roll_envs.sokoban.env import ACTIONS, SokobanConfig, SokobanEnv
+from roll_envs.baseline_types import HELD_OUT_SEED_START
+from roll_envs.config import build_config
 from roll_envs.sokoban.generator import Room
+from roll_envs.sokoban.rules import ACTIONS, SokobanConfig, draw_room
 
 
 class RoomGraph(NamedTuple):
@@ -118,14 +120,14 @@ def random_policy_success(graphs: Sequence[RoomGraph], turns: int) -> float:
 
 
 def held_out_rooms(episodes: int, config: SokobanConfig | None = None) -> list[Room]:
-    """The rooms `SokobanEnv(config).reset(seed=s)` plays for the `episodes` held-out seeds."""
-    env = SokobanEnv(config or SokobanConfig(), render_mode=None)
-    rooms = []
-    for seed in range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes):
-        env.reset(seed=seed)
-        assert env.room is not None
-        rooms.append(env.room)
-    return rooms
+    """The rooms `SokobanEnv(config).reset(seed=s)` plays for the `episodes` held-out seeds.
+
+    `reset(seed=s)` seeds the env's `np_random` with Gymnasium's `seeding.np_random(s)` and draws the
+    room from it (`draw_room`); so does this, without building an env.
+    """
+    cfg = build_config(SokobanConfig, config, {}, "SokobanEnv")
+    seeds = range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes)
+    return [draw_room(seeding.np_random(seed)[0], cfg) for seed in seeds]
 
 
 @lru_cache(maxsize=16)

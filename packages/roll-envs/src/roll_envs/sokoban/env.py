@@ -2,85 +2,45 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import Field, field_validator
 
 from roll_envs.base import BASE_METRICS, ActionOutcome, Aggregation, BaseEnv
-from roll_envs.config import EnvConfig
+from roll_envs.baseline_types import EnvBaselines
 from roll_envs.errors import EnvConfigError
-from roll_envs.sokoban.generator import Room, generate_room
+from roll_envs.sokoban.baselines import sokoban_baselines
+from roll_envs.sokoban.generator import Room
+from roll_envs.sokoban.rules import (
+    ACTIONS,
+    ALTERNATIVE_GRID,
+    BOX_OFF_TARGET,
+    BOX_ON_TARGET,
+    DEFAULT_GRID,
+    ROLES,
+    SOLVED_BONUS,
+    STEP_PENALTY,
+    WORST_MOVE_REWARD,
+    SokobanConfig,
+    draw_room,
+)
 from roll_envs.tiles import Color, Tile
 
-ACTIONS = ("Up", "Down", "Left", "Right")
-"""Action names (ROLL's order: 1 Up, 2 Down, 3 Left, 4 Right, here indexed from 0)."""
-
-ROLES = ("wall", "empty", "target", "box_on_target", "box", "player", "player_on_target")
-"""What a grid symbol can stand for."""
-
-DEFAULT_GRID = {
-    "wall": "#",
-    "empty": "_",
-    "target": "O",
-    "box_on_target": "√",
-    "box": "X",
-    "player": "P",
-    "player_on_target": "S",
-}
-"""Symbols of the standard text grid."""
-
-ALTERNATIVE_GRID = {
-    "wall": "W",
-    "empty": ".",
-    "target": "T",
-    "box_on_target": "*",
-    "box": "B",
-    "player": "A",
-    "player_on_target": "+",
-}
-"""Symbols of SokobanDifferentGridVocab: the same game drawn with other characters."""
-
-STEP_PENALTY = -0.1
-BOX_ON_TARGET = 1.0
-BOX_OFF_TARGET = -1.0
-SOLVED_BONUS = 10.0
-WORST_MOVE_REWARD = STEP_PENALTY + BOX_OFF_TARGET
-"""The lowest reward of one move (pushing a box off a target): -1.1."""
-
-
-class SokobanConfig(EnvConfig):
-    """Config of `SokobanEnv` (plus `max_steps`, `format_penalty`, `max_actions_per_turn`)."""
-
-    max_steps: int = Field(
-        100, ge=1, le=100_000, description="turns (calls to step) before the episode is truncated"
-    )
-    format_penalty: float = Field(
-        -WORST_MOVE_REWARD,
-        ge=0.0,
-        description="subtracted from the reward of a turn whose answer is not a valid action; the default "
-        "1.1 makes garbage score as the worst move (a box pushed off a target), never better",
-    )
-    dim_x: int = Field(6, ge=4, le=20, description="grid width, walls included")
-    dim_y: int = Field(6, ge=4, le=20, description="grid height, walls included")
-    num_boxes: int = Field(1, ge=1, le=6, description="boxes (and targets)")
-    search_depth: int = Field(100, ge=1, le=10_000, description="random moves of the reverse play per walk")
-    grid_vocab: dict[str, str] = Field(
-        default_factory=lambda: dict(DEFAULT_GRID), description=f"symbol of each of {', '.join(ROLES)}"
-    )
-
-    @field_validator("grid_vocab")
-    @classmethod
-    def _complete_and_distinct(cls, value: dict[str, str]) -> dict[str, str]:
-        if set(value) != set(ROLES) or any(len(s) != 1 or s.isspace() for s in value.values()):
-            raise ValueError(
-                f"grid_vocab must map exactly {list(ROLES)} to single non-space characters; got {value!r}"
-            )
-        if len(set(value.values())) != len(ROLES):
-            raise ValueError(f"grid_vocab symbols must be distinct; got {value!r}")
-        return value
+__all__ = [
+    "ACTIONS",
+    "ALTERNATIVE_GRID",
+    "BOX_OFF_TARGET",
+    "BOX_ON_TARGET",
+    "DEFAULT_GRID",
+    "ROLES",
+    "SOKOBAN_TILES",
+    "SOLVED_BONUS",
+    "STEP_PENALTY",
+    "WORST_MOVE_REWARD",
+    "SokobanConfig",
+    "SokobanEnv",
+]
 
 
 class SokobanEnv(BaseEnv):
@@ -125,9 +85,7 @@ class SokobanEnv(BaseEnv):
         """Generate a room from `rng` by reverse play, or take `options["room"]`."""
         room = options.get("room")
         if room is None:
-            cfg = self.config
-            py_rng = random.Random(int(rng.integers(2**63)))
-            room = generate_room(py_rng, cfg.dim_y, cfg.dim_x, cfg.num_boxes, cfg.search_depth)
+            room = draw_room(rng, self.config)
         elif not isinstance(room, Room):
             raise EnvConfigError(f"sokoban: options['room'] must be a Room; got {type(room).__name__}.")
         self.room = room
@@ -178,6 +136,16 @@ class SokobanEnv(BaseEnv):
         """`boxes_on_target` (aggregated with `last`)."""
         assert self.room is not None
         return {"boxes_on_target": float(len(self.boxes & self.room.targets))}
+
+    def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines:
+        """`random` and `optimal` (`sokoban_baselines`) on rooms of this config's generator settings."""
+        found = sokoban_baselines(episodes, turns, self.config)
+        rates = {name: found.pop(name) for name in ("random", "optimal")}
+        note = (
+            f"Shortest solutions (BFS) take {found['optimal_moves_mean']:.1f} moves on average, "
+            f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns."
+        )
+        return EnvBaselines("Sokoban", "rooms", turns, rates, note, found)
 
     def render_frame(self) -> np.ndarray:
         """Tiles: brick walls, floor, red target rings, crates (green on a target) and the player."""

@@ -1,0 +1,202 @@
+"""The objectives a train worker runs: the actor's PPO-family loss, the critic's value loss and the
+per-token KL to the reference policy.
+
+Small picklable callables (they travel to the train workers, which import roll_algos and nothing of the
+orchestrator or the rollout); all the maths is in this package's `losses`, `kl` and `rewards`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from roll_algos.kl import kl_penalty
+from roll_algos.losses import aggregate_loss, policy_loss, value_loss
+
+__all__ = ["FULL_KL_KINDS", "ActorLoss", "CriticLoss", "log_probs_at", "token_kl"]
+
+FULL_KL_KINDS = ("full", "full_forward")
+"""The `kl_penalty` kinds computed exactly over the vocabulary from both policies' full log-softmax."""
+
+
+def log_probs_at(full: torch.Tensor, input_ids: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """[R, T] log-probs of the response tokens read off `full` (the log-softmax [M, V] at the M response
+    positions, row-major order of `response_mask`), 0 elsewhere: one forward pass gives both."""
+    mask = response_mask.bool()
+    out = torch.zeros(input_ids.shape, dtype=full.dtype)
+    out[mask] = full.gather(-1, input_ids[mask].unsqueeze(-1)).squeeze(-1)
+    return out
+
+
+def token_kl(
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    kind: str,
+    *,
+    full: torch.Tensor | None = None,
+    ref_full: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-token KL(pi || ref) estimate [R, T] (full_forward: KL(ref || pi)), 0 off the response.
+
+    `kind` is a roll_algos `KLEstimator`; `full` needs `full` and `ref_full`, the two policies' log-softmax
+    [M, V] at the M response positions (row-major order of `response_mask`).
+    """
+    mask = response_mask.bool()
+    if kind not in FULL_KL_KINDS:
+        return torch.where(mask, kl_penalty(log_probs, ref_log_probs, kind), torch.zeros_like(log_probs))
+    if full is None or ref_full is None:
+        raise ValueError(
+            f"token_kl(kind={kind!r}) needs both policies' full log-softmax at the response positions"
+        )
+    exact = kl_penalty(None, None, kind, logits=full.unsqueeze(0), ref_logits=ref_full.unsqueeze(0))[0]
+    out = torch.zeros(mask.shape, dtype=exact.dtype)
+    out[mask] = exact
+    return out
+
+
+def _valid_rows(mask: torch.Tensor) -> int:
+    return int(mask.any(dim=-1).sum())
+
+
+@dataclass(frozen=True)
+class ActorLoss:
+    """loss = pg_loss + kl_loss_coef * KL(pi || ref) - entropy_loss_coef * entropy.
+
+    Expects micro-batches with `response_mask`, `old_log_probs`, `advantages`, `loss_scale`;
+    `segment_ids` (the turn of each response token) for `ratio_level="segment"`; `ref_log_probs` when
+    `kl_loss_coef > 0` (or `full_kl`, added by the strategy from `ref_full_log_probs`, when
+    `kl_penalty="full"`); and `rollout_log_probs` (the sampler's) when `tis_cap` is set: each token's policy
+    loss is then weighted by min(exp(old - rollout), tis_cap). `ratio_level`: `token` (PPO), `segment`
+    (one ratio per turn), `sequence` (GSPO: one per training row). `dual_clip` caps the loss of negative
+    advantages at -A * c. `seq-mean-token-sum-norm` divides each row's token sum by `norm_constant` (a
+    fixed length, Dr. GRPO) before the mean over rows. With `skip_confident_tokens = p`, the
+    policy-gradient term leaves out the response tokens the old policy drew with probability >= p (format
+    tokens such as an answer tag): they carry no decision, and their tiny, sign-noisy gradients, which
+    AdamW scales up to full steps, drown the decision tokens' signal in the embeddings a small model
+    shares. The KL and entropy terms still cover every response token. `skip_confident_by="reference"`
+    compares the reference model's probability of the token (`ref_log_probs`) instead of the sampler's.
+    `entropy_scope="decision"` aggregates the entropy bonus over those decision tokens only, so it keeps
+    the choices exploring without flattening the answer format.
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    agg_mode: str = "seq-mean-token-mean"
+    ratio_level: str = "token"
+    kl_loss_coef: float = 0.0
+    kl_penalty: str = "k3"
+    entropy_loss_coef: float = 0.0
+    skip_confident_tokens: float | None = None
+    skip_confident_by: str = "sampler"
+    entropy_scope: str = "response"
+    tis_cap: float | None = None
+    norm_constant: float = 1.0
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether the strategy must compute the entropy."""
+        return True
+
+    def _norm(self, mask: torch.Tensor) -> float:
+        """Divisor of seq-mean-token-sum-norm: norm_constant per row with a valid token (a mean over rows)."""
+        return self.norm_constant * max(_valid_rows(mask), 1)
+
+    def _aggregate(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return aggregate_loss(x, mask, self.agg_mode, self._norm(mask))
+
+    def __call__(
+        self, log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        mask = mb["response_mask"]
+        pg_mask = self._decision_tokens(mask, mb)
+        pg = policy_loss(
+            log_probs,
+            mb["old_log_probs"],
+            mb["advantages"],
+            pg_mask,
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            dual_clip=self.dual_clip,
+            agg_mode=self.agg_mode,
+            ratio_level=self.ratio_level,
+            segment_ids=mb.get("segment_ids") if self.ratio_level == "segment" else None,
+            rollout_log_probs=mb.get("rollout_log_probs") if self.tis_cap is not None else None,
+            tis_cap=self.tis_cap,
+            norm_constant=self._norm(pg_mask),
+        )
+        loss = pg.loss
+        metrics = {
+            "actor/pg_loss": float(pg.loss.detach()),
+            "actor/pg_clipfrac": float(pg.clip_frac),
+            "actor/approxkl": float(pg.approx_kl),
+            "actor/ratio_mean": float(pg.ratio_mean),
+            "actor/ratio_max": float(pg.ratio_max),
+            "actor/pg_token_frac": float(pg_mask.sum() / mask.sum().clamp(min=1)),
+        }
+        if self.dual_clip is not None:
+            metrics["actor/dual_clipfrac"] = float(pg.dual_clip_frac)
+        if self.tis_cap is not None:
+            metrics["actor/tis_weight_mean"] = float(pg.tis_weight_mean)
+        if self.kl_loss_coef > 0:
+            kl = self._aggregate(self._kl(log_probs, mb), mask)
+            loss = loss + self.kl_loss_coef * kl
+            metrics["actor/kl_loss"] = float(kl.detach())
+        if entropy is not None:
+            ent = self._aggregate(entropy, pg_mask if self.entropy_scope == "decision" else mask)
+            loss = loss - self.entropy_loss_coef * ent
+            metrics["actor/entropy"] = float(ent.detach())
+        metrics["actor/loss"] = float(loss.detach())
+        return loss, metrics
+
+    def _kl(self, log_probs: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Per-token KL(pi || ref) of the loss term, with gradient."""
+        if self.kl_penalty in FULL_KL_KINDS:
+            key = "full_kl" if self.kl_penalty == "full" else "full_kl_forward"
+            if key not in mb:
+                raise ValueError(
+                    f"kl_penalty={self.kl_penalty!r} needs the exact KL from the strategy: send"
+                    " `ref_full_log_probs` (the reference's log-softmax at the response positions) in the micro-batch"
+                )
+            return mb[key]
+        return kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty)
+
+    def _decision_tokens(self, mask: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The response tokens the policy-gradient term trains on."""
+        if self.skip_confident_tokens is None:
+            return mask
+        if self.skip_confident_by == "reference":
+            if "ref_log_probs" not in mb:
+                raise ValueError("skip_confident_by='reference' needs `ref_log_probs` in the micro-batch")
+            judged = mb["ref_log_probs"]
+        else:
+            judged = mb["old_log_probs"]
+        return mask & (judged < math.log(self.skip_confident_tokens))
+
+
+@dataclass(frozen=True)
+class CriticLoss:
+    """0.5 * token-mean of (V - R)^2 over the response tokens, clipped around the old values by
+    `clip_range` when set (`roll_algos.value_loss`). Micro-batches carry `old_values` and `returns` [B, T]."""
+
+    clip_range: float | None = None
+
+    def __call__(
+        self, values: torch.Tensor, mb: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        out = value_loss(
+            values,
+            mb["old_values"],
+            mb["returns"],
+            mb["response_mask"],
+            clip_range=self.clip_range,
+            agg_mode="token-mean",
+        )
+        return out.loss, {
+            "critic/vf_loss": float(out.loss.detach()),
+            "critic/vf_clipfrac": float(out.clip_frac),
+            "critic/vpred_mean": float(out.value_mean),
+        }

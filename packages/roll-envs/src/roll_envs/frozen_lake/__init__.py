@@ -1,0 +1,32 @@
+"""FrozenLake as text: reach the goal across a frozen lake without falling into a hole.
+
+Maps follow RAGEN's FrozenLake: each seed draws a new `size` x `size` board whose cells are frozen
+with probability `p`, a random start and a distinct random goal, redrawn until a path joins them.
+Moves, rewards and terminations are those of Gymnasium's FrozenLake-v1 on the same map (slippery
+ice included, with the same random-number use), so `gymnasium.make("FrozenLake-v1", desc=...)`
+is an independent check.
+
+The rules (actions, config, maps, reading a board) are in `rules`, the env in `env`, its baselines in
+`baselines`; every public name of the first two is importable from here.
+"""
+
+from roll_envs.frozen_lake.env import FROZEN_LAKE_TILES, FrozenLakeEnv
+from roll_envs.frozen_lake.rules import (
+    ACTIONS,
+    FrozenLakeConfig,
+    frozen_lake_neighbours,
+    generate_map,
+    has_path,
+    move,
+)
+
+__all__ = [
+    "ACTIONS",
+    "FROZEN_LAKE_TILES",
+    "FrozenLakeConfig",
+    "FrozenLakeEnv",
+    "frozen_lake_neighbours",
+    "generate_map",
+    "has_path",
+    "move",
+]

@@ -1,0 +1,161 @@
+"""`FrozenLakeEnv`: FrozenLake as text, with Gymnasium FrozenLake-v1's moves, rewards and terminations
+(slippery ice included, with the same random-number use) on the maps of `roll_envs.frozen_lake.rules`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from roll_envs.base import ActionOutcome, BaseEnv
+from roll_envs.baseline_types import EnvBaselines
+from roll_envs.errors import EnvConfigError
+from roll_envs.frozen_lake.baselines import frozen_lake_baselines
+from roll_envs.frozen_lake.rules import ACTIONS, FrozenLakeConfig, generate_map, move
+from roll_envs.tiles import Color, Tile
+
+
+class FrozenLakeEnv(BaseEnv):
+    """FrozenLake: `P` you, `_` ice, `O` hole, `G` goal, `X` you in a hole, `√` you on the goal.
+
+    Reward 1 on reaching the goal, minus `hole_penalty` (default 0) on falling into a hole, else 0; the
+    episode terminates in a hole or on the goal and is truncated after `max_steps` turns. `reset(options={"map": ["SFF", "FHF", "FFG"]})` plays a given map.
+
+    >>> env = FrozenLakeEnv()
+    >>> obs, info = env.reset(seed=0)
+    >>> obs, reward, terminated, truncated, info = env.step("<answer>Left</answer>")
+    >>> sorted(k for k in info if k.startswith("action_is"))
+    ['action_is_effective', 'action_is_valid']
+    """
+
+    config_cls = FrozenLakeConfig
+    config: FrozenLakeConfig
+
+    def __init__(self, config: Any = None, *, render_mode: str | None = "text", **overrides: Any) -> None:
+        super().__init__(config, render_mode=render_mode, **overrides)
+        self.desc: list[str] = []
+        self.position = 0
+
+    @property
+    def instruction(self) -> str:
+        """The system prompt (about 60 words)."""
+        multi = self.multi_action_hint("moves")
+        slip = " The ice is slippery: you may slide sideways." if self.config.is_slippery else ""
+        return (
+            "You are walking on a frozen lake. Reach the goal G and do not fall into a hole O. "
+            "The map: P is you, _ is ice, O is a hole, G is the goal. "
+            f"Moves: Left, Down, Right, Up. A move into the edge does nothing.{slip}{multi} "
+            "Answer with one move, like <answer>Left</answer>."
+        )
+
+    @property
+    def valid_actions(self) -> list[str]:
+        """Left, Down, Right, Up."""
+        return list(ACTIONS)
+
+    def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        """Draw a map from `rng`, or take `options["map"]` (rows of S/F/H/G)."""
+        if "map" in options:
+            self.desc = _checked_map(options["map"])
+        else:
+            self.desc = generate_map(rng, self.config.size, self.config.p)
+        flat = "".join(self.desc)
+        self.position = flat.index("S")
+
+    def apply_action(self, action: str) -> ActionOutcome:
+        """Gymnasium's FrozenLake-v1 transition for one move."""
+        letter = self._letter(self.position)
+        if letter in "GH":
+            return ActionOutcome(0.0, True, False)
+        a = ACTIONS.index(action)
+        if self.config.is_slippery:
+            a = self._slip(a)
+        new = move(self.desc, self.position, a)
+        effective = new != self.position
+        self.position = new
+        letter = self._letter(new)
+        reward = 1.0 if letter == "G" else -self.config.hole_penalty if letter == "H" else 0.0
+        return ActionOutcome(reward, letter in "GH", effective)
+
+    def text_observation(self) -> str:
+        """The board, one row per line."""
+        ncol = len(self.desc[0])
+        row, col = divmod(self.position, ncol)
+        lines = []
+        for r, line in enumerate(self.desc):
+            cells = ["O" if ch == "H" else "G" if ch == "G" else "_" for ch in line]
+            if r == row:
+                here = line[col]
+                cells[col] = "X" if here == "H" else "√" if here == "G" else "P"
+            lines.append("".join(cells))
+        return "\n".join(lines)
+
+    def is_success(self) -> bool:
+        """On the goal."""
+        return bool(self.desc) and self._letter(self.position) == "G"
+
+    def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines | None:
+        """`random` and `best_fixed_sequence` (`frozen_lake_baselines`) on this size and p; None on slippery ice."""
+        if self.config.is_slippery:  # the dynamic programming assumes deterministic moves
+            return None
+        rates = frozen_lake_baselines(episodes, turns, self.config.size, self.config.p)
+        note = "At or below the fixed-sequence baseline the agent does not read the board."
+        return EnvBaselines("FrozenLake", "maps", turns, rates, note, {})
+
+    @property
+    def has_baselines(self) -> bool:
+        """With deterministic ice (the default) only."""
+        return not self.config.is_slippery
+
+    def render_frame(self) -> np.ndarray:
+        """Tiles: ice, holes, the goal's flag and the player (a cross in a hole, on green at the goal)."""
+        from roll_envs.tiles import tile_frame
+
+        return tile_frame(self.text_observation().split("\n"), FROZEN_LAKE_TILES)
+
+    def _letter(self, position: int) -> str:
+        ncol = len(self.desc[0])
+        return self.desc[position // ncol][position % ncol]
+
+    def _slip(self, action: int) -> int:
+        """Gymnasium's categorical draw over [(a-1)%4, a, (a+1)%4] with one `random()` per move."""
+        succ = self.config.success_rate
+        fail = (1.0 - succ) / 2.0
+        u = self.np_random.random()
+        if fail > u:
+            return (action - 1) % 4
+        if fail + succ > u:
+            return action
+        if fail + succ + fail > u:
+            return (action + 1) % 4
+        return (action - 1) % 4  # np.argmax of an all-False mask is 0, as in categorical_sample
+
+
+_ICE: Color = (214, 236, 250)
+_HOLE: Color = (28, 52, 100)
+_GOAL: Color = (46, 170, 70)
+_PLAYER: Color = (225, 75, 55)
+FROZEN_LAKE_TILES: dict[str, Tile] = {
+    "_": Tile(_ICE),
+    "O": Tile(_ICE, (("hole", _HOLE),)),
+    "G": Tile(_ICE, (("flag", _GOAL),)),
+    "P": Tile(_ICE, (("figure", _PLAYER),)),
+    "X": Tile(_ICE, (("hole", _HOLE), ("cross", _PLAYER))),
+    "√": Tile((150, 225, 140), (("flag", _GOAL), ("figure", _PLAYER))),
+}
+"""How each symbol of the FrozenLake text grid is drawn in frames."""
+
+
+def _checked_map(rows: Any) -> list[str]:
+    if (
+        not isinstance(rows, list | tuple)
+        or not rows
+        or not all(isinstance(r, str) and len(r) == len(rows[0]) > 0 for r in rows)
+        or not set("".join(rows)) <= set("SFHG")
+        or "".join(rows).count("S") != 1
+    ):
+        raise EnvConfigError(
+            f"frozen_lake: options['map'] must be equal-length rows of S/F/H/G with exactly one S; got {rows!r}."
+        )
+    return list(rows)

@@ -1,0 +1,90 @@
+"""Sokoban's rules, without the env: the actions, the grid symbols, the rewards, the config and the room
+that an episode's random stream draws.
+
+`roll_envs.sokoban.env` (the env) and `roll_envs.sokoban.baselines` both build on this module, which
+imports neither.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from roll_envs.config import EnvConfig
+from roll_envs.sokoban.generator import Room, generate_room
+
+ACTIONS = ("Up", "Down", "Left", "Right")
+"""Action names (ROLL's order: 1 Up, 2 Down, 3 Left, 4 Right, here indexed from 0)."""
+
+ROLES = ("wall", "empty", "target", "box_on_target", "box", "player", "player_on_target")
+"""What a grid symbol can stand for."""
+
+DEFAULT_GRID = {
+    "wall": "#",
+    "empty": "_",
+    "target": "O",
+    "box_on_target": "√",
+    "box": "X",
+    "player": "P",
+    "player_on_target": "S",
+}
+"""Symbols of the standard text grid."""
+
+ALTERNATIVE_GRID = {
+    "wall": "W",
+    "empty": ".",
+    "target": "T",
+    "box_on_target": "*",
+    "box": "B",
+    "player": "A",
+    "player_on_target": "+",
+}
+"""Symbols of SokobanDifferentGridVocab: the same game drawn with other characters."""
+
+STEP_PENALTY = -0.1
+BOX_ON_TARGET = 1.0
+BOX_OFF_TARGET = -1.0
+SOLVED_BONUS = 10.0
+WORST_MOVE_REWARD = STEP_PENALTY + BOX_OFF_TARGET
+"""The lowest reward of one move (pushing a box off a target): -1.1."""
+
+
+class SokobanConfig(EnvConfig):
+    """Config of `SokobanEnv` (plus `max_steps`, `format_penalty`, `max_actions_per_turn`)."""
+
+    max_steps: int = Field(
+        100, ge=1, le=100_000, description="turns (calls to step) before the episode is truncated"
+    )
+    format_penalty: float = Field(
+        -WORST_MOVE_REWARD,
+        ge=0.0,
+        description="subtracted from the reward of a turn whose answer is not a valid action; the default "
+        "1.1 makes garbage score as the worst move (a box pushed off a target), never better",
+    )
+    dim_x: int = Field(6, ge=4, le=20, description="grid width, walls included")
+    dim_y: int = Field(6, ge=4, le=20, description="grid height, walls included")
+    num_boxes: int = Field(1, ge=1, le=6, description="boxes (and targets)")
+    search_depth: int = Field(100, ge=1, le=10_000, description="random moves of the reverse play per walk")
+    grid_vocab: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_GRID), description=f"symbol of each of {', '.join(ROLES)}"
+    )
+
+    @field_validator("grid_vocab")
+    @classmethod
+    def _complete_and_distinct(cls, value: dict[str, str]) -> dict[str, str]:
+        if set(value) != set(ROLES) or any(len(s) != 1 or s.isspace() for s in value.values()):
+            raise ValueError(
+                f"grid_vocab must map exactly {list(ROLES)} to single non-space characters; got {value!r}"
+            )
+        if len(set(value.values())) != len(ROLES):
+            raise ValueError(f"grid_vocab symbols must be distinct; got {value!r}")
+        return value
+
+
+def draw_room(rng: np.random.Generator, config: SokobanConfig) -> Room:
+    """The room `SokobanEnv.reset` plays when it is given none: reverse play seeded by one draw from `rng`
+    (the env's `np_random`), with the config's room generator settings."""
+    py_rng = random.Random(int(rng.integers(2**63)))
+    return generate_room(py_rng, config.dim_y, config.dim_x, config.num_boxes, config.search_depth)

@@ -1,0 +1,142 @@
+"""Cross-field checks of `AgenticConfig`: no setting may be accepted and then do nothing.
+
+A value that the run would silently ignore (a role's optimiser settings on a role that is never
+trained, critic settings without a critic, an adaptive-KL horizon without a target) is reported as a
+problem with the fix. `AgenticConfig`'s validator raises them all at once; `roll config` / `roll train`
+print them one per line. Backend names are checked against the installed extras in
+`roll_pipeline.config.strategies.strategy_problems`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs
+
+if TYPE_CHECKING:
+    from roll_pipeline.config.roles import WorkerConfig
+    from roll_pipeline.config.schema import AgenticConfig
+
+__all__ = ["config_problems"]
+
+TRAIN_BATCHING_FIELDS = (
+    "use_dynamic_batching_in_train",
+    "use_sequence_packing",
+    "max_tokens_per_microbatch_in_train",
+    "sequence_length_round_in_train",
+)
+"""WorkerConfig fields that only a trained role (actor_train, critic) reads."""
+
+
+def _roles(cfg: AgenticConfig) -> dict[str, WorkerConfig]:
+    return {name: getattr(cfg, name) for name in ("actor_train", "actor_infer", "reference", "critic")}
+
+
+def _default(cfg: AgenticConfig, name: str) -> object:
+    """The default of a top-level field (without building a whole AgenticConfig, whose validator runs this)."""
+    return type(cfg).model_fields[name].get_default(call_default_factory=True)
+
+
+def _role_problems(cfg: AgenticConfig) -> list[str]:
+    """Settings of a role that the role never reads."""
+    problems = []
+    for name, role in _roles(cfg).items():
+        default = _default(cfg, name)
+        unused = []
+        if name != "actor_infer" and role.generating_args != GeneratingArgs():
+            unused.append(("generating_args", "it samples nothing"))
+        if name in ("actor_infer", "reference"):
+            if role.training_args != TrainingArgs():
+                unused.append(("training_args", "it is never trained"))
+            unused += [
+                (f, "it is never trained")
+                for f in TRAIN_BATCHING_FIELDS
+                if getattr(role, f) != getattr(default, f)
+            ]
+        problems += [
+            f"{name}.{field} is set, but {why}, so it would do nothing; remove it" for field, why in unused
+        ]
+    return problems
+
+
+def _estimator_problems(cfg: AgenticConfig) -> list[str]:
+    problems = []
+    if cfg.adv_estimator != "gae":
+        unused = [
+            name
+            for name in ("critic", "critic_warmup", "value_clip", "lambd")
+            if getattr(cfg, name) != _default(cfg, name)
+        ]
+        if unused:
+            problems.append(
+                f"{', '.join(unused)} set, but only adv_estimator=gae uses a critic (got {cfg.adv_estimator!r});"
+                " set adv_estimator=gae or remove them"
+            )
+    if cfg.sample_shape == "trajectory":
+        cut = [t for t in cfg.train_env_manager.tags if cfg.custom_envs[t].max_history_turns is not None]
+        if cut:
+            problems.append(
+                f"sample_shape=trajectory trains each episode as one conversation, but custom_envs {cut} cut the"
+                " history from prompts (max_history_turns is not null), so no single sequence holds what the"
+                " policy saw at every turn; set their max_history_turns: null, or sample_shape=step"
+            )
+    return problems
+
+
+def _loss_problems(cfg: AgenticConfig) -> list[str]:
+    problems = []
+    kl_loss = cfg.use_kl_loss and cfg.kl_loss_coef > 0
+    if cfg.target_kl is None and cfg.kl_horizon != _default(cfg, "kl_horizon"):
+        problems.append(
+            "kl_horizon set without target_kl: it only shapes the adaptive controller; set target_kl"
+        )
+    if cfg.target_kl is not None and not (kl_loss or cfg.init_kl_coef > 0):
+        problems.append(
+            "target_kl set, but no KL term is on for the controller to scale; set init_kl_coef > 0 (reward"
+            " penalty) or use_kl_loss=true with kl_loss_coef > 0"
+        )
+    if not cfg.use_kl_loss and cfg.kl_loss_coef != _default(cfg, "kl_loss_coef"):
+        problems.append("kl_loss_coef set with use_kl_loss=false: set use_kl_loss=true or drop kl_loss_coef")
+    if cfg.skip_confident_by == "reference" and not (cfg.use_kl_loss and cfg.skip_confident_tokens):
+        problems.append(
+            "skip_confident_by=reference compares the reference model's probabilities, which the update sees"
+            " only with use_kl_loss=true, and only matters with skip_confident_tokens set; set both, or drop it"
+        )
+    if cfg.entropy_scope == "decision" and not (cfg.skip_confident_tokens and cfg.entropy_loss_coef > 0):
+        problems.append(
+            "entropy_scope=decision bounds the entropy bonus to the tokens skip_confident_tokens keeps; set"
+            " skip_confident_tokens and entropy_loss_coef > 0, or drop entropy_scope"
+        )
+    sampling = cfg.actor_infer.generating_args
+    if sampling.reshapes_sampling() and not cfg.recompute_old_log_probs:
+        problems.append(
+            "actor_infer samples with temperature (or temperature_schedule)/top_p/top_k, so its log-probs are of the reshaped distribution"
+            " while the trainer's are of the model's own: with recompute_old_log_probs=false the PPO ratio would"
+            " compare the two; set recompute_old_log_probs=true (tis_cap then reweights to the model's"
+            " distribution), or sample with temperature 1, top_p 1, top_k 0"
+        )
+    if cfg.tis_cap is not None and not cfg.recompute_old_log_probs:
+        problems.append(
+            "tis_cap needs recompute_old_log_probs=true: without recomputation the old log-probs are the"
+            " inference ones and every importance weight is 1; set both, or drop tis_cap"
+        )
+    if (
+        cfg.pg_clip_low is not None
+        and cfg.pg_clip_high is not None
+        and cfg.pg_clip != _default(cfg, "pg_clip")
+    ):
+        problems.append("pg_clip set while pg_clip_low and pg_clip_high override it on both sides; drop one")
+    return problems
+
+
+def config_problems(cfg: AgenticConfig) -> list[str]:
+    """Every cross-field problem of a config (empty when it is consistent)."""
+    problems = []
+    if cfg.render_save_dir is None and cfg.render_episodes_per_tag != _default(
+        cfg, "render_episodes_per_tag"
+    ):
+        problems.append(
+            "render_episodes_per_tag set with render_save_dir=null: nothing is rendered; set render_save_dir"
+            " (e.g. render_save_dir=renders) or drop render_episodes_per_tag"
+        )
+    return problems + _role_problems(cfg) + _estimator_problems(cfg) + _loss_problems(cfg)

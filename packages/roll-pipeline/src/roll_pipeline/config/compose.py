@@ -1,0 +1,219 @@
+"""Hydra at the edge: compose YAML + overrides, then validate into `AgenticConfig`.
+
+Both flag spellings of the upstream docs are accepted (`--config_path/--config_name` and
+`--config-path/--config-name`), with Hydra overrides such as `exp_name=my_run seed=123` before or after
+the flags. With `preflight=True` (what `roll config` and `roll train` use) the composed config is also
+checked against the env registry, the checkpoint and the model folder (`roll_pipeline.config.preflight`), and
+every problem, of the schema or of these checks, is reported in one `ConfigError`.
+Without a config the defaults of `AgenticConfig` are composed (Hydra config `roll_defaults`); example
+YAML files start with `defaults: [roll_defaults, _self_]` and override only what they change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from collections.abc import Callable
+from pathlib import Path
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+from roll_pipeline.config.schema import AgenticConfig
+
+
+class ConfigError(ValueError):
+    """A config file or override is wrong; the message says which key and how to fix it."""
+
+
+def parse_args(
+    argv: list[str] | None,
+    prog: str = "roll train",
+    description: str = "Train an LLM agent with RL (agentic pipeline).",
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
+    """`--config-path/--config_path`, `--config-name/--config_name` and Hydra overrides, in any order;
+    `extra` adds a command's own options."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument(
+        "--config-path",
+        "--config_path",
+        dest="config_path",
+        default=None,
+        help="folder of YAML configs (relative to the current folder or to examples/)",
+    )
+    parser.add_argument(
+        "--config-name",
+        "--config_name",
+        dest="config_name",
+        default=None,
+        help="YAML file name in that folder, without .yaml",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    if extra is not None:
+        extra(parser)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. exp_name=my_run seed=123")
+    return parser.parse_intermixed_args(argv)
+
+
+def defaults_node() -> dict[str, Any]:
+    """`AgenticConfig()` as a plain dict, with derived values left for the validators to fill in."""
+    node = AgenticConfig().model_dump(mode="json")
+    for manager in ("train_env_manager", "val_env_manager"):
+        node[manager]["num_groups_partition"] = None
+    return node
+
+
+def compose(
+    config_path: str | None,
+    config_name: str | None,
+    overrides: list[str],
+    search_from: Path | None = None,
+    *,
+    preflight: bool = False,
+) -> AgenticConfig:
+    """Compose with Hydra and validate (`preflight`: also check envs, checkpoint and model folder);
+    raise `ConfigError` listing every problem."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    bad_keys = override_key_problems(overrides)
+    if bad_keys:  # before Hydra, whose own message ("Could not override ...") names no valid key
+        raise ConfigError("\n".join([f"{len(bad_keys)} problem(s) in the config:", *bad_keys]))
+    ConfigStore.instance().store(name="roll_defaults", node=defaults_node())
+    if config_path is not None and config_name is None:
+        raise ConfigError("--config-path needs --config-name (the YAML file name without .yaml)")
+    directory = _find_config_dir(config_path, search_from) if config_path else Path.cwd()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(directory), version_base=None):
+            cfg = hydra_compose(config_name=config_name or "roll_defaults", overrides=list(overrides))
+    except Exception as exc:  # hydra raises several types; all mean "your config/overrides are wrong"
+        raise ConfigError(f"could not compose the config: {exc}") from exc
+    data = OmegaConf.to_container(cfg, resolve=True)
+    return validate(data, preflight=preflight)
+
+
+def validate(data: Any, *, preflight: bool = False) -> AgenticConfig:
+    """`AgenticConfig.model_validate` with errors that name the key, suggest fixes and list valid keys;
+    with `preflight`, the checks of `roll_pipeline.config.preflight` too, all problems in one `ConfigError`."""
+    problems: list[str] = []
+    config = None
+    try:
+        config = AgenticConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = validation_problems(exc)
+    if preflight and isinstance(data, dict):
+        from roll_pipeline.config.preflight import preflight_problems
+
+        problems += [f"  - {problem}" for problem in preflight_problems(data)]
+    if problems or config is None:
+        raise ConfigError("\n".join([f"{len(problems)} problem(s) in the config:", *problems]))
+    return config
+
+
+def override_key_problems(overrides: list[str]) -> list[str]:
+    """One `  - unknown key ...` line (with the nearest valid keys) per override whose key is not in the schema.
+
+    `+`, `++` and `~` prefixes are allowed; below a free-form mapping key (a `custom_envs` tag) the walk goes
+    on into the mapping's value model, and it stops at free-form values (`env_config`, `strategy_config`),
+    which the env's own config and preflight check later.
+    """
+    lines = []
+    for override in overrides:
+        parts = [p for p in override.split("=", 1)[0].lstrip("+~").strip().split(".") if p]
+        annotation: Any = AgenticConfig
+        for i, part in enumerate(parts):
+            annotation = _unwrap(annotation)
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                field = annotation.model_fields.get(part)
+                if field is None:
+                    valid = sorted(annotation.model_fields)
+                    hint = difflib.get_close_matches(part, valid, n=3)
+                    lines.append(
+                        f"  - unknown key '{'.'.join(parts[: i + 1])}' (override {override!r})"
+                        + (f"; did you mean {', '.join(repr(h) for h in hint)}?" if hint else "")
+                        + f" Valid keys here: {', '.join(valid)}"
+                    )
+                    break
+                annotation = field.annotation
+            elif get_origin(annotation) is dict:
+                annotation = get_args(annotation)[1]  # any key of the mapping; its value's schema next
+            else:
+                break
+    return lines
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per problem: where, what, and a suggestion for unknown keys."""
+    problems = validation_problems(exc)
+    return "\n".join([f"{len(problems)} problem(s) in the config:", *problems])
+
+
+def validation_problems(exc: ValidationError) -> list[str]:
+    """One `  - ...` line per schema error: where, what, and a suggestion for unknown keys."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            parent, key = err["loc"][:-1], str(err["loc"][-1])
+            valid = sorted(_fields_at(parent))
+            hint = difflib.get_close_matches(key, valid, n=3)
+            lines.append(
+                f"  - unknown key '{loc}'"
+                + (f"; did you mean {', '.join(repr(h) for h in hint)}?" if hint else "")
+                + (f" Valid keys here: {', '.join(valid)}" if valid else "")
+            )
+        elif (
+            not loc and err["type"] == "value_error"
+        ):  # cross-field checks: one problem per line, no input dump
+            message = str(err["msg"]).removeprefix("Value error, ")
+            lines += [f"  - {line}" for line in message.splitlines()]
+        else:
+            lines.append(f"  - {loc or '(top level)'}: {err['msg']} (got {err.get('input')!r})")
+    return lines
+
+
+def _fields_at(path: tuple[Any, ...]) -> set[str]:
+    """Field names of the model found by walking `path` from AgenticConfig (empty if not a model)."""
+    annotation: Any = AgenticConfig
+    for part in path:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(str(part))
+            if field is None:
+                return set()
+            annotation = field.annotation
+        elif get_origin(annotation) is dict:  # custom_envs.<tag>: step into the value type
+            annotation = get_args(annotation)[1]
+        else:
+            return set()
+    annotation = _unwrap(annotation)
+    return (
+        set(annotation.model_fields)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        else set()
+    )
+
+
+def _unwrap(annotation: Any) -> Any:
+    """`X | None` -> X."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (Union, UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _find_config_dir(config_path: str, search_from: Path | None) -> Path:
+    candidates = [Path(config_path)]
+    if search_from is not None:
+        candidates.append(search_from / config_path)
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate.resolve()
+    tried = ", ".join(str(c) for c in candidates)
+    raise ConfigError(f"config folder {config_path!r} not found (tried {tried})")

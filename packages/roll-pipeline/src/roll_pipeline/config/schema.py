@@ -1,0 +1,396 @@
+"""`AgenticConfig`: the validated configuration of an agentic RL run.
+
+Field names follow the upstream ROLL agentic docs (exp_name, max_steps, adv_estimator, actor_train,
+train_env_manager, custom_envs, ...). Unknown keys are rejected with the list of valid ones, so a typo
+never silently falls back to a default. These models are the single place where defaults live: the
+example YAML files only override them, and `roll train` with no argument runs these defaults (the tiny
+model learning FrozenLake on a CPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from roll_pipeline.config.checks import config_problems
+from roll_pipeline.config.roles import (
+    GeneratingArgs,
+    ModelArgs,
+    StrategyArgs,
+    StrictModel,
+    TrainingArgs,
+    WorkerConfig,
+)
+
+__all__ = [
+    "AgenticConfig",
+    "ClusterConfig",
+    "CustomEnvConfig",
+    "EnvManagerConfig",
+    "GeneratingArgs",
+    "ModelArgs",
+    "StrategyArgs",
+    "StrictModel",
+    "TrainingArgs",
+    "WorkerConfig",
+]
+
+AdvEstimatorName = Literal[
+    "grpo", "reinforce", "gae", "reinforce_plus_plus", "gigpo", "step_reinforce", "agentic_reinforce"
+]
+LossAggModeName = Literal[
+    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+]
+
+
+class EnvManagerConfig(StrictModel):
+    """How many envs run, in which groups, with which tags."""
+
+    max_env_num_per_worker: int = Field(64, ge=1, description="envs hosted by one env worker (Ray actor)")
+    num_env_groups: int = Field(16, ge=1, description="groups of envs; each group plays one seed per step")
+    group_size: int = Field(8, ge=1, description="envs per group; they share the episode seed (GRPO group)")
+    tags: list[str] = Field(
+        default_factory=lambda: ["FrozenLake"], description="env tags (keys of custom_envs)"
+    )
+    num_groups_partition: list[int] | None = Field(
+        None, description="groups per tag; default: all to the first"
+    )
+    group_size_redundancy: int = Field(
+        0,
+        ge=0,
+        description="extra env slots per group: a group completes on its first group_size finishers and the"
+        " stragglers are cancelled (tail latency for compute)",
+    )
+    max_env_step_concurrent: int = Field(
+        8, ge=1, description="env reset/step calls running at once per env worker (its thread pool)"
+    )
+    env_step_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="an env constructor, reset or step taking longer fails its episode; the env is recreated",
+    )
+    max_hung_env_calls: int = Field(
+        4,
+        ge=1,
+        description="timed-out env calls still stuck in their threads before the env worker is replaced",
+    )
+    max_failures_per_group: int = Field(
+        4,
+        ge=0,
+        description="failed episodes a group episode survives (each replayed on a fresh env, same seed) before"
+        " the group is given up; validation never replays (a failed episode fails its seed)",
+    )
+
+    @model_validator(mode="after")
+    def _partition(self) -> EnvManagerConfig:
+        if self.num_groups_partition is None:
+            share, rest = divmod(self.num_env_groups, len(self.tags))
+            self.num_groups_partition = [share + (i < rest) for i in range(len(self.tags))]
+        if (
+            len(self.num_groups_partition) != len(self.tags)
+            or sum(self.num_groups_partition) != self.num_env_groups
+        ):
+            raise ValueError(
+                f"num_groups_partition {self.num_groups_partition} must give one group count per tag "
+                f"{self.tags} and sum to num_env_groups={self.num_env_groups}"
+            )
+        return self
+
+    @property
+    def num_trajectories(self) -> int:
+        """Trajectories per rollout: num_env_groups * group_size."""
+        return self.num_env_groups * self.group_size
+
+
+class CustomEnvConfig(StrictModel):
+    """An env tag: which registered env type, its config, and the episode limits."""
+
+    env_type: str = Field("frozen_lake", description="registry id of the env (`roll-envs list`)")
+    max_actions_per_traj: int = Field(8, ge=1, description="agent turns per episode")
+    max_tokens_per_step: int = Field(16, ge=1, description="new tokens per turn")
+    max_history_turns: int | None = Field(0, ge=0, description="earlier turns kept in the prompt; null = all")
+    env_instruction: str | None = Field(
+        None,
+        description="system prompt; null = the env's own instruction; empty = none (the observation alone)",
+    )
+    env_config: dict[str, Any] = Field(
+        default_factory=dict, description="keyword config of the env (validated by the env)"
+    )
+
+
+class ClusterConfig(StrictModel):
+    """Where workers run: Ray (local by default, or an existing cluster) or in-process."""
+
+    backend: Literal["ray", "local"] = Field(
+        "ray", description="ray: workers are Ray actors; local: all in this process"
+    )
+    address: str | None = Field(None, description="existing Ray cluster, e.g. 'auto' or 'ray://host:10001'")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray instance (default: all)")
+
+
+def _default_val_envs() -> EnvManagerConfig:
+    return EnvManagerConfig(num_env_groups=128, group_size=1)
+
+
+class AgenticConfig(StrictModel):
+    """Everything an agentic RL run needs; see docs/config.md for each field."""
+
+    exp_name: str = Field("frozen_lake_tiny", description="name of the run (its folder under output_dir)")
+    seed: int = Field(42, description="seeds the env seed stream, sampling and mini-batch order")
+    output_dir: str = Field("runs", description="run directory = output_dir/exp_name")
+    pretrain: str = Field(
+        "builtin:tiny-frozen-lake-sighted",
+        description="a model folder or hub id for from_pretrained; 'builtin:NAME' builds a tiny model offline",
+    )
+    max_steps: int = Field(400, ge=0, description="training steps (one rollout + one actor update each)")
+    save_steps: int = Field(80, ge=1, description="checkpoint every this many steps (and at the end)")
+    eval_steps: int = Field(
+        20, ge=1, description="validate every this many steps (and before and after training)"
+    )
+    logging_steps: int = Field(1, ge=1, description="log metrics every this many steps")
+    rollout_batch_size: int | None = Field(
+        None, ge=1, description="trajectories per step (default: all train envs)"
+    )
+    val_batch_size: int | None = Field(None, ge=1, description="validation episodes (default: all val envs)")
+    sequence_length: int = Field(1024, ge=16, description="max tokens of a prompt plus its response")
+    async_generation_ratio: int = Field(
+        1,
+        ge=0,
+        description="0: synchronous rollout (paused while the trainer trains, every turn from the current"
+        " weights); r > 0: env loops keep generating during training, up to (1 + r) batches ahead, and a group"
+        " with a turn more than r policy versions old is dropped (docs/rollout.md)",
+    )
+    rollout_filter_ratio: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="StarPO-S: collect rollout_batch_size / ratio trajectories per step and keep the groups of"
+        " largest reward std (1: no filter)",
+    )
+    rollout_batch_timeout_s: float = Field(
+        900.0,
+        gt=0,
+        description="a rollout that cannot deliver its batch within this time (every env failing, a hung"
+        " policy) stops the run with an error naming the last failure",
+    )
+    max_consecutive_skipped_steps: int = Field(
+        5,
+        ge=1,
+        description="steps in a row with nothing to train on (each logged with its reason) before the run"
+        " stops with an error",
+    )
+    adv_estimator: AdvEstimatorName = Field("gigpo", description="advantage estimator (docs/algos)")
+    ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
+    model_update_frequency: int = Field(
+        1,
+        ge=1,
+        description="sync the trained weights to actor_infer every this many steps (bucketed, versioned); in"
+        " between, the rollout samples from the last synced version",
+    )
+    recompute_old_log_probs: bool = Field(
+        False,
+        description="recompute the rollout's log-probs with the training model; false reuses the sampler's"
+        " (exact when both run the same weights and numerics, e.g. HF on the CPU; set true for vLLM or bf16)."
+        " With async_generation_ratio > 0, false makes the PPO ratio pi / pi_behaviour (the clip bounds the"
+        " off-policy ratio); true makes it pi / pi_current and tis_cap corrects pi_current / pi_behaviour",
+    )
+    tis_cap: float | None = Field(
+        None,
+        gt=0,
+        description="truncated importance sampling: weight each token's policy loss by"
+        " min(exp(old_log_prob - inference_log_prob), tis_cap) (needs recompute_old_log_probs; null: off)",
+    )
+    gamma: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="discount (below 1: shorter paths to the goal score higher); per env step for gigpo /"
+        " step_reinforce / agentic_reinforce, per token for the others",
+    )
+    lambd: float = Field(1.0, ge=0, le=1, description="GAE lambda (gae only)")
+    pg_clip: float = Field(0.2, gt=0, description="PPO ratio clip range")
+    pg_clip_low: float | None = Field(None, gt=0, description="lower clip range (default pg_clip)")
+    pg_clip_high: float | None = Field(None, gt=0, description="upper clip range (default pg_clip)")
+    dual_clip_loss: bool = Field(False, description="dual-clip PPO (c=3) for negative advantages")
+    ratio_level: Literal["token", "segment", "sequence"] = Field(
+        "token",
+        description="importance ratio of the PPO loss: per token (PPO), per segment (one per turn: exp of the"
+        " turn's mean log-ratio), per sequence (GSPO: one per training row; use small clip ranges)",
+    )
+    init_kl_coef: float = Field(
+        0.0,
+        ge=0,
+        description="KL(actor || reference) as a reward penalty with this coefficient: r_t - coef * KL_t on each"
+        " response token, and the turn's / episode's summed penalty on step rewards and scores, so every"
+        " estimator sees it; 0: off",
+    )
+    target_kl: float | None = Field(
+        None,
+        gt=0,
+        description="adaptive KL controller (Ziegler et al.): steer the measured KL per token towards this by"
+        " scaling the KL coefficients in use (init_kl_coef, kl_loss_coef); null: fixed coefficients",
+    )
+    kl_horizon: int = Field(
+        10000, ge=1, description="adaptive KL controller horizon, in trajectories (needs target_kl)"
+    )
+    kl_penalty: Literal["kl", "abs", "mse", "k3", "full", "full_forward"] = Field(
+        "full_forward",
+        description="per-token KL estimator of the reward penalty, the loss term and the measured KL; full is"
+        " the exact KL(actor || reference) over the vocabulary (memory: response tokens x vocabulary floats),"
+        " full_forward the exact KL(reference || actor): it pulls back a token the actor has given up in"
+        " proportion to the reference's probability of it (keeps exploring; docs/training.md)",
+    )
+    use_kl_loss: bool = Field(True, description="add kl_loss_coef * KL(actor || reference) to the loss")
+    kl_loss_coef: float = Field(1.0, ge=0, description="weight of the KL loss term")
+    entropy_loss_coef: float = Field(
+        0.0,
+        ge=0,
+        description="entropy bonus; 0 by default: over every response token it also randomises the answer "
+        "format, while the KL term alone keeps the policy near the reference",
+    )
+    entropy_scope: Literal["response", "decision"] = Field(
+        "response",
+        description="the tokens the entropy bonus covers: every response token, or only the decision tokens"
+        " the policy-gradient term trains on (see skip_confident_tokens): the choices keep exploring while the"
+        " answer format stays sharp (actor/entropy is then their mean); decision needs skip_confident_tokens",
+    )
+    whiten_advantages: bool = Field(
+        True,
+        description="whiten advantages over the batch's response tokens; also removes their mean, whose"
+        " steady sign (failing episodes have more turns) AdamW turns into a drift of every unsampled token",
+    )
+    skip_confident_tokens: float | None = Field(
+        0.99,
+        gt=0,
+        le=1,
+        description="leave out of the policy-gradient term the response tokens the old policy drew with"
+        " probability >= this (format tokens: no decision, only noise that AdamW scales up); null trains all",
+    )
+    skip_confident_by: Literal["sampler", "reference"] = Field(
+        "sampler",
+        description="whose probability of a token skip_confident_tokens compares: the sampler's (the policy"
+        " that drew it), or the reference model's (fixed for the run: a format token stays out however the"
+        " policy drifts, and a decision the policy grew sure of stays in; needs use_kl_loss)",
+    )
+    norm_mean_type: Literal["mean_std", "mean", "none"] = Field(
+        "mean_std", description="group normalisation of scores"
+    )
+    advantage_clip: float | None = Field(None, gt=0, description="clamp advantages to [-c, c]")
+    reward_clip: float | None = Field(None, gt=0, description="clamp rewards to [-c, c]")
+    loss_agg_mode: LossAggModeName = Field("seq-mean-token-mean", description="how token losses aggregate")
+    actor_train: WorkerConfig = Field(default_factory=WorkerConfig, description="the trained policy")
+    actor_infer: WorkerConfig = Field(
+        default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_infer")),
+        description="the rollout policy (weights synced from actor_train every step)",
+    )
+    reference: WorkerConfig = Field(
+        default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_infer")),
+        description="the frozen initial policy of the KL term",
+    )
+    critic: WorkerConfig = Field(
+        default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_critic")),
+        description="the value model of adv_estimator=gae (the policy's architecture with a value head, its own"
+        " optimiser); unused by the other estimators",
+    )
+    critic_warmup: int = Field(
+        0, ge=0, description="gae: the first this many steps train only the critic (the actor stays fixed)"
+    )
+    value_clip: float | None = Field(
+        None, gt=0, description="gae: clip the value loss around the old values by this much; null: unclipped"
+    )
+    sample_shape: Literal["auto", "step", "trajectory"] = Field(
+        "auto",
+        description="training rows: step = one per turn (its prompt + response); trajectory = one per episode"
+        " (StarPO: the whole conversation, every turn's response trained, observations masked; needs prompts"
+        " that keep the whole history, max_history_turns: null); auto = trajectory when every training env"
+        " keeps the whole history, else step",
+    )
+    train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig, description="training envs")
+    val_env_manager: EnvManagerConfig = Field(
+        default_factory=_default_val_envs, description="validation envs (greedy)"
+    )
+    custom_envs: dict[str, CustomEnvConfig] = Field(
+        # "": the observation alone, as the builtin models are warmed up (models.recipes.NO_INSTRUCTION)
+        default_factory=lambda: {"FrozenLake": CustomEnvConfig(env_instruction="")},
+        description="env tags and their env types and limits",
+    )
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="where workers run")
+    render_save_dir: str | None = Field(
+        None,
+        description="after each validation, save render_episodes_per_tag episodes per tag as GIFs here"
+        " (step-NNNNNN/TAG-seedS-success.gif or -fail.gif; relative: inside the run folder) and log their"
+        " filmstrips to TensorBoard; null: no rendering",
+    )
+    render_episodes_per_tag: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="validation episodes drawn per tag (the lowest seeds, the same at every validation);"
+        " needs render_save_dir",
+    )
+    resume_from_checkpoint: str | None = Field(
+        None,
+        description="a checkpoint-N folder to resume from, or 'auto': this run folder's newest checkpoint that"
+        " verifies (a fresh start when there is none, so the same command starts and resumes a run;"
+        " docs/checkpoints.md)",
+    )
+    keep_last_n: int | None = Field(
+        None,
+        ge=1,
+        description="keep only the newest this many checkpoints of the run, deleting older ones once a new one"
+        " is complete; null keeps all",
+    )
+    track_with: list[Literal["tensorboard", "stdout", "wandb"]] = Field(
+        default_factory=lambda: ["tensorboard", "stdout"],
+        description="metric sinks (metrics.jsonl is always written); wandb needs roll-pipeline[wandb]",
+    )
+    tracker_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="wandb.init arguments for track_with: [wandb] (project, entity, name, tags, notes, mode)",
+    )
+    print_baselines: bool = Field(
+        True, description="print the baselines of each played tag whose env has some (FrozenLake, Sokoban)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AgenticConfig:
+        for name, manager in (
+            ("train_env_manager", self.train_env_manager),
+            ("val_env_manager", self.val_env_manager),
+        ):
+            unknown = [t for t in manager.tags if t not in self.custom_envs]
+            if unknown:
+                raise ValueError(
+                    f"{name}.tags {unknown} have no entry in custom_envs (defined: {sorted(self.custom_envs)}); "
+                    "add them under custom_envs with an env_type"
+                )
+        group = self.train_env_manager.group_size
+        batch = self.train_rollout_batch_size
+        if batch % group:
+            raise ValueError(
+                f"rollout_batch_size={batch} must be a multiple of train_env_manager.group_size={group} (whole"
+                " groups); a batch larger than num_env_groups*group_size is fine: groups play several seeds a step"
+            )
+        problems = config_problems(self)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @property
+    def train_sample_shape(self) -> Literal["step", "trajectory"]:
+        """The training rows of this run: `sample_shape`, with `auto` resolved (see its description)."""
+        if self.sample_shape != "auto":
+            return self.sample_shape
+        full = all(self.custom_envs[t].max_history_turns is None for t in self.train_env_manager.tags)
+        return "trajectory" if full else "step"
+
+    @property
+    def train_rollout_batch_size(self) -> int:
+        """Trajectories per training step."""
+        return self.rollout_batch_size or self.train_env_manager.num_trajectories
+
+    @property
+    def val_rollout_batch_size(self) -> int:
+        """Episodes per validation."""
+        return self.val_batch_size or self.val_env_manager.num_trajectories

@@ -1,0 +1,4 @@
+"""The `builtin:NAME` models, tiny Qwen2-architecture models built offline: `recipes.py` (what each is built
+from), `warmup.py` (its supervised warm-up data), `cache.py` (`resolve_pretrain`: a `pretrain` value -> a
+folder `from_pretrained` loads, building a builtin model once into the cache). The generic builder is
+`roll_strategies.build_tiny_model`."""

@@ -1,0 +1,57 @@
+"""Resolve `pretrain`: a model folder, a hub id, or `builtin:NAME`, built on first use from its recipe
+(`recipes.BUILTIN_MODELS`) into the cache (`$ROLL_CACHE_DIR`, default `~/.cache/roll`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from roll_pipeline.models.recipes import BUILTIN_MODELS, TinyModelSpec
+from roll_pipeline.models.warmup import format_warmup_examples, perception_warmup_examples, vocabulary_corpus
+
+
+def cache_dir() -> Path:
+    """Root of roll's caches."""
+    return Path(os.environ.get("ROLL_CACHE_DIR", Path.home() / ".cache" / "roll"))
+
+
+def resolve_pretrain(pretrain: str, seed: int = 0) -> Path | str:
+    """A path (or hub id) that `from_pretrained` loads; builds `builtin:` models on first use."""
+    if not pretrain.startswith("builtin:"):
+        return pretrain
+    name = pretrain.removeprefix("builtin:")
+    if name not in BUILTIN_MODELS:
+        raise ValueError(f"unknown builtin model {name!r}; available: {sorted(BUILTIN_MODELS)}")
+    spec = BUILTIN_MODELS[name]
+    target = cache_dir() / "models" / f"{name}-v{spec.revision}-seed{spec.seed}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    import fcntl  # POSIX only; imported where the lock is taken
+
+    with (target.parent / f".{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same model
+        if not (target / "config.json").exists():
+            _build(spec, target)
+    return target
+
+
+def _build(spec: TinyModelSpec, target: Path) -> None:
+    from roll_strategies.tiny_model import build_tiny_model
+
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"[roll] building the tiny model {target.name} (once; cached in {target.parent})", flush=True)
+    build_tiny_model(
+        tmp,
+        vocab_texts=vocabulary_corpus(),
+        warmup_examples=format_warmup_examples(spec) + perception_warmup_examples(spec),
+        seed=spec.seed,
+        warmup_steps=spec.warmup_steps,
+        warmup_lr=spec.warmup_lr,
+        sliding_window=spec.sliding_window,
+        num_heads=spec.num_heads,
+        num_kv_heads=spec.num_kv_heads,
+    )
+    tmp.rename(target)

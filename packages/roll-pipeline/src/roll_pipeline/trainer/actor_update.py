@@ -1,0 +1,82 @@
+"""The actor-update phase of a step: PPO-family epochs of mini-batches over the step's `Experience`.
+
+Micro-batches are fixed rows, dynamically batched or packed (`micro_batches.py`, per the actor_train
+config); the epochs loop is the one the critic runs too (`epochs.train_epochs`). The loss is the run's
+`ActorLoss` template (`settings.actor_loss_template`) with the KL coefficient the controller holds now
+(`loss_fn`). The off-policy corrections and the KL are prepared in `experience.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from roll_algos import ActorLoss
+
+from roll_pipeline.runtime.cluster import Cluster
+from roll_pipeline.trainer.epochs import UpdateSchedule, train_epochs
+from roll_pipeline.trainer.experience import Experience
+from roll_pipeline.trainer.kl_control import KLControl
+from roll_pipeline.trainer.micro_batches import TrainLayout
+
+__all__ = ["ActorUpdater"]
+
+
+class ActorUpdater:
+    """Runs the actor update of a step on the train worker.
+
+    `loss`: the actor loss of the run, its `kl_loss_coef` set each step; `use_kl_loss`: whether the loss has
+    a KL term (the reference's log-probs then travel with the micro-batches, and its coefficient is the
+    controller's `loss_coef`; else 0)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        actor_train: Any,
+        kl: KLControl,
+        layout: TrainLayout,
+        schedule: UpdateSchedule,
+        loss: ActorLoss,
+        use_kl_loss: bool,
+    ) -> None:
+        self.cluster, self.actor_train, self.kl, self.layout = cluster, actor_train, kl, layout
+        self.schedule, self.loss, self.use_kl_loss = schedule, loss, use_kl_loss
+
+    def loss_fn(self) -> ActorLoss:
+        """The actor loss of this run and step."""
+        return replace(self.loss, kl_loss_coef=self.kl.loss_coef if self.use_kl_loss else 0.0)
+
+    async def __call__(self, exp: Experience, step: int, timings: dict[str, float]) -> dict[str, float]:
+        """Update the actor on `exp`; returns the actor metrics."""
+        s = exp.samples
+        fields = {
+            "input_ids": s.input_ids,
+            "attention_mask": s.attention_mask,
+            "response_mask": s.response_mask,
+            "segment_ids": s.segment_ids,
+            "old_log_probs": exp.old_log_probs,
+            "advantages": exp.advantages,
+        }
+        full = {}
+        if self.use_kl_loss and exp.ref_log_probs is not None:
+            fields["ref_log_probs"] = exp.ref_log_probs
+            if exp.ref_full_log_probs is not None:
+                full["ref_full_log_probs"] = exp.ref_full_log_probs
+        if self.loss.tis_cap is not None:
+            fields["rollout_log_probs"] = s.infer_log_probs
+        loss_fn = self.loss_fn()
+        metrics, timings["time/step_train"] = await train_epochs(
+            self.cluster,
+            self.actor_train,
+            loss_fn,
+            fields,
+            self.layout,
+            self.schedule,
+            step,
+            agg_mode=loss_fn.agg_mode,
+            prefix="actor",
+            full=full,
+            with_entropy=True,
+        )
+        metrics["actor/sequence_packing"] = float(self.layout.mode == "packed")
+        return metrics

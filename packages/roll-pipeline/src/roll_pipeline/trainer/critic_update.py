@@ -1,0 +1,60 @@
+"""The critic-update phase of a step (adv_estimator=gae): value-loss epochs over the step's `Experience`.
+
+The critic regresses the GAE returns of the rows it valued (`Experience.values` are its old values, the
+anchor of `value_clip`). Mini-batches and micro-batches follow the critic's own `training_args` and
+batching settings; its learning rate decays like the actor's (`lr_scheduler_type`, `min_lr_ratio`), and its
+epochs loop is the actor's (`epochs.train_epochs`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roll_algos import CriticLoss
+
+from roll_pipeline.runtime.cluster import Cluster
+from roll_pipeline.trainer.epochs import UpdateSchedule, train_epochs
+from roll_pipeline.trainer.experience import Experience
+from roll_pipeline.trainer.micro_batches import TrainLayout
+
+__all__ = ["CriticUpdater"]
+
+
+class CriticUpdater:
+    """Runs the critic update of a step on the critic worker with the run's value loss `loss`."""
+
+    def __init__(
+        self, cluster: Cluster, critic: Any, layout: TrainLayout, schedule: UpdateSchedule, loss: CriticLoss
+    ) -> None:
+        self.cluster, self.critic, self.layout, self.schedule, self.loss = (
+            cluster,
+            critic,
+            layout,
+            schedule,
+            loss,
+        )
+
+    async def __call__(self, exp: Experience, step: int, timings: dict[str, float]) -> dict[str, float]:
+        """Update the critic on `exp`; returns the critic metrics."""
+        if exp.values is None:
+            raise ValueError("the critic update needs the step's values (compute them before the advantages)")
+        s = exp.samples
+        fields = {
+            "input_ids": s.input_ids,
+            "attention_mask": s.attention_mask,
+            "response_mask": s.response_mask,
+            "old_values": exp.values,
+            "returns": exp.returns,
+        }
+        metrics, timings["time/step_critic_train"] = await train_epochs(
+            self.cluster,
+            self.critic,
+            self.loss,
+            fields,
+            self.layout,
+            self.schedule,
+            step,
+            agg_mode="token-mean",
+            prefix="critic",
+        )
+        return metrics

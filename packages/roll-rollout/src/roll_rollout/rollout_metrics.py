@@ -1,0 +1,90 @@
+"""`RolloutMetrics`: the `rollout/*` metrics the scheduler attaches to each `RolloutBatch`.
+
+Between two batches it counts events (failed episodes by kind, given-up, stale and filtered groups,
+worker restarts and recycles), keeps the failed episodes and the last stats each env worker reported.
+`take` turns them, with the ledger's outcomes since the previous batch and the staleness of the batch's
+turns, into one flat dict with the same keys in every batch (0 when nothing happened).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from roll_rollout.groups import Ledger
+from roll_rollout.schema import Trajectory
+
+COUNTED = (
+    "rollout/env_errors",
+    "rollout/env_timeouts",
+    "rollout/policy_errors",
+    "rollout/given_up_groups",
+    "rollout/stale_groups",
+    "rollout/filtered_groups",
+    "rollout/env_worker_restarts",
+    "rollout/env_worker_recycles",
+)
+"""Event counters present in every batch's metrics."""
+
+
+class RolloutMetrics:
+    """Rollout events, failed episodes and env-worker stats since the previous batch."""
+
+    def __init__(self) -> None:
+        self.last_failure = ""  # the error text of the latest failed episode (for error messages)
+        self._failed: list[Trajectory] = []
+        self._counts: dict[str, float] = {}
+        self._worker_stats: dict[int, dict[str, Any]] = {}
+
+    def count(self, name: str, value: float = 1.0) -> None:
+        """Add `value` to the event counter `name`."""
+        self._counts[name] = self._counts.get(name, 0.0) + value
+
+    def note_stats(self, w: int, stats: dict[str, Any]) -> None:
+        """The latest stats env worker `w` reported (hung env calls, threads)."""
+        self._worker_stats[w] = stats
+
+    def note_failure(self, traj: Trajectory, kind: str) -> None:
+        """A failed episode (`kind` from `failure_kind`): kept for the next batch and counted."""
+        self._failed.append(traj)
+        self.count(f"rollout/{kind}s")
+        self.last_failure = traj.error or ""
+
+    def take_failed(self) -> list[Trajectory]:
+        """The episodes that failed since the previous call."""
+        failed, self._failed = self._failed, []
+        return failed
+
+    def take(
+        self,
+        ledger: Ledger,
+        trajs: Sequence[Trajectory],
+        policy_version: int,
+        queued_groups: int,
+        running_groups: int,
+    ) -> dict[str, float]:
+        """The metrics of a batch of `trajs`, sampled while the policy was at `policy_version`; resets the
+        counters and the ledger's delta."""
+        delta = ledger.take_delta()
+        counts, self._counts = self._counts, {}
+        behind = [policy_version - turn.policy_version for t in trajs for turn in t.turns]
+        stats = self._worker_stats.values()
+        metrics = {  # stable names: every key in every batch, 0 when nothing happened
+            **dict.fromkeys(COUNTED, 0.0),
+            **counts,
+            "rollout/failed_episodes": float(delta["failed"]),
+            "rollout/dropped_episodes": float(delta["dropped_incomplete"]),
+            "rollout/stale_episodes": float(delta["stale"]),
+            "rollout/filtered_episodes": float(delta["filtered"]),
+            "rollout/straggler_episodes": float(delta["straggler"]),
+            "rollout/cancelled_episodes": float(delta["cancelled"]),
+            "rollout/lost_episodes": float(delta["lost"]),
+            "rollout/queued_groups": float(queued_groups),
+            "rollout/running_groups": float(running_groups),
+            "rollout/hung_env_calls": float(sum(s.get("hung_env_calls", 0) for s in stats)),
+            "rollout/env_worker_threads_max": float(max((s.get("threads", 0) for s in stats), default=0)),
+        }
+        if behind:
+            metrics["rollout/staleness/mean"] = sum(behind) / len(behind)
+            metrics["rollout/staleness/max"] = float(max(behind))
+        return metrics
