@@ -92,7 +92,9 @@ def test_truly_hung_env_threads_are_freed_by_recycling_the_actor(ray_session, to
     )
 
     async def scenario():
-        batches = [await scheduler.get_batch(8) for _ in range(4)]
+        # hangs are drawn per process (the factory salts its seed with the pid), about 0.03 per env step:
+        # 8 batches make >= 2 of them all but certain (4 batches left ~10% of runs with one)
+        batches = [await scheduler.get_batch(8) for _ in range(8)]
         await scheduler.stop()
         return batches
 
