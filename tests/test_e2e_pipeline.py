@@ -169,3 +169,27 @@ def test_validation_episodes_are_rendered_as_gifs_and_tensorboard_images(tmp_pat
     tags = [t for t in events.Tags()["images"] if t.startswith("val/render/FrozenLake/seed")]
     assert len(tags) == 3
     assert sorted(e.step for e in events.Images(tags[0])) == [0, 1]
+
+
+@pytest.mark.slow
+def test_every_validation_row_is_logged_whatever_logging_steps_is(tmp_path):
+    """logging_steps=3 does not divide eval_steps=2: the validations of steps 2 and 4 still reach the
+    trackers (metrics.jsonl and TensorBoard), beside the logging step 3."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run(
+        tmp_path,
+        "exp_name=val_rows",
+        "cluster.backend=local",
+        "max_steps=4",
+        "eval_steps=2",
+        "save_steps=4",
+        "logging_steps=3",
+    )
+    run_dir = tmp_path / "val_rows"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 2, 3, 4]
+    assert [r["step"] for r in rows if "val/env/FrozenLake/success" in r] == [0, 2, 4]
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("val/env/FrozenLake/success")] == [0, 2, 4]

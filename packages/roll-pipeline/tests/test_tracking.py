@@ -110,3 +110,21 @@ def test_the_checkpointed_wandb_run_id_is_continued_in_another_run_folder(tmp_pa
     second.close()
     assert (tmp_path / "b" / WANDB_ID_FILE).read_text() == ids["wandb_run_id"]
     assert Tracker(tmp_path / "b", [], {}).run_ids() == ids  # also without wandb in track_with
+
+
+def test_a_non_finite_metric_is_logged_as_it_is(tmp_path):
+    """NaN and inf reach metrics.jsonl and TensorBoard unchanged: a diverging run shows where it diverged."""
+    import math
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tracker = Tracker(tmp_path, ["tensorboard"], {"max_steps": 2})
+    tracker.log({"actor/pg_loss": 0.5, "actor/grad_norm": 1.0}, 1)
+    tracker.log({"actor/pg_loss": float("nan"), "actor/grad_norm": float("inf")}, 2)
+    tracker.close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert math.isnan(rows[1]["actor/pg_loss"]) and rows[1]["actor/grad_norm"] == math.inf
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [e.value for e in events.Scalars("actor/grad_norm")] == [1.0, math.inf]
+    assert math.isnan(events.Scalars("actor/pg_loss")[1].value)

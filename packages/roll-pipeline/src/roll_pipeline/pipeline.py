@@ -258,13 +258,15 @@ class AgenticPipeline:
             bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
             while self.step < cfg.max_steps:
                 metrics = await self._train_step()
-                if self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps:
+                validated = self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps
+                if validated:
                     val = await self._validate()
                     summary.val_history.append((self.step, val))
                     metrics.update(val)
                 if self.step % cfg.save_steps == 0 or self.step == cfg.max_steps:
                     summary.last_checkpoint = await self._save_checkpoint()
-                if self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:
+                # a validation step is logged whatever logging_steps is: its row is the learning curve
+                if validated or self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:
                     self.tracker.log(metrics, self.step)
                 bar.update(1)
                 bar.set_postfix_str(_postfix(metrics, summary))

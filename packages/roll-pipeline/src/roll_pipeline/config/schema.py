@@ -148,7 +148,11 @@ class AgenticConfig(StrictModel):
     eval_steps: int = Field(
         20, ge=1, description="validate every this many steps (and before and after training)"
     )
-    logging_steps: int = Field(1, ge=1, description="log metrics every this many steps")
+    logging_steps: int = Field(
+        1,
+        ge=1,
+        description="log metrics every this many steps (and at every validation step, whatever it is)",
+    )
     rollout_batch_size: int | None = Field(
         None, ge=1, description="trajectories per step (default: all train envs)"
     )

@@ -15,7 +15,6 @@ fresh start in a used folder drops all of it the same way.
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
 from collections.abc import Mapping
@@ -85,8 +84,9 @@ class Tracker:
         return {"wandb_run_id": str(run_id).strip()}
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        """Write every finite scalar of `metrics` at `step`."""
-        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and math.isfinite(v)}
+        """Write every scalar of `metrics` at `step`, a non-finite one as it is (NaN stays NaN in metrics.jsonl,
+        TensorBoard and W&B: a diverging run shows where it diverged instead of leaving a gap)."""
+        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
         self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
         self.jsonl.flush()
         if self.writer is not None:
