@@ -79,6 +79,20 @@ def test_a_registered_custom_env_with_the_hook_is_found_by_id():
         registry._REGISTRY.pop("coin_with_baselines", None)
 
 
+class CoinEnvWithLooseBaselines(CoinEnv):
+    """A hook that returns a bare dict of rates instead of `EnvBaselines`."""
+
+    def baselines(self, turns: int, episodes: int = 1000) -> Any:
+        return {"always_heads": 0.5}
+
+
+def test_a_hook_returning_something_else_is_a_clear_error():
+    with pytest.raises(
+        TypeError, match=r"CoinEnvWithLooseBaselines\.baselines must return roll_envs\.EnvBaselines"
+    ):
+        env_baselines(CoinEnvWithLooseBaselines(), turns=1)
+
+
 def test_an_env_without_the_hook_reports_none():
     env = CoinEnv()
     assert not env.has_baselines and not has_baselines(env)

@@ -56,7 +56,8 @@ def has_baselines(env: Any) -> bool:
 def env_baselines(env: Any, turns: int, episodes: int = 1000) -> EnvBaselines | None:
     """The baselines of a built env at `turns` turns (one move per turn) on `episodes` held-out episodes,
     from its `BaseEnv.baselines` hook: FrozenLake with deterministic ice (any size and p) and Sokoban (any
-    variant) among the built-ins; None for envs without baselines.
+    variant) among the built-ins; None for envs without baselines. A hook that returns anything else than
+    `EnvBaselines` or None is a TypeError naming the env class.
 
     >>> import roll_envs
     >>> found = env_baselines(roll_envs.make("sokoban"), turns=30, episodes=20)
@@ -65,4 +66,10 @@ def env_baselines(env: Any, turns: int, episodes: int = 1000) -> EnvBaselines | 
     """
     if not has_baselines(env):
         return None
-    return env.baselines(turns, episodes)
+    found = env.baselines(turns, episodes)
+    if found is not None and not isinstance(found, EnvBaselines):  # a third-party hook, checked once here
+        raise TypeError(
+            f"{type(env).__name__}.baselines must return roll_envs.EnvBaselines or None, got "
+            f"{type(found).__name__}: wrap the success rates as EnvBaselines(env, episodes, turns, success, note, details)"
+        )
+    return found
