@@ -68,9 +68,9 @@ def tiny_tokenizer() -> Any:
 
 def instruction() -> str:
     """The default run's FrozenLake system prompt."""
-    from roll_pipeline.config.schema import AgenticConfig
+    from roll_pipeline.config.compose import tiny_config
 
-    return AgenticConfig().custom_envs["FrozenLake"].env_instruction or ""
+    return tiny_config().custom_envs["FrozenLake"].env_instruction or ""
 
 
 def answer_ids(tokenizer: Any) -> list[int]:

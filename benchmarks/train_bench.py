@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import roll_envs
 import torch
-from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.config.compose import tiny_config
 from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.models.recipes import TINY_FROZEN_LAKE_INSTRUCTION
 from roll_pipeline.trainer.micro_batches import TrainLayout, build_micro_batches
@@ -148,7 +148,7 @@ def run(
         "median": float(statistics.median(lengths)),
         "max": float(max(lengths)),
     }
-    loss_fn = actor_loss(AgenticConfig(skip_confident_tokens=None), 0.0)
+    loss_fn = actor_loss(tiny_config(skip_confident_tokens=None), 0.0)
     plans = {mode: micro_batches(samples, mode, rows, budget) for mode in MODES}
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     cpu: dict[str, list[float]] = {mode: [] for mode in MODES}

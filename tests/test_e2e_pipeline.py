@@ -51,6 +51,7 @@ def test_three_steps_through_ray_write_a_loadable_checkpoint(tmp_path, ray_sessi
         "critic/score/mean",
     ):
         assert key in rows[-1], key
+    assert rows[-1]["train/nonfinite_steps"] == 0  # optimizer steps skipped for NaN/inf, reported every step
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
 

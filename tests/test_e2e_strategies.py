@@ -39,7 +39,7 @@ def test_deepspeed_train_through_the_pipeline_with_model_update_frequency(tmp_pa
             f"output_dir={tmp_path}",
             "exp_name=ds",
             "async_generation_ratio=0",  # lockstep: the recorded versions are exactly the synced ones
-            "kl_penalty=k3",  # the exact-KL estimators need hf_train (a clear StrategyError otherwise)
+            "kl_penalty=full_forward",  # the exact KL, in the DeepSpeed worker against its frozen reference
             "model_update_frequency=2",
             "actor_train.strategy_args.strategy_name=deepspeed_train",
             "+actor_train.strategy_args.strategy_config={zero_optimization: {stage: 2}}",
@@ -49,6 +49,8 @@ def test_deepspeed_train_through_the_pipeline_with_model_update_frequency(tmp_pa
     pipeline = AgenticPipeline(cfg, progress=False)
     try:
         assert type(pipeline.actor_train.strategy).__name__ == "DeepSpeedTrainStrategy"
+        # the exact KL needs no reference worker: the train worker holds the frozen copy
+        assert pipeline.reference is pipeline.actor_train and pipeline.actor_train.reference_model is not None
         params = sum(p.numel() for p in pipeline.actor_train.strategy.model.parameters())
         summary = pipeline.run()
     finally:
@@ -67,3 +69,4 @@ def test_deepspeed_train_through_the_pipeline_with_model_update_frequency(tmp_pa
     assert second["weight_sync/version"] == 2 and second["weight_sync/policy_lag"] == 0
     assert second["weight_sync/mb_per_s"] > 0 and second["weight_sync/buckets"] >= 1
     assert "actor/pg_loss" in second and "val/score/mean" in second
+    assert second["critic/kl"] > 0 and "actor/kl_loss" in second  # the actor moved from the reference

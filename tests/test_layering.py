@@ -216,10 +216,10 @@ WORKER = textwrap.dedent(
 def test_a_train_worker_runs_the_actor_loss_without_the_orchestrator():
     """The pipeline's configured actor loss, pickled as it travels to a train worker, unpickles and runs in a
     process that imports neither roll_pipeline nor roll_rollout."""
-    from roll_pipeline import AgenticConfig
+    from roll_pipeline import tiny_config
     from roll_pipeline.trainer.settings import actor_loss
 
-    loss = actor_loss(AgenticConfig(skip_confident_tokens=0.99, use_kl_loss=True, kl_penalty="k3"), 0.1)
+    loss = actor_loss(tiny_config(skip_confident_tokens=0.99, use_kl_loss=True, kl_penalty="k3"), 0.1)
     assert type(loss).__module__.startswith("roll_algos.")
     proc = subprocess.run(
         [sys.executable, "-c", WORKER], input=pickle.dumps(loss), capture_output=True, timeout=300

@@ -35,7 +35,7 @@ MODELS: list[type[BaseModel]] = [
 
 
 def table(model: type[BaseModel]) -> str:
-    default = model()
+    default = model.model_construct()  # the defaults, unvalidated (AgenticConfig has a required pretrain)
     lines = [
         f"## `{model.__name__}`",
         "",

@@ -19,6 +19,7 @@ GAME_WORST_REWARD = {
     "frozen_lake": 0.0,  # a move scores 0, the goal 1; a hole ends the episode with 0
     "sokoban": -1.1,  # a move costs 0.1; pushing a box off a target costs 1 more
     "webshop_lite": 0.0,  # 0 until the purchase, whose score lies in [0, 1]
+    "four_choice": 0.0,  # a wrong letter scores 0, the right one 1
     "CliffWalking": -100.0,  # a move costs 1, a step onto the cliff 100
     "Taxi": -10.0,  # a move costs 1, a wrong pickup or dropoff 10
     "FrozenLake": 0.0,  # Gymnasium's FrozenLake through the adapter: rewards 0 or 1
@@ -91,7 +92,15 @@ def test_the_default_penalty_covers_the_worst_action_of_the_game(env_id):
     assert reward <= GAME_WORST_REWARD[game]
 
 
-REACHES_THE_WORST = {"frozen_lake", "larger_sokoban", "webshop_lite", "cliff_walking", "taxi", "gym_adapter"}
+REACHES_THE_WORST = {
+    "frozen_lake",
+    "larger_sokoban",
+    "webshop_lite",
+    "four_choice",
+    "cliff_walking",
+    "taxi",
+    "gym_adapter",
+}
 """One env per game whose walks reach the game's worst action (6x6 Sokoban rooms rarely get a box onto
 a target by chance; their rewards and penalty are those of larger_sokoban)."""
 

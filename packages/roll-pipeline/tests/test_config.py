@@ -3,25 +3,44 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from roll_pipeline.config.compose import ConfigError, compose, parse_args, validate
+from roll_pipeline.config.compose import ConfigError, compose, parse_args, tiny_config, validate
 from roll_pipeline.config.schema import AgenticConfig
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
-def test_defaults_are_the_cpu_frozen_lake_run():
-    cfg = AgenticConfig()
-    assert cfg.pretrain == "builtin:tiny-frozen-lake-sighted"
-    assert (cfg.kl_penalty, cfg.kl_loss_coef, cfg.async_generation_ratio, cfg.max_steps) == (
-        "full_forward",
-        1.0,
-        1,
-        400,
-    )
+def test_defaults_are_for_a_pretrained_instruct_model():
+    cfg = AgenticConfig(pretrain="some/model")
+    assert cfg.custom_envs["FrozenLake"].env_instruction is None  # the env's own instruction
+    assert (cfg.kl_penalty, cfg.kl_loss_coef, cfg.skip_confident_tokens) == ("k3", 0.01, None)
+    assert cfg.actor_train.training_args.learning_rate == 1e-6
+    assert cfg.custom_envs["FrozenLake"].max_tokens_per_step == 128
+    assert cfg.actor_infer.generating_args.max_new_tokens == 128
+    assert cfg.actor_infer.generating_args.stop_strings == ["</answer>"]
     assert cfg.train_env_manager.tags == ["FrozenLake"]
-    assert cfg.custom_envs["FrozenLake"].env_type == "frozen_lake"
     assert cfg.train_rollout_batch_size == cfg.train_env_manager.num_groups_partition[0] * 8
     assert cfg.cluster.backend == "ray"
+
+
+def test_pretrain_has_no_default_and_says_how_to_set_it():
+    with pytest.raises(ConfigError, match="pretrain is not set: name a model folder, a hub id"):
+        validate({})
+    with pytest.raises(ConfigError, match="pretrain is not set"):
+        compose(str(EXAMPLES / "tiny-cpu-agentic"), "agent_val_frozen_lake", ["pretrain=null"])
+
+
+def test_no_config_file_is_the_tiny_recipe_and_a_real_model_gets_the_defaults():
+    tiny = compose(None, None, [])
+    assert tiny == tiny_config()
+    assert tiny.pretrain == "builtin:tiny-frozen-lake-sighted"
+    assert (tiny.kl_penalty, tiny.kl_loss_coef, tiny.skip_confident_tokens) == ("full_forward", 1.0, 0.99)
+    assert tiny.custom_envs["FrozenLake"].env_instruction == ""
+    assert tiny.actor_train.training_args.learning_rate == 1e-3
+    # the example YAML of the same run states the same config
+    assert compose(str(EXAMPLES / "tiny-cpu-agentic"), "agent_val_frozen_lake", []) == tiny
+    real = compose(None, None, ["pretrain=/models/my-instruct-model"])
+    assert real == AgenticConfig(pretrain="/models/my-instruct-model")
+    assert compose(None, None, ["pretrain=builtin:tiny-sokoban"]).kl_penalty == "full_forward"
 
 
 def test_unknown_key_names_the_field_and_suggests():
@@ -172,7 +191,7 @@ def test_roles_reject_settings_they_never_read():
 
 
 def test_sample_shape_auto_follows_the_history():
-    assert AgenticConfig().train_sample_shape == "step"
+    assert tiny_config().train_sample_shape == "step"
     full = compose(None, None, ["custom_envs.FrozenLake.max_history_turns=null"])
     assert full.train_sample_shape == "trajectory"
     assert (
@@ -218,7 +237,7 @@ def test_temperature_schedule_is_piecewise_constant_from_the_command_line():
     gen = cfg.actor_infer.generating_args
     assert [gen.temperature_at(s) for s in (0, 99, 100, 199, 200, 500)] == [1.0, 1.0, 1.5, 1.5, 1.2, 1.2]
     assert gen.reshapes_sampling()
-    assert not AgenticConfig().actor_infer.generating_args.reshapes_sampling()
+    assert not tiny_config().actor_infer.generating_args.reshapes_sampling()
 
 
 @pytest.mark.parametrize(

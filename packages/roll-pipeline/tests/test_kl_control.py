@@ -91,24 +91,25 @@ def test_token_kl_estimators_and_full():
     x = [0.2, -0.5]
     assert k3[0, 0] == pytest.approx(math.exp(-x[0]) + x[0] - 1) and k3[0, 1] == 0
     assert token_kl(lp, ref, mask, "kl")[0, 2] == pytest.approx(-0.5)
-    full_p = torch.log_softmax(torch.tensor([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]]), -1)
-    full_q = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0], [1.0, 0.0, 0.0]]), -1)
-    got = token_kl(lp, ref, mask, "full", full=full_p, ref_full=full_q)
-    want = (full_p.exp() * (full_p - full_q)).sum(-1)
-    torch.testing.assert_close(got[mask], want)
-    got = token_kl(lp, ref, mask, "full_forward", full=full_p, ref_full=full_q)
-    torch.testing.assert_close(got[mask], (full_q.exp() * (full_q - full_p)).sum(-1))
+    exact = torch.tensor([[0.3, 9.0, 0.1]])  # the exact KL, computed where both models' logits are
+    for kind in ("full", "full_forward"):
+        torch.testing.assert_close(
+            token_kl(lp, ref, mask, kind, exact=exact), torch.tensor([[0.3, 0.0, 0.1]])
+        )
+        with pytest.raises(ValueError, match="needs `exact`"):
+            token_kl(lp, ref, mask, kind)
 
 
-def test_log_probs_read_off_the_full_log_softmax_equal_a_separate_pass():
-    from roll_algos import log_probs_at
-    from roll_strategies.forward import full_log_probs
+def test_reference_log_probs_of_the_exact_kl_pass_equal_a_separate_pass():
+    """The train worker's exact-KL pass also gives the reference's log-probs (no second reference pass): they
+    equal the reference's own log-prob pass, and the KL of a model against itself is 0."""
+    from roll_strategies.forward import reference_kl
     from roll_strategies.logprobs import batched_log_probs
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(
-        Qwen2Config(
+    def model(seed: int) -> Qwen2ForCausalLM:
+        torch.manual_seed(seed)
+        config = Qwen2Config(
             vocab_size=50,
             hidden_size=32,
             intermediate_size=64,
@@ -116,15 +117,19 @@ def test_log_probs_read_off_the_full_log_softmax_equal_a_separate_pass():
             num_attention_heads=2,
             num_key_value_heads=2,
         )
-    ).eval()
+        return Qwen2ForCausalLM(config).eval()
+
+    policy, reference = model(0), model(1)
     ids = torch.randint(0, 50, (3, 9))
     attention = torch.ones_like(ids)
     attention[0, :2] = 0  # left padding
     response = torch.zeros_like(ids, dtype=torch.bool)
     response[0, 6:] = response[1, 4:7] = response[2, 8] = True
     batch = {"input_ids": ids, "attention_mask": attention, "response_mask": response}
-    full = full_log_probs(model, batch, micro_batch_size=2, device="cpu")
-    got = log_probs_at(full, ids, response)
-    want = batched_log_probs(model, batch, micro_batch_size=3, device="cpu")
-    torch.testing.assert_close(got[response], want[response], rtol=1e-5, atol=1e-5)
-    assert bool((got[~response] == 0).all())
+    got = reference_kl(policy, reference, batch, micro_batch_size=2, device="cpu")
+    want = batched_log_probs(reference, batch, micro_batch_size=3, device="cpu")
+    torch.testing.assert_close(got.ref_log_probs[response], want[response], rtol=1e-5, atol=1e-5)
+    assert bool((got.ref_log_probs[~response] == 0).all()) and bool((got.kl[~response] == 0).all())
+    assert float(got.kl[response].min()) > 0 and float(got.kl_forward[response].min()) > 0
+    same = reference_kl(reference, reference, batch, micro_batch_size=2, device="cpu")
+    torch.testing.assert_close(same.kl, torch.zeros_like(same.kl), rtol=0, atol=1e-6)

@@ -13,6 +13,7 @@ import math
 
 import pytest
 import torch
+from roll_pipeline.config.compose import tiny_config
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.trainer.settings import actor_loss
 
@@ -75,7 +76,7 @@ def config(**overrides) -> AgenticConfig:
     base = {"skip_confident_tokens": None, "use_kl_loss": False, "sequence_length": SEQ_LEN}
     if "kl_loss_coef" in overrides:
         base["use_kl_loss"] = True
-    return AgenticConfig(**{**base, **overrides})
+    return tiny_config(**{**base, **overrides})
 
 
 def computed(cfg: AgenticConfig, new=NEW, entropy=None, kl_coef=None) -> float:
@@ -201,7 +202,7 @@ def test_full_kl_loss_reads_the_strategys_exact_kl():
     loss, _ = actor_loss(cfg, 0.5)(torch.tensor(NEW), None, mb)
     ent = [[ENTROPY[r][t] for t in range(7)] for r in range(3)]
     assert float(loss) == pytest.approx(reference() + 0.5 * aggregate(ent, "seq-mean-token-mean"), rel=1e-5)
-    with pytest.raises(ValueError, match="ref_full_log_probs"):
+    with pytest.raises(ValueError, match=r"exact KL `full_kl`.*with_full_kl=True"):
         actor_loss(cfg, 0.5)(torch.tensor(NEW), None, micro_batch())
     # full_forward reads the strategy's KL(ref || pi) instead
     mb["full_kl_forward"] = torch.tensor(ENTROPY) * 2

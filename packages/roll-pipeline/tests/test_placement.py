@@ -39,6 +39,7 @@ def test_roles_are_spawned_with_their_strategy_and_gpu_share(tmp_path, monkeypat
         [
             f"output_dir={tmp_path}",
             "track_with=[]",
+            "kl_penalty=k3",  # a sampled KL: the reference is its own worker (the exact one runs in the trainer)
             "actor_train.device_mapping=[0]",
             "actor_infer.device_mapping=[0]",
             "reference.device_mapping=[1]",

@@ -6,13 +6,13 @@ import json
 
 from roll_pipeline.cli import commands as cli
 from roll_pipeline.cli.args import EXAMPLES_DIR
-from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.config.compose import tiny_config
 
 
 def test_plot_writes_png_with_baselines(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.json").write_text(json.dumps(AgenticConfig().model_dump(mode="json")))
+    (run / "config.json").write_text(json.dumps(tiny_config().model_dump(mode="json")))
     rows = [{"step": s, "env/FrozenLake/success": 0.1 * s, "actor/entropy": 0.5} for s in range(1, 4)]
     rows.append({"step": 3, "val/env/FrozenLake/success": 0.2})
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -20,7 +20,11 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 BAD_VALUES = {
     "unknown env_type": (
         ["custom_envs.FrozenLake.env_type=frozen_lak"],
-        ["env_type='frozen_lak'", "Did you mean 'frozen_lake'?", "Registered: cliff_walking, frozen_lake"],
+        [
+            "env_type='frozen_lak'",
+            "Did you mean 'frozen_lake'?",
+            "Registered: cliff_walking, four_choice, frozen_lake",
+        ],
     ),
     "env_config out of range": (
         ["+custom_envs.FrozenLake.env_config.size=-3"],
@@ -44,7 +48,10 @@ BAD_VALUES = {
     ),
     "missing model folder": (
         ["pretrain=/no/such/model"],
-        ["pretrain='/no/such/model' is not a folder", "set pretrain to a local model folder"],
+        [
+            "pretrain='/no/such/model' is neither a folder nor a Hugging Face hub id",
+            "set pretrain to a local model folder",
+        ],
     ),
     "unknown builtin model": (
         ["pretrain=builtin:huge"],
@@ -124,7 +131,9 @@ def test_a_checkpoint_is_verified_before_anything_starts(tmp_path, capsys, no_wo
     assert f"resume_from_checkpoint={good}" in err
 
 
-def test_pretrain_folders_and_the_hub_cache(tmp_path):
+def test_pretrain_folders_and_the_hub_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = tmp_path / "model"
     model.mkdir()
     assert "has no config.json" in check_pretrain(str(model))[0]
@@ -133,10 +142,11 @@ def test_pretrain_folders_and_the_hub_cache(tmp_path):
     )
     (model / "config.json").write_text("{}")
     assert check_pretrain(str(model)) == []
-    assert "huggingface-cli download org/name" in check_pretrain("org/name")[0]
+    assert "`hf download org/name`" in check_pretrain("org/name")[0]
+    assert "neither a folder nor a Hugging Face hub id" in check_pretrain(str(tmp_path / "absent"))[0]
 
 
-def test_a_hub_id_in_the_cache_is_named_with_its_folder(tmp_path, monkeypatch):
+def test_a_hub_id_in_the_cache_is_accepted(tmp_path, monkeypatch):
     repo = tmp_path / "hub" / "models--org--cached"
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text("abc123")
@@ -144,5 +154,7 @@ def test_a_hub_id_in_the_cache_is_named_with_its_folder(tmp_path, monkeypatch):
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text("{}")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    (problem,) = check_pretrain("org/cached")
-    assert f"it is in the Hugging Face cache: set pretrain={snapshot}" in problem
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "`hf download org/cached`" in check_pretrain("org/cached")[0]  # a config without weights
+    (snapshot / "model.safetensors").write_bytes(b"weights")
+    assert check_pretrain("org/cached") == []

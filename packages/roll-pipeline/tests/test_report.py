@@ -5,15 +5,14 @@ from __future__ import annotations
 import pytest
 from roll_pipeline.cli import commands as cli
 from roll_pipeline.cli.args import EXAMPLES_DIR
-from roll_pipeline.config.compose import compose
-from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.config.compose import compose, tiny_config
 from roll_pipeline.observe.report import baseline_lines, print_run_header, tag_baselines
 
 EXAMPLES = EXAMPLES_DIR / "tiny-cpu-agentic"
 
 
 def test_the_default_run_prints_the_frozen_lake_line_as_before(capsys):
-    print_run_header(AgenticConfig())
+    print_run_header(tiny_config())
     assert (
         "[roll] FrozenLake baselines on held-out maps: random 19.4%, best_fixed_sequence 25.2%. At or below the"
         " fixed-sequence baseline the agent does not read the board.\n"

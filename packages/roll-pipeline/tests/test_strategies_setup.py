@@ -6,7 +6,8 @@ import importlib.util
 
 import pytest
 from roll_pipeline.cli import commands as cli
-from roll_pipeline.config.schema import AgenticConfig, WorkerConfig
+from roll_pipeline.config.compose import tiny_config
+from roll_pipeline.config.schema import WorkerConfig
 from roll_pipeline.config.strategies import strategy_problems
 from roll_pipeline.runtime.placement import Placement, model_folder, plan_placement
 
@@ -22,7 +23,7 @@ def _roles(*mappings: list[int], gpus: list[float | None] | None = None) -> dict
 
 def test_defaults_have_no_strategy_problem():
     assert strategy_problems({}) == []
-    assert strategy_problems(AgenticConfig().model_dump()) == []
+    assert strategy_problems(tiny_config().model_dump()) == []
 
 
 def test_a_strategy_in_the_wrong_role_is_named_with_the_right_ones():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from roll_pipeline.cli import commands as cli
-from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.config.compose import tiny_config
 from roll_pipeline.experiments.sweep import (
     STATUS_FILE,
     CurvePoint,
@@ -50,7 +50,7 @@ def make_run(
     the steps of `val`, step 0 being validation only)."""
     run = root / f"exp_seed{seed}"
     run.mkdir(parents=True)
-    config = AgenticConfig(exp_name=run.name, seed=seed, max_steps=max_steps, output_dir=str(root))
+    config = tiny_config(exp_name=run.name, seed=seed, max_steps=max_steps, output_dir=str(root))
     (run / "config.json").write_text(json.dumps(config.model_dump(mode="json")))
     rows = []
     for step in range(max(val) + 1):
@@ -195,7 +195,7 @@ def test_seed_lists():
 
 
 def seed_config(root: Path, seed: int, max_steps: int = 20) -> dict:
-    return AgenticConfig(
+    return tiny_config(
         exp_name=f"exp_seed{seed}", seed=seed, max_steps=max_steps, output_dir=str(root)
     ).model_dump(mode="json")
 
@@ -232,7 +232,7 @@ def test_a_run_folder_of_another_config_is_refused_with_the_fix(tmp_path):
 
 
 def test_sweep_refuses_seed_overrides(tmp_path):
-    config = AgenticConfig(output_dir=str(tmp_path))
+    config = tiny_config(output_dir=str(tmp_path))
     with pytest.raises(SweepError, match="roll sweep sets seed per seed"):
         plan_sweep(
             config, [1], config_path=None, config_name=None, overrides=["seed=3"], force=False, progress=False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,45 @@ def test_errors_are_clear(tiny_model_dir, tmp_path):
         ds.load_checkpoint(tmp_path)
     with pytest.raises(StrategyError, match="lr_scale in"):
         ds.train_step(_micro_batches(0, 1), nll_loss, with_entropy=True, lr_scale=2.0)
+
+
+def _nan_when_poisoned(log_probs, entropy, mb):
+    loss, metrics = nll_loss(log_probs, entropy, mb)
+    return (loss * math.nan if "poison" in mb else loss), metrics
+
+
+@pytest.mark.parametrize(
+    ("zero", "dtype"),
+    [
+        ({"stage": 0}, "float32"),
+        ({"stage": 2}, "float32"),
+        ({"stage": 3}, "float32"),
+        ({"stage": 2}, "bfloat16"),
+    ],
+    ids=["zero0-plain-adamw", "zero2", "zero3", "zero2-bf16"],
+)
+def test_a_nan_loss_skips_the_step_and_the_run_goes_on_as_hf_train(tiny_model_dir, zero, dtype):
+    ds = _deepspeed(tiny_model_dir, {"zero_optimization": zero}, dtype)
+    reference = HFTrainStrategy(tiny_model_dir, learning_rate=LR, warmup_steps=WARMUP, dtype=dtype)
+    for strategy in (ds, reference):
+        strategy.train_step(_micro_batches(0, 3), nll_loss, with_entropy=True)
+    weights, fingerprint = ds.export_weights(), ds.weights_fingerprint()
+    poisoned = _micro_batches(1, 3)
+    poisoned[1]["poison"] = torch.tensor(True)  # micro-batch 0 already back-propagated into ZeRO's buffers
+    out = ds.train_step(poisoned, _nan_when_poisoned, with_entropy=True, lr_scale=0.5)
+    assert math.isnan(out["loss"]) and math.isnan(out["grad_norm"]) and out["lr"] == pytest.approx(LR / 2)
+    assert out["nonfinite_steps"] == 1 and out["nonfinite_in_a_row"] == 1 and ds.step == 2
+    assert ds.weights_fingerprint() == fingerprint
+    assert all((a == b).all() for a, b in zip(weights.values(), ds.export_weights().values(), strict=True))
+    # then it continues as hf_train without the skipped step: no leak of micro-batch 0's gradients, the
+    # skipped step's lr scale not carried over
+    for i, (count, scale) in enumerate(PLAN[2:]):
+        ours = ds.train_step(_micro_batches(i + 2, count), nll_loss, with_entropy=True, lr_scale=scale)
+        theirs = reference.train_step(
+            _micro_batches(i + 2, count), nll_loss, with_entropy=True, lr_scale=scale
+        )
+        tolerance = 1e-4 if dtype == "float32" else 2e-2
+        assert ours["loss"] == pytest.approx(theirs["loss"], rel=tolerance)
+        assert ours["grad_norm"] == pytest.approx(theirs["grad_norm"], rel=tolerance)
+        assert ours["lr"] == pytest.approx(theirs["lr"], rel=1e-9)
+        assert ours["nonfinite_steps"] == 1 and ours["nonfinite_in_a_row"] == 0

@@ -97,10 +97,14 @@ def test_workers_pick_their_strategy_by_name(tiny_model_dir):
 def test_full_kl_and_packing_need_a_hugging_face_strategy(tiny_model_dir):
     worker = ActorTrainWorker(tiny_model_dir)
     assert worker.packing_supported()
-    worker.strategy = object()  # a backend without the packed / full-vocabulary forward
-    assert not worker.packing_supported()
     batch = {
         k: torch.ones((1, 4), dtype=torch.long) for k in ("input_ids", "attention_mask", "response_mask")
     }
-    with pytest.raises(StrategyError, match=r"Hugging Face strategy.*full KL.*got object"):
-        worker.compute_full_log_probs(batch, 1)
+    with pytest.raises(StrategyError, match=r"built with reference_model_path.*got one without"):
+        worker.compute_reference_kl(batch, 1)
+    with pytest.raises(StrategyError, match=r"built with reference_model_path"):
+        worker.train_step([batch], lambda lp, ent, mb: (lp.sum(), {}), with_entropy=False, with_full_kl=True)
+    worker.strategy = object()  # a backend without the packed / full-vocabulary forward
+    assert not worker.packing_supported()
+    with pytest.raises(StrategyError, match=r"Hugging Face model.*exact KL.*got object"):
+        worker.compute_reference_kl(batch, 1)

@@ -99,6 +99,21 @@ def test_stop_tokens_end_a_row_and_are_kept(engine, toy):
         assert row.output_ids == free_row.output_ids[:cut]
 
 
+def test_multi_token_stop_strings_end_rows_as_in_hf_infer(engine, tiny_model_dir, toy):
+    hf = HFInferStrategy(tiny_model_dir)
+    prompts = [_ids(p) for p in _prompts(engine.tokenizer, toy, 4)]
+    free = hf.generate(prompts, GenerationParams(max_new_tokens=8, greedy=True))
+    piece = engine.tokenizer.decode(free[0].output_ids[2:4], skip_special_tokens=False)
+    params = GenerationParams(max_new_tokens=8, greedy=True, stop_strings=(piece,))
+    outs, reference = engine.generate(prompts, params), hf.generate(prompts, params)
+    assert [(o.output_ids, o.finish_reason) for o in outs] == [
+        (o.output_ids, o.finish_reason) for o in reference
+    ]
+    assert outs[0].finish_reason == "stop" and len(outs[0].output_ids) <= 4
+    for out in outs:
+        assert len(out.log_probs) == len(out.output_ids)
+
+
 def test_weight_update_in_place_with_version(engine, tiny_model_dir, toy):
     train = HFTrainStrategy(tiny_model_dir, learning_rate=1e-2)
     prompts = [_ids(p) for p in _prompts(engine.tokenizer, toy, 4)]

@@ -41,7 +41,7 @@ from roll_algos.losses import (
     policy_loss,
     value_loss,
 )
-from roll_algos.objectives import FULL_KL_KINDS, ActorLoss, CriticLoss, log_probs_at, token_kl
+from roll_algos.objectives import FULL_KL_KINDS, ActorLoss, CriticLoss, token_kl
 from roll_algos.packing import PackedBatch, pack_sequences, packed_attention_mask, unpack, unpack_padded
 from roll_algos.rewards import (
     NormMode,
@@ -94,7 +94,6 @@ __all__: list[str] = [
     "group_normalize",
     "karmarkar_karp",
     "kl_penalty",
-    "log_probs_at",
     "log_probs_from_logits",
     "masked_mean",
     "masked_var",

@@ -15,19 +15,11 @@ import torch
 from roll_algos.kl import kl_penalty
 from roll_algos.losses import aggregate_loss, policy_loss, value_loss
 
-__all__ = ["FULL_KL_KINDS", "ActorLoss", "CriticLoss", "log_probs_at", "token_kl"]
+__all__ = ["FULL_KL_KINDS", "ActorLoss", "CriticLoss", "token_kl"]
 
 FULL_KL_KINDS = ("full", "full_forward")
-"""The `kl_penalty` kinds computed exactly over the vocabulary from both policies' full log-softmax."""
-
-
-def log_probs_at(full: torch.Tensor, input_ids: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """[R, T] log-probs of the response tokens read off `full` (the log-softmax [M, V] at the M response
-    positions, row-major order of `response_mask`), 0 elsewhere: one forward pass gives both."""
-    mask = response_mask.bool()
-    out = torch.zeros(input_ids.shape, dtype=full.dtype)
-    out[mask] = full.gather(-1, input_ids[mask].unsqueeze(-1)).squeeze(-1)
-    return out
+"""The `kl_penalty` kinds computed exactly over the vocabulary where both models' logits are (the train
+worker holds a frozen reference for them); the others estimate the KL from the sampled tokens' log-probs."""
 
 
 def token_kl(
@@ -36,25 +28,23 @@ def token_kl(
     response_mask: torch.Tensor,
     kind: str,
     *,
-    full: torch.Tensor | None = None,
-    ref_full: torch.Tensor | None = None,
+    exact: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token KL(pi || ref) estimate [R, T] (full_forward: KL(ref || pi)), 0 off the response.
 
-    `kind` is a roll_algos `KLEstimator`; `full` needs `full` and `ref_full`, the two policies' log-softmax
-    [M, V] at the M response positions (row-major order of `response_mask`).
+    `kind` is a roll_algos `KLEstimator`; the `FULL_KL_KINDS` take `exact`, the [R, T] per-token KL in that
+    kind's direction computed over the vocabulary by whoever holds both models' logits (`kl_penalty` with
+    logits, or a train worker's chunked pass); the sampled kinds read `log_probs` and `ref_log_probs`.
     """
     mask = response_mask.bool()
     if kind not in FULL_KL_KINDS:
         return torch.where(mask, kl_penalty(log_probs, ref_log_probs, kind), torch.zeros_like(log_probs))
-    if full is None or ref_full is None:
+    if exact is None or exact.shape != mask.shape:
         raise ValueError(
-            f"token_kl(kind={kind!r}) needs both policies' full log-softmax at the response positions"
+            f"token_kl(kind={kind!r}) needs `exact`, the per-token exact KL [R, T] of shape {tuple(mask.shape)}, "
+            f"got {None if exact is None else tuple(exact.shape)}; compute it where both models' logits are"
         )
-    exact = kl_penalty(None, None, kind, logits=full.unsqueeze(0), ref_logits=ref_full.unsqueeze(0))[0]
-    out = torch.zeros(mask.shape, dtype=exact.dtype)
-    out[mask] = exact
-    return out
+    return torch.where(mask, exact, torch.zeros_like(exact))
 
 
 def _valid_rows(mask: torch.Tensor) -> int:
@@ -67,8 +57,8 @@ class ActorLoss:
 
     Expects micro-batches with `response_mask`, `old_log_probs`, `advantages`, `loss_scale`;
     `segment_ids` (the turn of each response token) for `ratio_level="segment"`; `ref_log_probs` when
-    `kl_loss_coef > 0` (or `full_kl`, added by the strategy from `ref_full_log_probs`, when
-    `kl_penalty="full"`); and `rollout_log_probs` (the sampler's) when `tis_cap` is set: each token's policy
+    `kl_loss_coef > 0` (or `full_kl` / `full_kl_forward`, the exact KL added by the strategy from its frozen
+    reference, when `kl_penalty` is `full` / `full_forward`); and `rollout_log_probs` (the sampler's) when `tis_cap` is set: each token's policy
     loss is then weighted by min(exp(old - rollout), tis_cap). `ratio_level`: `token` (PPO), `segment`
     (one ratio per turn), `sequence` (GSPO: one per training row). `dual_clip` caps the loss of negative
     advantages at -A * c. `seq-mean-token-sum-norm` divides each row's token sum by `norm_constant` (a
@@ -158,8 +148,9 @@ class ActorLoss:
             key = "full_kl" if self.kl_penalty == "full" else "full_kl_forward"
             if key not in mb:
                 raise ValueError(
-                    f"kl_penalty={self.kl_penalty!r} needs the exact KL from the strategy: send"
-                    " `ref_full_log_probs` (the reference's log-softmax at the response positions) in the micro-batch"
+                    f"kl_penalty={self.kl_penalty!r} needs the exact KL `{key}` in the micro-batch, got none: run"
+                    " the train step with with_full_kl=True on an ActorTrainWorker holding the reference"
+                    " (reference_model_path)"
                 )
             return mb[key]
         return kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty)

@@ -21,6 +21,7 @@ from roll_envs.errors import (
     RollEnvsError,
     UnknownEnvError,
 )
+from roll_envs.four_choice import FourChoiceConfig, FourChoiceEnv, four_choice_baselines
 from roll_envs.frames import caption_frame, filmstrip, grid_frame, replay_to_gif, save_gif, text_frame
 from roll_envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv, frozen_lake_neighbours
 from roll_envs.frozen_lake.baselines import frozen_lake_baselines
@@ -46,6 +47,8 @@ __all__ = [
     "EnvConfig",
     "EnvConfigError",
     "EnvSpec",
+    "FourChoiceConfig",
+    "FourChoiceEnv",
     "FrozenLakeConfig",
     "FrozenLakeEnv",
     "GarbagePaysWarning",
@@ -68,6 +71,7 @@ __all__ = [
     "env_baselines",
     "extract_answer",
     "filmstrip",
+    "four_choice_baselines",
     "frozen_lake_baselines",
     "frozen_lake_neighbours",
     "grid_frame",

@@ -41,6 +41,8 @@ BUILTINS: tuple[Builtin, ...] = (
             {"grid_vocab": dict(ALTERNATIVE_GRID)}, "Sokoban 6x6, 1 box, drawn with other symbols"),
     Builtin("webshop_lite", "WebShopLite", "roll_envs.webshop.env:WebShopLiteEnv", {},
             "WebShop-style shopping over a generated catalogue (not the original WebShop)"),
+    Builtin("four_choice", "FourChoice", "roll_envs.four_choice:FourChoiceEnv", {},
+            "one turn: the right letter A-D for the colour shown (a contextual bandit)"),
     Builtin("cliff_walking", "", _ADAPTER, {"gym_id": latest_gym_id("CliffWalking")},
             "Gymnasium CliffWalking through the text adapter"),
     Builtin("taxi", "", _ADAPTER, {"gym_id": latest_gym_id("Taxi")}, "Gymnasium Taxi through the text adapter"),

@@ -1,6 +1,6 @@
 """roll-pipeline: the agentic RL pipeline — config, orchestration, logging, checkpoints, CLI."""
 
-from roll_pipeline.config.compose import ConfigError, compose
+from roll_pipeline.config.compose import ConfigError, compose, tiny_config
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.pipeline import AgenticPipeline, RunSummary
 from roll_pipeline.state.checkpoint import CheckpointError, CheckpointManager
@@ -16,4 +16,5 @@ __all__ = [
     "RunSummary",  # steps, wall time, validation history, last checkpoint
     "__version__",
     "compose",  # Hydra compose (YAML + overrides) -> AgenticConfig
+    "tiny_config",  # tiny_config(**overrides): the builtin tiny model's recipe (`roll train` with no config)
 ]

@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from roll_algos import FULL_KL_KINDS
 from roll_rollout import RemotePolicy, validation_seeds
 
 from roll_pipeline.config.schema import AgenticConfig, WorkerConfig
@@ -81,7 +82,12 @@ class AgenticPipeline:
         self.progress = progress
         self.run_dir = Path(config.output_dir) / config.exp_name
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.model_path = model_folder(resolve_pretrain(config.pretrain, seed=config.seed), self._roles())
+        roles = self._roles()
+        gguf = next((r.model_args.gguf_file for r in roles.values() if r.model_args.gguf_file), None)
+        # a hub repo's snapshot holds only that GGUF file; roles that set one name the same (model_folder)
+        self.model_path = model_folder(
+            resolve_pretrain(config.pretrain, seed=config.seed, gguf_file=gguf), roles
+        )
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.cluster: Cluster = make_cluster(
             config.cluster.backend, config.cluster.address, config.cluster.num_cpus
@@ -115,12 +121,21 @@ class AgenticPipeline:
         from roll_strategies import ActorTrainWorker, CriticWorker, ReferenceWorker
 
         cfg = self.config
+        needs_reference = (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0
+        # The exact KL needs both models' logits in one process: the train worker holds a frozen reference copy.
+        exact_kl = needs_reference and cfg.kl_penalty in FULL_KL_KINDS
+        reference_copy = (
+            {"reference_model_path": str(self.model_path), "reference_dtype": cfg.reference.model_args.dtype}
+            if exact_kl
+            else {}
+        )
         self.actor_train = self._spawn_role(
             ActorTrainWorker,
             cfg.actor_train,
             "actor_train",
             **optimiser_kwargs(cfg.actor_train),
             seed=cfg.seed,
+            **reference_copy,
         )
         self.critic = None
         if cfg.adv_estimator == "gae":
@@ -139,8 +154,10 @@ class AgenticPipeline:
             stop_strings=cfg.actor_infer.generating_args.stop_strings,
             max_batch_size=cfg.actor_infer.infer_batch_size,
         )
-        self.reference = None
-        if (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0:
+        self.reference = None  # the worker holding the reference model (see `ExperienceMaker`)
+        if exact_kl:
+            self.reference = self.actor_train
+        elif needs_reference:
             self.reference = self._spawn_role(ReferenceWorker, cfg.reference, "reference")
         self.kl = KLControl(
             cfg.init_kl_coef, cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, cfg.target_kl, cfg.kl_horizon
@@ -316,6 +333,13 @@ class AgenticPipeline:
             metrics.update(await self.update_actor(exp, self.step, timings))
         else:
             metrics["actor/frozen_for_critic_warmup"] = 1.0
+        counts = [
+            metrics[f"{role}/nonfinite_steps"]
+            for role in ("actor", "critic")
+            if f"{role}/nonfinite_steps" in metrics
+        ]
+        if counts:  # optimizer steps skipped for a NaN/inf loss or gradient norm, so far (both roles)
+            metrics["train/nonfinite_steps"] = sum(counts)
         if exp.kl_mean is not None:
             self.kl.update(exp.kl_mean, exp.num_trajectories)
         return metrics

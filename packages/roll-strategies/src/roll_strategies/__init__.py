@@ -22,7 +22,9 @@ from roll_strategies.gguf import ensure_model_folder
 from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
 from roll_strategies.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
+from roll_strategies.master_weights import LAST_VALUE_METRICS, MasterWeightOptimizer
 from roll_strategies.protocols import InferStrategy, LogProbStrategy, SleepableStrategy, TrainStrategy
+from roll_strategies.qwen_shaped import build_qwen_shaped_model, build_qwen_style_tokenizer
 from roll_strategies.registry import (
     STRATEGIES,
     StrategySpec,
@@ -60,6 +62,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
+    "LAST_VALUE_METRICS",
     "STRATEGIES",
     "TINY_MODEL_FORMAT_VERSION",
     "ActorInferWorker",
@@ -75,6 +78,7 @@ __all__ = [
     "InferStrategy",
     "LogProbStrategy",
     "LossFn",
+    "MasterWeightOptimizer",
     "ModelNotFoundError",
     "ReferenceWorker",
     "SleepableStrategy",
@@ -98,6 +102,8 @@ __all__ = [
     "available_strategies",
     "batched_log_probs",
     "build_deepspeed_config",
+    "build_qwen_shaped_model",
+    "build_qwen_style_tokenizer",
     "build_tiny_model",
     "build_tiny_tokenizer",
     "check_strategy",

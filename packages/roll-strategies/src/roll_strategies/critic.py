@@ -17,10 +17,9 @@ from safetensors.torch import load_file
 
 from roll_strategies.errors import StrategyError
 from roll_strategies.forward import PACK_CAPACITY_KEY, packing_supported, value_outputs
-from roll_strategies.hf_train import TRAINER_STATE_FILE, _read, checkpoint_files
-from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
+from roll_strategies.hf_train import TRAINER_STATE_FILE, _read, checkpoint_files, save_model
+from roll_strategies.master_weights import MasterWeightOptimizer
 from roll_strategies.value_model import load_value_model
-from roll_strategies.weights import load_named_weights
 
 __all__ = ["HFCriticStrategy", "ValueLossFn"]
 
@@ -35,7 +34,9 @@ class ValueLossFn(Protocol):
 
 
 class HFCriticStrategy:
-    """A Hugging Face value model trained with AdamW (linear warm-up, grad-norm clipping), CPU or one GPU."""
+    """A Hugging Face value model trained with AdamW (linear warm-up, grad-norm clipping), CPU or one GPU;
+    float32 master weights under a bfloat16/float16 `dtype`, non-finite steps skipped (as `HFTrainStrategy`,
+    both through `master_weights.MasterWeightOptimizer`)."""
 
     def __init__(
         self,
@@ -56,16 +57,18 @@ class HFCriticStrategy:
         self.model, self.tokenizer = load_value_model(model_path, device=device, dtype=dtype)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
         self.max_grad_norm = max_grad_norm
-        self.step = 0
+        self.step = 0  # train steps run, skipped non-finite ones included
         self.model.train()
-        self.optimizer, self.scheduler = adamw_with_warmup(
-            self.model.parameters(),
+        self.trainer = MasterWeightOptimizer(
+            self.model,
             learning_rate=learning_rate,
             weight_decay=weight_decay,
             betas=betas,
             eps=eps,
             warmup_steps=warmup_steps,
+            max_grad_norm=max_grad_norm,
         )
+        self.optimizer, self.scheduler = self.trainer.optimizer, self.trainer.scheduler
 
     def packing_supported(self) -> bool:
         """Whether packed micro-batches give the same values as padded ones for this model."""
@@ -105,15 +108,13 @@ class HFCriticStrategy:
     ) -> dict[str, float]:
         """One optimiser step accumulated over `micro_batches` (input_ids, attention_mask, response_mask and
         whatever `loss_fn` reads); each loss weighted by mb["loss_scale"] (default 1 / count). Returns the
-        weighted metrics plus grad_norm and lr."""
+        weighted metrics plus grad_norm, lr and the non-finite counters; a NaN/inf loss skips the step."""
         if not 0.0 <= lr_scale <= 1.0:
             raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
         if not micro_batches:
             raise StrategyError("Expected at least one micro-batch in train_step, got none.")
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {}
-        total = 0.0
+        sums = self.trainer.start()
         for raw in micro_batches:
             mb = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
             weight = float(mb.get("loss_scale", 1.0 / len(micro_batches)))
@@ -127,41 +128,33 @@ class HFCriticStrategy:
                 pad_id=self.pad_id,
             )
             loss, metrics = loss_fn(values, mb)
-            (loss * weight).backward()
-            total += weight
-            for key, value in {"loss": float(loss.detach()), **metrics}.items():
-                sums[key] = sums.get(key, 0.0) + weight * float(value)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        lr = apply_lr_scale(self.optimizer, lr_scale)
-        self.optimizer.step()
-        self.scheduler.step()
+            if not self.trainer.backward(sums, loss, metrics, weight):
+                break  # a non-finite loss skips the step
+        result = self.trainer.step(sums, lr_scale)
         self.step += 1
-        norm = total or 1.0
-        return {**{k: v / norm for k, v in sums.items()}, "grad_norm": float(grad_norm), "lr": float(lr)}
+        return result
 
     def save_checkpoint(self, path: Path) -> None:
-        """Value model (safetensors, loadable by `load_value_model`) + tokenizer + optimiser state."""
+        """Value model (safetensors, loadable by `load_value_model`; the float32 masters in mixed precision)
+        + tokenizer + optimiser state."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path, safe_serialization=True)
+        save_model(self.model, path, self.trainer)
         self.tokenizer.save_pretrained(path)
         state = {
             "step": self.step,
             "rng": torch.get_rng_state(),  # dropout draws from it; a resumed run continues the same stream
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            **self.trainer.state_dict(),
         }
         torch.save(state, path / TRAINER_STATE_FILE)
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore what `save_checkpoint` wrote."""
         weights, state_file = checkpoint_files(Path(path), "HFCriticStrategy")
-        load_named_weights(
-            self.model, _read(weights, lambda: load_file(str(weights), device=str(self.device)))
-        )
+        named = _read(weights, lambda: load_file(str(weights), device=str(self.device)))
         state = _read(state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu"))
+        self.trainer.load_state_dict(state, state_file)
+        self.trainer.load_weights(self.model, named)
         self.step = int(state["step"])
         if "rng" in state:  # absent in checkpoints written before it was saved
             torch.set_rng_state(state["rng"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])

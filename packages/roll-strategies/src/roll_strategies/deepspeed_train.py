@@ -5,10 +5,21 @@ optimiser step over the given micro-batches (each weighted by its "loss_scale", 
 linear warm-up over `warmup_steps` optimiser steps, `lr_scale` multiplying that step's scheduled lr,
 grad-norm clipping at `max_grad_norm`. DeepSpeed itself is imported only when a strategy is built (the
 `deepspeed` extra); it runs on the CPU with gloo (one process gets rank 0 of 1 and a free port).
+
+Non-finite steps are skipped and counted as in hf_train (`master_weights`: `nonfinite_steps`,
+`nonfinite_in_a_row`), within what DeepSpeed allows. DeepSpeed computes the gradient norm inside
+`engine.step()` and skips a step whose norm is not finite itself (its bf16 optimiser and ZeRO 1-3: no
+update, no scheduler step, `engine.skipped_steps` + 1); the plain torch AdamW it runs at ZeRO-0 in float32
+checks nothing, so there the strategy checks the norm before the step. A non-finite loss is checked before
+its backward, but the step cannot simply be left out: the earlier micro-batches' gradients already sit in
+ZeRO's partitioned buffers, which only DeepSpeed's own overflow path clears. So that micro-batch
+back-propagates a NaN instead of its loss, and the step takes the non-finite-gradient path above (one
+backward's cost, on a step that is lost anyway).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -21,8 +32,10 @@ from roll_strategies._distributed import ensure_process_group
 from roll_strategies._loading import load_model_and_tokenizer
 from roll_strategies.deepspeed_config import build_deepspeed_config, zero_stage
 from roll_strategies.errors import CheckpointError, StrategyError
+from roll_strategies.forward import REFERENCE_KEY, micro_batch_outputs
 from roll_strategies.hf_train import LossFn
 from roll_strategies.logprobs import batched_log_probs, token_log_probs
+from roll_strategies.master_weights import NonFiniteCount, StepSums
 from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
 from roll_strategies.weight_sync import WeightBucket, WeightExporter, WeightSyncPlan
 from roll_strategies.weights import unique_named_tensors
@@ -83,7 +96,10 @@ class DeepSpeedTrainStrategy:
             model=model, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=self.ds_config
         )
         self.model = self.engine.module
-        self.step = 0
+        self.step = 0  # train steps run, skipped non-finite ones included (the warm-up counts applied ones)
+        self.nonfinite = NonFiniteCount()
+        # only the plain torch AdamW of ZeRO-0 in float32 lets a non-finite gradient through to the weights
+        self.checks_grad_norm = self.zero_stage > 0 or bool(self.ds_config["bf16"]["enabled"])
         self.exporter = WeightExporter(self.model, gather=self._gather)
 
     def _gather(self, tensors: list[torch.Tensor]) -> AbstractContextManager[object]:
@@ -112,41 +128,79 @@ class DeepSpeedTrainStrategy:
         with_entropy: bool,
         lr_scale: float = 1.0,
     ) -> dict[str, float]:
-        """One optimiser step accumulated over `micro_batches` (see `HFTrainStrategy.train_step`)."""
+        """One optimiser step accumulated over `micro_batches` (see `HFTrainStrategy.train_step`); a
+        non-finite loss or gradient norm skips it (see the module docstring)."""
         if not 0.0 <= lr_scale <= 1.0:
             raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
         if not micro_batches:
             raise StrategyError("Expected at least one micro-batch in train_step, got none.")
         self.engine.train()
-        sums: dict[str, float] = {}
-        total_weight = 0.0
+        sums = StepSums()
         for raw in micro_batches:
             mb = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
             weight = float(mb.get("loss_scale", 1.0 / len(micro_batches)))
-            log_probs, entropy = token_log_probs(
-                self.engine,
-                mb["input_ids"],
-                mb["attention_mask"],
-                with_entropy=with_entropy,
-                needed=mb.get("response_mask"),
-            )
+            if REFERENCE_KEY in mb:  # the exact KL to the worker's frozen reference, with grad (padded rows)
+                out = micro_batch_outputs(self.engine, mb, with_entropy=with_entropy)
+                log_probs, entropy = out.log_probs, out.entropy
+                mb["full_kl"], mb["full_kl_forward"] = out.full_kl, out.full_kl_forward
+            else:
+                log_probs, entropy = token_log_probs(
+                    self.engine,
+                    mb["input_ids"],
+                    mb["attention_mask"],
+                    with_entropy=with_entropy,
+                    needed=mb.get("response_mask"),
+                )
             loss, metrics = loss_fn(log_probs, entropy, mb)
+            if not sums.add(weight, loss, metrics):
+                self._poison_gradients(log_probs)
+                break
             self.engine.backward(loss * weight, scale_wrt_gas=False)
-            total_weight += weight
-            for key, value in {"loss": float(loss.detach()), **metrics}.items():
-                sums[key] = sums.get(key, 0.0) + weight * float(value)
-        local_norm = self._local_grad_norm() if self.zero_stage == 0 else None
-        lr = apply_lr_scale(self.optimizer, lr_scale)
-        self.engine.step()
-        grad_norm = self.engine.get_global_grad_norm()
+        grad_norm, lr, applied = self._step(lr_scale)
         self.step += 1
-        self.exporter.bump()
-        norm = total_weight if total_weight else 1.0
+        self.nonfinite.record(skipped=not applied)
+        if applied:
+            self.exporter.bump()
         return {
-            **{k: v / norm for k, v in sums.items()},
-            "grad_norm": float(grad_norm if grad_norm is not None else local_norm),
-            "lr": float(lr),
+            **sums.means(),
+            "grad_norm": math.nan if sums.nonfinite_loss else grad_norm,
+            "lr": lr,
+            **self.nonfinite.metrics(),
         }
+
+    def _poison_gradients(self, log_probs: torch.Tensor) -> None:
+        """Make this step's gradients NaN (see the module docstring): DeepSpeed then skips the step and
+        clears every buffer it accumulated the earlier micro-batches in."""
+        if not log_probs.requires_grad:
+            raise StrategyError(
+                "Expected log-probs that depend on the weights in a micro-batch with a non-finite loss, got "
+                "constant ones; the step cannot be skipped safely. Give every micro-batch response tokens."
+            )
+        self.engine.backward(log_probs.float().sum() * math.nan, scale_wrt_gas=False)
+
+    def _step(self, lr_scale: float) -> tuple[float, float, bool]:
+        """engine.step() unless the gradients are non-finite: (grad norm, lr, whether weights changed)."""
+        local_norm = self._local_grad_norm() if self.zero_stage == 0 else math.nan
+        if not self.checks_grad_norm and not math.isfinite(local_norm):
+            self.engine.zero_grad()  # ZeRO-0 float32: the gradients live on the parameters only
+            return local_norm, float(self.optimizer.param_groups[0]["lr"]) * lr_scale, False
+        scheduled = [group["lr"] for group in self.optimizer.param_groups]
+        lr = apply_lr_scale(self.optimizer, lr_scale)
+        skipped_before = self.engine.skipped_steps
+        self.engine.step()
+        reported = self.engine.get_global_grad_norm()
+        grad_norm = float(reported) if reported is not None else local_norm
+        applied = self.engine.skipped_steps == skipped_before
+        if not applied:  # no scheduler step came to reset the scaled lr: undo the scale
+            for group, value in zip(self.optimizer.param_groups, scheduled, strict=True):
+                group["lr"] = value
+        elif reported is not None and not math.isfinite(grad_norm):
+            raise StrategyError(
+                f"Expected DeepSpeed to skip a step whose gradient norm is {grad_norm}, but it applied it: the "
+                "weights are no longer finite. Remove bf16.check_grad_overflow: false from strategy_config "
+                "and resume from the last checkpoint."
+            )
+        return grad_norm, float(lr), applied
 
     def _local_grad_norm(self) -> float:
         """ZeRO-0 reports no norm: the 2-norm of this rank's gradients before clipping (exact on one rank)."""
@@ -178,7 +232,7 @@ class DeepSpeedTrainStrategy:
         self.engine.save_checkpoint(
             str(path / DEEPSPEED_DIR),
             tag=DEEPSPEED_TAG,
-            client_state={"step": self.step, "rng": torch.get_rng_state()},
+            client_state={"step": self.step, "rng": torch.get_rng_state(), **self.nonfinite.state_dict()},
         )
         with self._full_weights() as tensors:
             state = {n: t.detach().to("cpu").clone() for n, t in tensors.items()}
@@ -202,4 +256,5 @@ class DeepSpeedTrainStrategy:
             )
         self.step = int(client_state["step"])
         torch.set_rng_state(client_state["rng"])
+        self.nonfinite.load_state_dict(client_state)
         self.exporter.bump()

@@ -13,40 +13,44 @@ the same layout and the caller's loss never knows which ran.
   attention cannot cross sequences (flash-attention varlen kernels, or sdpa / eager with the derived
   mask). `packing_supported` checks that a model really honours this (packed outputs equal per-sequence
   ones); where it does not, callers fall back to padded micro-batches (dynamic batching).
+
+A causal LM's outputs are flat in the vocabulary (`logprobs.run_lm` / `vocab_stats`): the LM head runs
+on chunks of positions, recomputed in the backward. The exact KL to a frozen reference (`full` /
+`full_forward`) is computed the same way where both models are: the reference runs on the same layout,
+and each chunk's reference logits live only as long as the chunk's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import torch
-from roll_algos import entropy_from_logits, pack_sequences
+from roll_algos import pack_sequences
 from torch import nn
 
 from roll_strategies.errors import StrategyError
-from roll_strategies.logprobs import _supports_logits_to_keep, position_ids_from_mask
+from roll_strategies.logprobs import Head, TokenStats, position_ids_from_mask, run_lm, vocab_stats
 
 __all__ = [
     "PACK_CAPACITY_KEY",
-    "REF_FULL_KEY",
+    "REFERENCE_KEY",
+    "ReferenceKL",
     "TokenOutputs",
-    "full_log_probs",
     "lm_outputs",
     "micro_batch_outputs",
     "packing_supported",
+    "reference_kl",
     "value_outputs",
 ]
 
 PACK_CAPACITY_KEY = "pack_capacity"
 """Micro-batch key (int or 0-dim tensor): run this micro-batch packed into rows of that many tokens."""
 
-REF_FULL_KEY = "ref_full_log_probs"
-"""Micro-batch key: [N, V] reference log-softmax at the response positions (row-major order of the
-response mask); when present the strategy adds `full_kl` [B, T], the exact KL(pi || ref), with grad."""
-
-# (input_ids [R, C], position_ids [R, C], attention_mask [R, C] | None, keep) -> outputs [R, K, D]
-HeadFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, int | torch.Tensor | None], torch.Tensor]
+REFERENCE_KEY = "reference_model"
+"""Micro-batch key: a frozen reference causal LM (an nn.Module the train worker adds in its own process,
+never sent between processes); the strategy then adds `full_kl` / `full_kl_forward` [B, T], the exact
+KL(pi || ref) / KL(ref || pi) over the vocabulary, with grad."""
 
 
 class TokenOutputs(NamedTuple):
@@ -56,6 +60,25 @@ class TokenOutputs(NamedTuple):
     entropy: torch.Tensor | None
     full_kl: torch.Tensor | None
     full_kl_forward: torch.Tensor | None = None
+    ref_log_probs: torch.Tensor | None = None
+
+
+class ReferenceKL(NamedTuple):
+    """What the experience step needs of the exact KL, [B, T] float32 on CPU, zero off the response."""
+
+    kl: torch.Tensor  # exact KL(pi || ref) per response token (`full`)
+    kl_forward: torch.Tensor  # exact KL(ref || pi) (`full_forward`)
+    ref_log_probs: torch.Tensor  # log ref of the sampled tokens
+
+
+class _Run(NamedTuple):
+    """One forward's inputs, and where in its hidden states [R, C] the needed positions are predicted."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor | None
+    rows: torch.Tensor
+    cols: torch.Tensor
 
 
 def _positions(attention_mask: torch.Tensor, needed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,30 +114,17 @@ def _spans(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return starts, lengths
 
 
-def _padded(
-    head: HeadFn, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, keep_ok: bool
-) -> torch.Tensor:
-    """Head outputs [N, D] at (rows, cols - 1) of one padded forward."""
+def _padded(ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> _Run:
+    """The rows as they come, trimmed to their last real column."""
     width = int(mask.bool().any(dim=0).nonzero().max()) + 1 if bool(mask.any()) else 1
     ids, mask = ids[:, :width], mask[:, :width]
-    first = int(cols.min()) - 1 if cols.numel() else 0
-    keep = width - first if keep_ok else None
-    out = head(ids, position_ids_from_mask(mask), mask, keep)
-    offset = width - out.shape[1]  # columns dropped at the front by `keep`
-    return out[rows, cols - 1 - offset]
+    return _Run(ids, position_ids_from_mask(mask), mask, rows, cols - 1)
 
 
 def _packed(
-    head: HeadFn,
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    rows: torch.Tensor,
-    cols: torch.Tensor,
-    keep_ok: bool,
-    capacity: int,
-    pad_id: int,
-) -> torch.Tensor:
-    """Head outputs [N, D] at (rows, cols - 1), each row's real tokens packed as one sequence."""
+    ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, capacity: int, pad_id: int
+) -> _Run:
+    """Each row's real tokens packed as one sequence into rows of `capacity` tokens."""
     starts, lengths = _spans(mask)
     present = (lengths > 0).nonzero(as_tuple=True)[0]
     seqs = [ids[int(b), int(starts[b]) : int(starts[b] + lengths[b])] for b in present]
@@ -126,50 +136,39 @@ def _packed(
     seq = which[rows]
     prow = packed.seq_row.to(device)[seq]
     pcol = packed.seq_offset.to(device)[seq] + (cols - 1 - starts[rows])
-    keep: torch.Tensor | None = None
-    if keep_ok:
-        keep = torch.unique(pcol)  # sorted columns any row needs
-        pcol = torch.searchsorted(keep, pcol)
-    out = head(packed.input_ids.to(device), packed.position_ids.to(device), None, keep)
-    return out[prow, pcol]
+    return _Run(packed.input_ids.to(device), packed.position_ids.to(device), None, prow, pcol)
 
 
-def _gather(
-    head: HeadFn,
-    model: nn.Module,
+def _layout(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     needed: torch.Tensor,
     pack_capacity: int | None,
     pad_id: int,
-    lm: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[_Run, torch.Tensor, torch.Tensor]:
+    """The forward to run and the (rows, cols) of the needed positions in the batch."""
     rows, cols = _positions(attention_mask, needed)
-    keep_ok = lm and _supports_logits_to_keep(type(model))
     if pack_capacity is None:
-        out = _padded(head, input_ids, attention_mask, rows, cols, keep_ok)
-    else:
-        out = _packed(head, input_ids, attention_mask, rows, cols, keep_ok, pack_capacity, pad_id)
-    return out, rows, cols
-
-
-def _lm_head(model: nn.Module) -> HeadFn:
-    def head(ids, pos, mask, keep):
-        extra = {} if keep is None else {"logits_to_keep": keep}
-        return model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, **extra).logits
-
-    return head
-
-
-def _value_head(model: nn.Module) -> HeadFn:
-    def head(ids, pos, mask, keep):
-        return model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
-
-    return head
+        return _padded(input_ids, attention_mask, rows, cols), rows, cols
+    return _packed(input_ids, attention_mask, rows, cols, pack_capacity, pad_id), rows, cols
 
 
 def _scatter(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return values.new_zeros(shape).index_put((rows, cols), values)
+
+
+def _features(model: nn.Module, run: _Run) -> tuple[torch.Tensor, Head, int]:
+    """(features, head, vocabulary) of `model` at the run's positions, no grad (a frozen reference)."""
+    with torch.no_grad():
+        return run_lm(
+            model,
+            run.input_ids,
+            run.position_ids,
+            run.attention_mask,
+            run.rows,
+            run.cols,
+            lambda f, h, v: (f, h, v),
+        )
 
 
 def lm_outputs(
@@ -179,43 +178,52 @@ def lm_outputs(
     needed: torch.Tensor,
     *,
     with_entropy: bool = False,
-    ref_full_log_probs: torch.Tensor | None = None,
+    reference: nn.Module | None = None,
     pack_capacity: int | None = None,
     pad_id: int = 0,
 ) -> TokenOutputs:
     """log p(token t | tokens < t) at the needed positions of each row, padded or packed.
 
     Args:
-        model: a causal LM returning `.logits`.
+        model: a causal LM (a Hugging Face model, or a DeepSpeed engine wrapping one).
         input_ids, attention_mask: [B, T]; needed: [B, T] bool (e.g. the response mask).
         with_entropy: also the entropy of each predicting distribution.
-        ref_full_log_probs: [N, V] reference log-softmax at the N needed positions (row-major): adds the
-            exact per-token KL(pi || ref) over the vocabulary (`full_kl`) and KL(ref || pi) (`full_kl_forward`).
+        reference: a frozen causal LM of the same vocabulary: adds the exact per-token KL(pi || ref) over
+            the vocabulary (`full_kl`), KL(ref || pi) (`full_kl_forward`) and the reference's log-probs
+            (`ref_log_probs`), computed chunk by chunk of positions (no grad through the reference).
         pack_capacity: None for the padded forward; else pack the rows into rows of this many tokens.
         pad_id: id written on packed padding.
     Returns:
         `TokenOutputs` of [B, T] float32 tensors (zero off `needed`), differentiable outside no_grad.
     """
-    logits, rows, cols = _gather(
-        _lm_head(model), model, input_ids, attention_mask, needed, pack_capacity, pad_id, lm=True
-    )
-    logits = logits.float()
-    logp = torch.log_softmax(logits, dim=-1)
-    shape = input_ids.shape
-    log_probs = _scatter(logp.gather(-1, input_ids[rows, cols].unsqueeze(-1)).squeeze(-1), rows, cols, shape)
-    entropy = _scatter(entropy_from_logits(logits), rows, cols, shape) if with_entropy else None
-    full_kl = None
-    if ref_full_log_probs is not None:
-        ref = ref_full_log_probs.to(logp.device, logp.dtype)
-        if ref.shape != logp.shape:
+    run, rows, cols = _layout(input_ids, attention_mask, needed, pack_capacity, pad_id)
+    targets = input_ids[rows, cols]
+    ref: tuple[torch.Tensor, Head] | None = None
+    if reference is not None:
+        ref_features, ref_head, ref_vocab = _features(reference, run)
+        ref = (ref_features, ref_head)
+
+    def reduce(features: torch.Tensor, head: Head, vocab: int) -> TokenStats:
+        if reference is not None and vocab != ref_vocab:
             raise StrategyError(
-                f"Expected {REF_FULL_KEY} of shape {tuple(logp.shape)} (needed positions x vocabulary), got "
-                f"{tuple(ref.shape)}; compute it with `full_log_probs` on the same rows."
+                f"Expected the reference model's vocabulary to be the trained model's ({vocab}), got "
+                f"{ref_vocab}; load the reference from the same model family."
             )
-        full_kl = _scatter((logp.exp() * (logp - ref)).sum(-1), rows, cols, shape)
-        full_kl_forward = _scatter((ref.exp() * (ref - logp)).sum(-1), rows, cols, shape)
-        return TokenOutputs(log_probs, entropy, full_kl, full_kl_forward)
-    return TokenOutputs(log_probs, entropy, full_kl)
+        return vocab_stats(features, head, vocab, targets, with_entropy=with_entropy, reference=ref)
+
+    stats = run_lm(model, run.input_ids, run.position_ids, run.attention_mask, run.rows, run.cols, reduce)
+    shape = input_ids.shape
+
+    def scatter(values: torch.Tensor | None) -> torch.Tensor | None:
+        return None if values is None else _scatter(values, rows, cols, shape)
+
+    return TokenOutputs(
+        scatter(stats.log_probs),  # type: ignore[arg-type]
+        scatter(stats.entropy),
+        scatter(stats.kl),
+        scatter(stats.kl_forward),
+        scatter(stats.ref_log_probs),
+    )
 
 
 def value_outputs(
@@ -231,17 +239,21 @@ def value_outputs(
 
     `model` returns `.logits` [R, C, 1] (e.g. `AutoModelForTokenClassification` with one label).
     """
-    out, rows, cols = _gather(
-        _value_head(model), model, input_ids, attention_mask, needed, pack_capacity, pad_id, lm=False
-    )
-    return _scatter(out[..., 0].float(), rows, cols, input_ids.shape)
+    run, rows, cols = _layout(input_ids, attention_mask, needed, pack_capacity, pad_id)
+    out = model(
+        input_ids=run.input_ids,
+        attention_mask=run.attention_mask,
+        position_ids=run.position_ids,
+        use_cache=False,
+    ).logits
+    return _scatter(out[run.rows, run.cols, 0].float(), rows, cols, input_ids.shape)
 
 
 def micro_batch_outputs(
-    model: nn.Module, mb: Mapping[str, torch.Tensor], *, with_entropy: bool, pad_id: int = 0
+    model: nn.Module, mb: Mapping[str, Any], *, with_entropy: bool, pad_id: int = 0
 ) -> TokenOutputs:
     """`lm_outputs` of a training micro-batch: `needed` is its response mask; `PACK_CAPACITY_KEY` asks for
-    the packed forward and `REF_FULL_KEY` for the exact KL."""
+    the packed forward and `REFERENCE_KEY` (a frozen model) for the exact KL."""
     capacity = mb.get(PACK_CAPACITY_KEY)
     return lm_outputs(
         model,
@@ -249,35 +261,41 @@ def micro_batch_outputs(
         mb["attention_mask"],
         mb["response_mask"],
         with_entropy=with_entropy,
-        ref_full_log_probs=mb.get(REF_FULL_KEY),
+        reference=mb.get(REFERENCE_KEY),
         pack_capacity=None if capacity is None else int(capacity),
         pad_id=pad_id,
     )
 
 
-def full_log_probs(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], micro_batch_size: int, *, device: str | torch.device
-) -> torch.Tensor:
-    """[N, V] float32 log-softmax at the N response positions of `batch` (row-major), no grad, on CPU.
+def reference_kl(
+    model: nn.Module,
+    reference: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    micro_batch_size: int,
+    *,
+    device: str | torch.device,
+) -> ReferenceKL:
+    """The exact KL between `model` and the frozen `reference` at the response positions of `batch`, and
+    the reference's log-probs of the response tokens, in micro-batches of rows, no grad, on CPU.
 
-    Memory is N x V floats: meant for small vocabularies or batches (the exact `full` KL estimator).
+    Memory is O(chunk x vocabulary) (`logprobs.vocab_stats`): only [B, T] tensors come back.
     """
+    if micro_batch_size < 1:
+        raise StrategyError(f"Expected micro_batch_size >= 1, got {micro_batch_size}.")
     ids, mask, needed = batch["input_ids"], batch["attention_mask"], batch["response_mask"].bool()
-    parts = []
+    out = ReferenceKL(*(torch.zeros(ids.shape, dtype=torch.float32) for _ in range(3)))
     with torch.no_grad():
         for start in range(0, ids.shape[0], micro_batch_size):
             sl = slice(start, start + micro_batch_size)
             if not bool(needed[sl].any()):
                 continue
-            logits, _, _ = _gather(
-                _lm_head(model), model, ids[sl].to(device), mask[sl].to(device), needed[sl].to(device),
-                None, 0, lm=True,
-            )  # fmt: skip
-            parts.append(torch.log_softmax(logits.float(), dim=-1).cpu())
-    if not parts:
-        vocab = int(model.get_output_embeddings().weight.shape[0])
-        return torch.zeros((0, vocab))
-    return torch.cat(parts)
+            got = lm_outputs(
+                model, ids[sl].to(device), mask[sl].to(device), needed[sl].to(device), reference=reference
+            )
+            out.kl[sl] = got.full_kl.cpu()  # type: ignore[union-attr]
+            out.kl_forward[sl] = got.full_kl_forward.cpu()  # type: ignore[union-attr]
+            out.ref_log_probs[sl] = got.ref_log_probs.cpu()  # type: ignore[union-attr]
+    return out
 
 
 _PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}

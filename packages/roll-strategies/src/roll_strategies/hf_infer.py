@@ -1,4 +1,12 @@
-"""`HFInferStrategy`: batched sampling with Hugging Face `generate`, token ids in and out, log-probs kept."""
+"""`HFInferStrategy`: batched sampling with Hugging Face `generate`, token ids in and out, log-probs kept.
+
+Memory: only the sampled tokens' log-probs are kept. `SampledLogProbs` (a logits processor) holds one
+[batch, vocab] row of log-probs at a time, never the [batch, new tokens, vocab] logits of the whole call.
+
+Stop strings of any length: `StopStrings` (a stopping criterion) decodes the tail of each row's own sampled
+ids every step and ends the row at the token whose text completes a stop string; that token is kept, later
+ones (HF pads finished rows) are trimmed. No text is re-tokenised: the ids returned are the ids sampled.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +18,13 @@ from typing import Literal
 
 import numpy as np
 import torch
-from transformers import GenerationConfig, LogitsProcessorList
+from transformers import (
+    GenerationConfig,
+    LogitsProcessorList,
+    PreTrainedTokenizerBase,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from roll_strategies._loading import load_model_and_tokenizer
 from roll_strategies.errors import StrategyError
@@ -20,7 +34,7 @@ from roll_strategies.weight_receiver import WeightReceiver
 from roll_strategies.weight_sync import WeightBucket
 from roll_strategies.weights import load_named_weights, tensor_shape, unique_named_tensors
 
-__all__ = ["GenerationOutput", "GenerationParams", "HFInferStrategy"]
+__all__ = ["GenerationOutput", "GenerationParams", "HFInferStrategy", "SampledLogProbs", "StopStrings"]
 
 FinishReason = Literal["stop", "length"]
 
@@ -41,8 +55,18 @@ class GenerationParams:
     """Argmax decoding (log-probs then use temperature 1)."""
     stop_token_ids: tuple[int, ...] | None = None
     """Generation of a row ends after any of these; None -> the tokenizer's eos."""
+    stop_strings: tuple[str, ...] = ()
+    """Generation of a row also ends at the sampled token whose text completes any of these (any number of
+    tokens, matched in the decoded text of the row's own sampled ids, not the prompt); that token is kept."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop_strings, str) or not all(isinstance(s, str) and s for s in self.stop_strings):
+            raise StrategyError(
+                f"Expected stop_strings to be a tuple of non-empty strings, got {self.stop_strings!r}; an empty "
+                "string would end every response at once, and a bare string must be wrapped: ('</answer>',)."
+            )
+        # A list is accepted too; stored as a tuple so the params stay hashable.
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         if self.max_new_tokens < 1 or self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise StrategyError(
                 f"Expected max_new_tokens >= 1, temperature > 0, 0 < top_p <= 1, top_k >= 0; got {self}. "
@@ -55,11 +79,12 @@ class GenerationOutput:
     """What one prompt produced."""
 
     output_ids: list[int]
-    """Sampled ids, ending with the stop token when finish_reason is "stop"; no padding."""
+    """Sampled ids, ending with the stop token (or the token that completes a stop string) when
+    finish_reason is "stop"; no padding."""
     log_probs: list[float]
     """log_softmax(raw logits / temperature)[sampled id] per output id (temperature 1 when greedy)."""
     finish_reason: FinishReason
-    """"stop" (a stop token was sampled) or "length" (max_new_tokens reached)."""
+    """"stop" (a stop token was sampled, or a stop string completed) or "length" (max_new_tokens reached)."""
 
 
 class HFInferStrategy:
@@ -113,13 +138,15 @@ class HFInferStrategy:
         return ids.to(self.device), mask.to(self.device)
 
     def _generation_config(self, params: GenerationParams, stop_ids: list[int]) -> GenerationConfig:
-        # Always argmax decoding: sampling is done by `KeyedSampler` (a logits processor), per row.
+        # Always argmax decoding: sampling is done by `KeyedSampler` (a logits processor), per row. No logits or
+        # scores are returned: `SampledLogProbs` keeps the sampled tokens' log-probs as generation goes.
         return GenerationConfig(
             max_new_tokens=params.max_new_tokens,
             do_sample=False,
             eos_token_id=stop_ids,
             pad_token_id=int(self.tokenizer.pad_token_id),
-            output_logits=True,
+            output_logits=False,
+            output_scores=False,
             return_dict_in_generate=True,
             use_cache=True,
         )
@@ -146,31 +173,31 @@ class HFInferStrategy:
                 "or lower max_new_tokens."
             )
         keys = row_keys(self.seed, next(self._calls), len(prompts), sample_keys)
-        sampler = [] if params.greedy else [KeyedSampler(keys, **_warping(params))]
+        # First in the list: it must see the raw logits, before the sampler replaces them.
+        recorder = SampledLogProbs(1.0 if params.greedy else params.temperature)
+        processors = [recorder] if params.greedy else [recorder, KeyedSampler(keys, **_warping(params))]
+        stops = (
+            StopStrings(
+                self.tokenizer, params.stop_strings, (input_ids.shape[0], input_ids.shape[1]), stop_ids
+            )
+            if params.stop_strings
+            else None
+        )
         with torch.no_grad():
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 generation_config=self._generation_config(params, stop_ids),
-                logits_processor=LogitsProcessorList(sampler),
+                logits_processor=LogitsProcessorList(processors),
+                stopping_criteria=StoppingCriteriaList([stops] if stops else []),
             )
-        new_ids = out.sequences[:, input_ids.shape[1] :].cpu()
-        temperature = 1.0 if params.greedy else params.temperature
-        logits = torch.stack(out.logits, dim=1).float().cpu()  # [B, N, V] raw logits
-        log_probs = (
-            torch.log_softmax(logits / temperature, dim=-1).gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
-        )
+            new_ids = out.sequences[:, input_ids.shape[1] :]
+            log_probs = recorder.finish(new_ids).cpu()
+        string_ends = stops.ends if stops else [None] * len(prompts)
         return [
-            self._trim(row_ids.tolist(), row_lp.tolist(), set(stop_ids))
-            for row_ids, row_lp in zip(new_ids, log_probs, strict=True)
+            _trim(row_ids.tolist(), row_lp.tolist(), set(stop_ids), string_end)
+            for row_ids, row_lp, string_end in zip(new_ids.cpu(), log_probs, string_ends, strict=True)
         ]
-
-    @staticmethod
-    def _trim(ids: list[int], log_probs: list[float], stop_ids: set[int]) -> GenerationOutput:
-        for i, token in enumerate(ids):
-            if token in stop_ids:
-                return GenerationOutput(ids[: i + 1], log_probs[: i + 1], "stop")
-        return GenerationOutput(ids, log_probs, "length")
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU."""
@@ -210,3 +237,96 @@ class HFInferStrategy:
 
 def _warping(params: GenerationParams) -> dict[str, float | int]:
     return {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p}
+
+
+def _trim(
+    ids: list[int], log_probs: list[float], stop_ids: set[int], string_end: int | None
+) -> GenerationOutput:
+    """One row cut at its own end: the first stop id or the token completing a stop string (kept), whichever
+    comes first; what follows is the padding HF writes once a row has finished."""
+    id_end = next((i + 1 for i, token in enumerate(ids) if token in stop_ids), None)
+    ends = [end for end in (id_end, string_end) if end is not None]
+    if not ends:
+        return GenerationOutput(ids, log_probs, "length")
+    end = min(ends)
+    return GenerationOutput(ids[:end], log_probs[:end], "stop")
+
+
+class SampledLogProbs:
+    """Logits processor keeping log_softmax(raw logits / temperature)[sampled id] for every row and step.
+
+    The id sampled at a step is only known at the next call (the last id of `input_ids`), so one [B, V]
+    row of log-probs is held between calls and gathered then; `finish` gathers the last step. Memory: one
+    [B, V] float32 instead of the [B, new tokens, V] logits `output_logits=True` would keep.
+    Put it first in the processor list: it must see the raw logits (it returns them unchanged).
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self._pending: torch.Tensor | None = None  # [B, V] log-probs of the step whose id is not known yet
+        self._steps: list[torch.Tensor] = []  # [B] per step whose id is known
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._pending is not None:
+            self._steps.append(self._pending.gather(1, input_ids[:, -1:]).squeeze(1))
+            self._pending = None  # freed before the next row is computed: one [B, V] held at a time
+        self._pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, new_ids: torch.Tensor) -> torch.Tensor:
+        """[B, N] log-probs of the N sampled ids `new_ids` ([B, N], as `generate` returned them)."""
+        n = new_ids.shape[1]
+        if len(self._steps) == n - 1 and self._pending is not None:  # the last step's id is known now
+            self._steps.append(self._pending.gather(1, new_ids[:, -1:]).squeeze(1))
+        self._pending = None
+        if len(self._steps) < n:  # a step was generated without this processor seeing its logits
+            raise StrategyError(
+                f"Expected log-probs for all {n} sampled tokens, recorded {len(self._steps)}; SampledLogProbs "
+                "must be in the logits_processor list of the generate call that produced these ids."
+            )
+        return torch.stack(self._steps[:n], dim=1)  # generate may undo a last, deferred step
+
+
+class StopStrings(StoppingCriteria):
+    """Ends a row at the sampled token whose text completes any stop string, however many tokens it spans.
+
+    Each step the tail of every running row's own sampled ids is decoded (special tokens kept, no clean-up)
+    and searched, so a stop string is found in the text the model wrote, never across the prompt. The tail
+    always holds a new match: every token is at least one byte, so `window` = the longest stop string's
+    UTF-8 bytes + 8 tokens. `ends[b]` is how many sampled tokens row b keeps (the token completing its stop
+    string included), or None. Rows that sampled a stop id are finished (HF pads them) and not decoded again.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        stop_strings: Sequence[str],
+        prompt_shape: tuple[int, int],
+        stop_ids: Sequence[int] = (),
+    ) -> None:
+        """`prompt_shape`: [rows, width] of the left-padded prompt batch given to `generate`."""
+        self.tokenizer = tokenizer
+        self.stop_strings = tuple(stop_strings)
+        rows, self.prompt_width = prompt_shape
+        self.stop_ids = frozenset(int(i) for i in stop_ids)
+        self.window = max(len(s.encode("utf-8")) for s in self.stop_strings) + 8
+        self.ends: list[int | None] = [None] * rows
+        self._by_id: set[int] = set()  # rows that ended at a stop id
+
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: object
+    ) -> torch.BoolTensor:
+        generated = input_ids.shape[1] - self.prompt_width
+        rows = [b for b, end in enumerate(self.ends) if end is None and b not in self._by_id]
+        if rows and generated > 0:
+            tails = input_ids[rows, -min(self.window, generated) :].tolist()
+            texts = self.tokenizer.batch_decode(
+                tails, skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
+            for b, tail, text in zip(rows, tails, texts, strict=True):
+                if any(s in text for s in self.stop_strings):
+                    self.ends[b] = generated
+                elif tail[-1] in self.stop_ids:
+                    self._by_id.add(b)
+        done = [end is not None for end in self.ends]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)  # type: ignore[return-value]

@@ -14,9 +14,9 @@ from roll_strategies._loading import load_model_and_tokenizer
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.forward import micro_batch_outputs
 from roll_strategies.logprobs import batched_log_probs, token_log_probs
-from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
+from roll_strategies.master_weights import MasterWeightOptimizer
 from roll_strategies.weight_sync import WeightBucket, WeightExporter, WeightSyncPlan
-from roll_strategies.weights import export_named_weights, load_named_weights
+from roll_strategies.weights import export_named_weights, load_named_weights, unique_named_tensors
 
 __all__ = ["HFTrainStrategy", "LossFn"]
 
@@ -26,7 +26,8 @@ class LossFn(Protocol):
 
     log_probs / entropy are aligned with micro_batch["input_ids"] (position 0 is 0) and carry grad. With a
     `response_mask` in the micro-batch they are computed at its positions only (zero elsewhere), padded or
-    packed (`forward.PACK_CAPACITY_KEY`); with `forward.REF_FULL_KEY` the strategy adds `full_kl` [B, T].
+    packed (`forward.PACK_CAPACITY_KEY`); with `forward.REFERENCE_KEY` (a frozen model) the strategy adds
+    `full_kl` / `full_kl_forward` [B, T], the exact KL to it, computed chunk by chunk of positions.
     """
 
     def __call__(
@@ -43,6 +44,9 @@ class HFTrainStrategy:
     """Train (or, with trainable=False, frozen reference) backend on a Hugging Face causal LM.
 
     AdamW with linear LR warm-up over `warmup_steps` optimizer steps, then constant; grad-norm clipping.
+    With a bfloat16/float16 `dtype` the model computes in it while AdamW steps float32 master weights
+    (fp16 with dynamic loss scaling); a step with a non-finite loss or gradient norm is skipped and
+    counted (see `master_weights`).
     """
 
     def __init__(
@@ -65,22 +69,26 @@ class HFTrainStrategy:
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype=dtype)
         self.trainable = trainable
         self.max_grad_norm = max_grad_norm
-        self.step = 0
-        self.exporter = WeightExporter(self.model)
+        self.step = 0  # train steps run, skipped non-finite ones included (the warm-up counts applied ones)
+        self.trainer: MasterWeightOptimizer | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
         if not trainable:
             self.model.eval().requires_grad_(False)
+            self.exporter = WeightExporter(self.model)
             return
         self.model.train()
-        self.optimizer, self.scheduler = adamw_with_warmup(
-            self.model.parameters(),
+        self.trainer = MasterWeightOptimizer(
+            self.model,
             learning_rate=learning_rate,
             weight_decay=weight_decay,
             betas=betas,
             eps=eps,
             warmup_steps=warmup_steps,
+            max_grad_norm=max_grad_norm,
         )
+        self.optimizer, self.scheduler = self.trainer.optimizer, self.trainer.scheduler
+        self.exporter = WeightExporter(self.model, tensors=self._named_weights)
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU."""
@@ -103,11 +111,13 @@ class HFTrainStrategy:
         loss is weighted by mb["loss_scale"] (float or 0-dim tensor) when given, else 1 / len(micro_batches).
         `lr_scale` multiplies the warm-up schedule's learning rate for this step only (the caller's decay
         schedule, e.g. over pipeline steps). Returns the metrics averaged with the same weights
-        (normalised), plus grad_norm and the lr the step used.
+        (normalised), plus grad_norm, the lr the step used and the non-finite counters
+        (`MasterWeightOptimizer.step`). A micro-batch with a NaN/inf loss ends the loop: the step is
+        skipped and its metrics hold the non-finite loss.
         """
         if not 0.0 <= lr_scale <= 1.0:
             raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
-        if self.optimizer is None or self.scheduler is None:
+        if self.trainer is None:
             raise StrategyError(
                 "Expected a trainable strategy for train_step, got one built with trainable=False "
                 "(a reference model); build HFTrainStrategy(..., trainable=True) for the actor."
@@ -115,15 +125,11 @@ class HFTrainStrategy:
         if not micro_batches:
             raise StrategyError("Expected at least one micro-batch in train_step, got none.")
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {}
-        total_weight = 0.0
+        sums = self.trainer.start()
         for raw in micro_batches:
             mb = self._to_device(raw)
             weight = float(mb.get("loss_scale", 1.0 / len(micro_batches)))
-            if (
-                "response_mask" in mb
-            ):  # padded or packed (`pack_capacity`), exact KL with `ref_full_log_probs`
+            if "response_mask" in mb:  # padded or packed (`pack_capacity`), exact KL with `reference_model`
                 out = micro_batch_outputs(
                     self.model, mb, with_entropy=with_entropy, pad_id=int(self.tokenizer.pad_token_id or 0)
                 )
@@ -136,22 +142,28 @@ class HFTrainStrategy:
                     self.model, mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy
                 )
             loss, metrics = loss_fn(log_probs, entropy, mb)
-            (loss * weight).backward()
-            total_weight += weight
-            for key, value in {"loss": float(loss.detach()), **metrics}.items():
-                sums[key] = sums.get(key, 0.0) + weight * float(value)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        lr = apply_lr_scale(self.optimizer, lr_scale)
-        self.optimizer.step()
-        self.scheduler.step()
+            if not self.trainer.backward(sums, loss, metrics, weight):
+                break  # a non-finite loss skips the step: the remaining micro-batches cannot change that
+        result = self.trainer.step(sums, lr_scale)
         self.step += 1
-        self.exporter.bump()
-        norm = total_weight if total_weight else 1.0
-        return {**{k: v / norm for k, v in sums.items()}, "grad_norm": float(grad_norm), "lr": float(lr)}
+        if self.trainer.last_applied:  # a skipped step keeps the weights: nothing new to sync
+            self.exporter.bump()
+        return result
+
+    def _named_weights(self) -> dict[str, torch.Tensor]:
+        """The weights as trained: float32 masters where the model computes in a lower precision."""
+        if self.trainer is None:
+            return unique_named_tensors(self.model)
+        return self.trainer.named_weights(self.model)
 
     def export_weights(self) -> dict[str, np.ndarray]:
-        """CPU float32 numpy copies of all weights (tied ones once), for `HFInferStrategy.update_weights`."""
-        return export_named_weights(self.model)
+        """CPU float32 numpy copies of all weights (tied ones once, the float32 masters in mixed precision),
+        for `HFInferStrategy.update_weights`."""
+        if self.trainer is None:
+            return export_named_weights(self.model)
+        return {
+            n: t.detach().to("cpu", torch.float32).numpy().copy() for n, t in self._named_weights().items()
+        }
 
     def weights_fingerprint(self) -> str:
         """Identifies the current weights (changes with every train step and checkpoint load)."""
@@ -166,35 +178,40 @@ class HFTrainStrategy:
         return self.exporter.bucket(plan, index)
 
     def save_checkpoint(self, path: Path) -> None:
-        """Model (safetensors) + tokenizer + optimizer/scheduler/step (torch.save, tensors-only) into `path`."""
+        """Model (safetensors; the float32 masters in mixed precision) + tokenizer + optimizer/scheduler/
+        loss scale/non-finite counters/step (torch.save, tensors-only) into `path`."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path, safe_serialization=True)
+        save_model(self.model, path, self.trainer)
         self.tokenizer.save_pretrained(path)
         state: dict[str, object] = {"step": self.step, "rng": torch.get_rng_state()}
-        if self.optimizer is not None and self.scheduler is not None:
-            state["optimizer"] = self.optimizer.state_dict()
-            state["scheduler"] = self.scheduler.state_dict()
+        if self.trainer is not None:
+            state.update(self.trainer.state_dict())
         torch.save(state, path / TRAINER_STATE_FILE)
 
     def load_checkpoint(self, path: Path) -> None:
-        """Restore what `save_checkpoint` wrote (weights strictly, optimizer and scheduler when trainable)."""
+        """Restore what `save_checkpoint` wrote (weights strictly, and exactly into the float32 masters;
+        optimizer, scheduler and counters when trainable)."""
         weights, state_file = checkpoint_files(Path(path), "HFTrainStrategy")
-        load_named_weights(
-            self.model, _read(weights, lambda: load_file(str(weights), device=str(self.device)))
-        )
-        self.exporter.bump()
+        named = _read(weights, lambda: load_file(str(weights), device=str(self.device)))
         state = _read(state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu"))
+        if self.trainer is None:
+            load_named_weights(self.model, named)
+        else:
+            self.trainer.load_state_dict(state, state_file)
+            self.trainer.load_weights(self.model, named)
+        self.exporter.bump()
         self.step = int(state["step"])
         torch.set_rng_state(state["rng"])
-        if self.optimizer is not None and self.scheduler is not None:
-            if "optimizer" not in state:
-                raise CheckpointError(
-                    f"Expected optimizer state in {state_file} (a trainable checkpoint), got "
-                    "a reference-model checkpoint; load it with trainable=False."
-                )
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scheduler.load_state_dict(state["scheduler"])
+
+
+def save_model(model: torch.nn.Module, path: Path, trainer: MasterWeightOptimizer | None) -> None:
+    """`model` as a Hugging Face folder in `path`, its trained weights being the float32 masters where
+    `trainer` keeps them (so a checkpoint restores them exactly; loaders cast to their own dtype)."""
+    if trainer is None or not trainer.has_copies:
+        model.save_pretrained(path, safe_serialization=True)
+    else:
+        model.save_pretrained(path, state_dict=trainer.named_weights(model), safe_serialization=True)
 
 
 def checkpoint_files(path: Path, writer: str) -> tuple[Path, Path]:

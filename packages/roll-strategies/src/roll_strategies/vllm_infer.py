@@ -151,22 +151,41 @@ class VLLMInferStrategy:
     def _sampling_params(self, params: GenerationParams, seed: int, **extra: Any) -> Any:
         from vllm import SamplingParams
 
+        return SamplingParams(**self._sampling_kwargs(params, seed), **extra)
+
+    def _sampling_kwargs(self, params: GenerationParams, seed: int) -> dict[str, Any]:
+        """vLLM `SamplingParams` arguments of `params` (a plain dict: testable without vllm)."""
         stop_ids = list(params.stop_token_ids or [int(self.tokenizer.eos_token_id)])
         sampling = (
             {"temperature": 0.0}
             if params.greedy
             else {"temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k}
         )
-        return SamplingParams(
-            max_tokens=params.max_new_tokens,
-            stop_token_ids=stop_ids,
-            ignore_eos=True,  # stop exactly at stop_ids, as hf_infer does (eos is in them by default)
-            logprobs=0,
-            detokenize=False,
-            seed=seed if self.per_request_seed else None,
-            **sampling,
-            **extra,
+        # Stop strings are matched by vLLM's detokenizer in the output text (never the prompt), as hf_infer
+        # does: special tokens kept in that text (a tag added as a special token still matches) and no spaces
+        # put between them. The token completing the stop string is the last of the output ids either way;
+        # include_stop_str_in_output keeps the text consistent with those ids.
+        stops = list(params.stop_strings)
+        text = (
+            {
+                "stop": stops,
+                "include_stop_str_in_output": True,
+                "skip_special_tokens": False,
+                "spaces_between_special_tokens": False,
+            }
+            if stops
+            else {}
         )
+        return {
+            "max_tokens": params.max_new_tokens,
+            "stop_token_ids": stop_ids,
+            "ignore_eos": True,  # stop exactly at stop_ids, as hf_infer does (eos is in them by default)
+            "logprobs": 0,
+            "detokenize": bool(stops),  # vLLM matches stop strings in detokenized text only
+            "seed": seed if self.per_request_seed else None,
+            **sampling,
+            **text,
+        }
 
     async def _one(self, prompt: Sequence[int], sampling: Any) -> Any:
         final = None

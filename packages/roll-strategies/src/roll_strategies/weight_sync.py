@@ -257,7 +257,8 @@ class WeightExporter:
     """Sender side of one model: its fingerprint (instance + revision), plans and buckets.
 
     `gather(tensors)` is a context manager making partitioned tensors whole (ZeRO-3); None for plain models.
-    Call `bump()` whenever the weights change (a train step, a checkpoint load).
+    `tensors()` gives the named tensors to send (default: the model's `unique_named_tensors`; a mixed-precision
+    trainer passes its float32 masters). Call `bump()` whenever the weights change (a train step, a load).
     """
 
     def __init__(
@@ -265,9 +266,11 @@ class WeightExporter:
         model: torch.nn.Module,
         *,
         gather: Callable[[list[torch.Tensor]], AbstractContextManager[object]] | None = None,
+        tensors: Callable[[], dict[str, torch.Tensor]] | None = None,
     ) -> None:
         self.model = model
         self.gather = gather or (lambda tensors: nullcontext())
+        self.tensors = tensors or (lambda: unique_named_tensors(model))
         self.instance = uuid.uuid4().hex[:12]
         self.revision = 0
 
@@ -281,7 +284,7 @@ class WeightExporter:
 
     def plan(self, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan:
         """The plan of an update of the current weights as `version`, in `dtype`, bucketed."""
-        tensors = tuple(TensorSpec(n, tensor_shape(t)) for n, t in unique_named_tensors(self.model).items())
+        tensors = tuple(TensorSpec(n, tensor_shape(t)) for n, t in self.tensors().items())
         itemsize = resolve_dtype(dtype).itemsize
         layout = plan_buckets(tensors, bucket_bytes=bucket_bytes, itemsize=itemsize)
         return WeightSyncPlan(
@@ -297,7 +300,7 @@ class WeightExporter:
         """Bucket `index` of `plan` (gathers only the tensors this bucket touches)."""
         if not 0 <= index < plan.num_buckets:
             raise WeightSyncError(f"Expected a bucket index in [0, {plan.num_buckets}), got {index}.")
-        live = unique_named_tensors(self.model)
+        live = self.tensors()
         names = list(dict.fromkeys(s.name for s in plan.buckets[index]))
         with torch.no_grad(), self.gather([live[n] for n in names]):
             return pack_bucket(plan, index, {n: live[n] for n in names}, fingerprint=self.fingerprint())

@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from roll_strategies._loading import load_model_and_tokenizer
 from roll_strategies.critic import ValueLossFn
 from roll_strategies.errors import StrategyError
-from roll_strategies.forward import full_log_probs, packing_supported
-from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
+from roll_strategies.forward import REFERENCE_KEY, ReferenceKL, packing_supported, reference_kl
+from roll_strategies.hf_infer import GenerationOutput, GenerationParams
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
 from roll_strategies.registry import create_strategy
 from roll_strategies.weight_sync import WeightBucket, WeightSyncPlan
@@ -30,18 +31,28 @@ def _set_threads(num_threads: int | None) -> None:
         torch.set_num_threads(max(1, int(num_threads)))
 
 
-def _hf_model(strategy: object, what: str) -> torch.nn.Module:
-    """The plain HF model of a Hugging Face strategy, for the forward paths only they run (`forward.py`)."""
-    if not isinstance(strategy, HFTrainStrategy | HFInferStrategy):
+def _policy_model(strategy: object) -> torch.nn.Module:
+    """The trained Hugging Face model of a train strategy (`hf_train`; under `deepspeed_train` the module its
+    engine wraps, whose ZeRO-3 hooks gather the weights on use), for the forward paths of `forward.py`."""
+    model = getattr(strategy, "model", None)
+    if not isinstance(model, torch.nn.Module) or not isinstance(
+        getattr(strategy, "device", None), torch.device
+    ):
         raise StrategyError(
-            f"Expected a Hugging Face strategy (hf_train, hf_infer) for {what}, got {type(strategy).__name__}; "
-            "use strategy_name hf_train for this role, or turn the option off."
+            f"Expected a train strategy holding a Hugging Face model (hf_train, deepspeed_train) for the exact KL, "
+            f"got {type(strategy).__name__}; use strategy_name hf_train for actor_train, or kl_penalty k3."
         )
-    return strategy.model
+    return model
 
 
 class ActorTrainWorker:
-    """Owns the trainable policy (`hf_train` or `deepspeed_train`); other kwargs go to the strategy."""
+    """Owns the trainable policy (`hf_train` or `deepspeed_train`); other kwargs go to the strategy.
+
+    With `reference_model_path` it also holds a frozen copy of the reference model (in `reference_dtype`, on
+    the strategy's device) for the exact KL estimators (`full`, `full_forward`): both models' logits are
+    then in this process, so the KL is computed chunk by chunk of positions (`compute_reference_kl`, and
+    `train_step(..., with_full_kl=True)`) and no [tokens, vocabulary] tensor leaves it.
+    """
 
     def __init__(
         self,
@@ -50,12 +61,29 @@ class ActorTrainWorker:
         num_threads: int | None = None,
         strategy_name: str = "hf_train",
         strategy_config: Mapping[str, Any] | None = None,
+        reference_model_path: str | Path | None = None,
+        reference_dtype: str = "float32",
         **strategy_kwargs: Any,
     ) -> None:
         _set_threads(num_threads)
         self.strategy = create_strategy(
             strategy_name, "train", model_path, strategy_config=strategy_config, **strategy_kwargs
         )
+        self.reference_model: torch.nn.Module | None = None
+        if reference_model_path is not None:
+            _policy_model(self.strategy)  # a clear error now rather than at the first step
+            model, _ = load_model_and_tokenizer(
+                reference_model_path, device=str(self.strategy.device), dtype=reference_dtype
+            )
+            self.reference_model = model.eval().requires_grad_(False)
+
+    def _reference(self) -> torch.nn.Module:
+        if self.reference_model is None:
+            raise StrategyError(
+                "Expected an ActorTrainWorker built with reference_model_path for the exact KL (kl_penalty full "
+                "or full_forward), got one without; pass the reference role's model folder."
+            )
+        return self.reference_model
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """Old-policy log-probs [B, T] aligned with input_ids."""
@@ -68,8 +96,15 @@ class ActorTrainWorker:
         *,
         with_entropy: bool,
         lr_scale: float = 1.0,
+        with_full_kl: bool = False,
     ) -> dict[str, float]:
-        """One optimizer step; returns averaged metrics + grad_norm + lr."""
+        """One optimizer step; returns averaged metrics + grad_norm + lr.
+
+        `with_full_kl`: each micro-batch also gets `full_kl` / `full_kl_forward` [B, T], the exact KL between
+        the trained model and the held reference, with grad (the loss of kl_penalty full / full_forward)."""
+        if with_full_kl:
+            reference = self._reference()
+            micro_batches = [{**mb, REFERENCE_KEY: reference} for mb in micro_batches]
         return self.strategy.train_step(micro_batches, loss_fn, with_entropy=with_entropy, lr_scale=lr_scale)
 
     def export_weights(self) -> dict[str, np.ndarray]:
@@ -105,12 +140,11 @@ class ActorTrainWorker:
         (False for backends whose train step has no packed forward: the pipeline then batches dynamically)."""
         return isinstance(self.strategy, HFTrainStrategy) and packing_supported(self.strategy.model)
 
-    def compute_full_log_probs(
-        self, batch: Mapping[str, torch.Tensor], micro_batch_size: int
-    ) -> torch.Tensor:
-        """[N, V] log-softmax at the response positions (row-major): the exact `full` KL estimator's input."""
-        model = _hf_model(self.strategy, "the full KL estimator")
-        return full_log_probs(model, batch, micro_batch_size, device=self.strategy.device)
+    def compute_reference_kl(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> ReferenceKL:
+        """The exact KL(pi || ref) and KL(ref || pi) per response token of the current (old) policy against the
+        held reference, and the reference's log-probs of the response tokens: [B, T] each, no grad."""
+        model = _policy_model(self.strategy)
+        return reference_kl(model, self._reference(), batch, micro_batch_size, device=self.strategy.device)
 
 
 class ActorInferWorker:
@@ -201,13 +235,6 @@ class ReferenceWorker:
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """Reference log-probs [B, T] aligned with input_ids."""
         return self.strategy.compute_log_probs(batch, micro_batch_size)
-
-    def compute_full_log_probs(
-        self, batch: Mapping[str, torch.Tensor], micro_batch_size: int
-    ) -> torch.Tensor:
-        """[N, V] reference log-softmax at the response positions (row-major), for the `full` KL."""
-        model = _hf_model(self.strategy, "the full KL estimator")
-        return full_log_probs(model, batch, micro_batch_size, device=self.strategy.device)
 
 
 class CriticWorker:

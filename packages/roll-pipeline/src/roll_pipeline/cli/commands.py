@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print("usage: roll {train,sweep,eval,rollout,show,serve,config,baselines,plot} [...]\n")
-        print("  train      train an agent (defaults: the tiny model on FrozenLake, CPU)")
+        print("  train      train an agent (no config file: the tiny model learning FrozenLake on the CPU)")
         print("  sweep      train over several seeds; table and plot of every seed's validation curve")
         print("  eval       validation episodes of a model, checkpoint or OpenAI-compatible server")
         print("  rollout    play episodes and dump trajectories and readable transcripts")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs
+from roll_pipeline.config.tiny_recipe import TINY_RECIPE
 
 if TYPE_CHECKING:
     from roll_pipeline.config.roles import WorkerConfig
@@ -35,6 +36,13 @@ def _roles(cfg: AgenticConfig) -> dict[str, WorkerConfig]:
 def _default(cfg: AgenticConfig, name: str) -> object:
     """The default of a top-level field (without building a whole AgenticConfig, whose validator runs this)."""
     return type(cfg).model_fields[name].get_default(call_default_factory=True)
+
+
+def _is_set(cfg: AgenticConfig, name: str) -> bool:
+    """Whether a top-level field differs from both bases a config starts from: the schema default and the
+    tiny recipe (`roll_tiny`), so a field one base sets is not taken for the user's."""
+    value = getattr(cfg, name)
+    return value != _default(cfg, name) and (name not in TINY_RECIPE or value != TINY_RECIPE[name])
 
 
 def _role_problems(cfg: AgenticConfig) -> list[str]:
@@ -62,11 +70,7 @@ def _role_problems(cfg: AgenticConfig) -> list[str]:
 def _estimator_problems(cfg: AgenticConfig) -> list[str]:
     problems = []
     if cfg.adv_estimator != "gae":
-        unused = [
-            name
-            for name in ("critic", "critic_warmup", "value_clip", "lambd")
-            if getattr(cfg, name) != _default(cfg, name)
-        ]
+        unused = [name for name in ("critic", "critic_warmup", "value_clip", "lambd") if _is_set(cfg, name)]
         if unused:
             problems.append(
                 f"{', '.join(unused)} set, but only adv_estimator=gae uses a critic (got {cfg.adv_estimator!r});"
@@ -86,7 +90,7 @@ def _estimator_problems(cfg: AgenticConfig) -> list[str]:
 def _loss_problems(cfg: AgenticConfig) -> list[str]:
     problems = []
     kl_loss = cfg.use_kl_loss and cfg.kl_loss_coef > 0
-    if cfg.target_kl is None and cfg.kl_horizon != _default(cfg, "kl_horizon"):
+    if cfg.target_kl is None and _is_set(cfg, "kl_horizon"):
         problems.append(
             "kl_horizon set without target_kl: it only shapes the adaptive controller; set target_kl"
         )
@@ -95,7 +99,7 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
             "target_kl set, but no KL term is on for the controller to scale; set init_kl_coef > 0 (reward"
             " penalty) or use_kl_loss=true with kl_loss_coef > 0"
         )
-    if not cfg.use_kl_loss and cfg.kl_loss_coef != _default(cfg, "kl_loss_coef"):
+    if not cfg.use_kl_loss and _is_set(cfg, "kl_loss_coef"):
         problems.append("kl_loss_coef set with use_kl_loss=false: set use_kl_loss=true or drop kl_loss_coef")
     if cfg.skip_confident_by == "reference" and not (cfg.use_kl_loss and cfg.skip_confident_tokens):
         problems.append(
@@ -120,11 +124,7 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
             "tis_cap needs recompute_old_log_probs=true: without recomputation the old log-probs are the"
             " inference ones and every importance weight is 1; set both, or drop tis_cap"
         )
-    if (
-        cfg.pg_clip_low is not None
-        and cfg.pg_clip_high is not None
-        and cfg.pg_clip != _default(cfg, "pg_clip")
-    ):
+    if cfg.pg_clip_low is not None and cfg.pg_clip_high is not None and _is_set(cfg, "pg_clip"):
         problems.append("pg_clip set while pg_clip_low and pg_clip_high override it on both sides; drop one")
     return problems
 
@@ -132,9 +132,7 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
 def config_problems(cfg: AgenticConfig) -> list[str]:
     """Every cross-field problem of a config (empty when it is consistent)."""
     problems = []
-    if cfg.render_save_dir is None and cfg.render_episodes_per_tag != _default(
-        cfg, "render_episodes_per_tag"
-    ):
+    if cfg.render_save_dir is None and _is_set(cfg, "render_episodes_per_tag"):
         problems.append(
             "render_episodes_per_tag set with render_save_dir=null: nothing is rendered; set render_save_dir"
             " (e.g. render_save_dir=renders) or drop render_episodes_per_tag"

@@ -5,8 +5,11 @@ Both flag spellings of the upstream docs are accepted (`--config_path/--config_n
 the flags. With `preflight=True` (what `roll config` and `roll train` use) the composed config is also
 checked against the env registry, the checkpoint and the model folder (`roll_pipeline.config.preflight`), and
 every problem, of the schema or of these checks, is reported in one `ConfigError`.
-Without a config the defaults of `AgenticConfig` are composed (Hydra config `roll_defaults`); example
-YAML files start with `defaults: [roll_defaults, _self_]` and override only what they change.
+Two base configs are registered with Hydra: `roll_defaults` (the defaults of `AgenticConfig`, set for a
+pretrained instruct model) and `roll_tiny` (those with the builtin tiny models' recipe on top,
+`config.tiny_recipe`). YAML files start with `defaults: [roll_defaults, _self_]` (or `roll_tiny`) and override
+only what they change. Without a config file `roll_tiny` is composed, unless an override names a `pretrain`
+that is not a builtin model: that model gets `roll_defaults`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.config.schema import AgenticConfig, default_values
+from roll_pipeline.config.tiny_recipe import TINY_RECIPE, merged
 
 
 class ConfigError(ValueError):
@@ -58,11 +62,29 @@ def parse_args(
 
 
 def defaults_node() -> dict[str, Any]:
-    """`AgenticConfig()` as a plain dict, with derived values left for the validators to fill in."""
-    node = AgenticConfig().model_dump(mode="json")
-    for manager in ("train_env_manager", "val_env_manager"):
-        node[manager]["num_groups_partition"] = None
-    return node
+    """The Hydra config `roll_defaults`: `AgenticConfig`'s defaults (`schema.default_values`)."""
+    return default_values()
+
+
+def tiny_node() -> dict[str, Any]:
+    """The Hydra config `roll_tiny`: the defaults with the builtin tiny models' recipe on top."""
+    return merged(default_values(), TINY_RECIPE)
+
+
+def tiny_config(**overrides: Any) -> AgenticConfig:
+    """The config of `roll train` with no config file (the tiny recipe, `roll_tiny`), with `overrides` merged in
+    key by key: its Python spelling, e.g. `tiny_config(max_steps=20, custom_envs={"FrozenLake": {...}})`."""
+    return AgenticConfig.model_validate(merged(tiny_node(), overrides))
+
+
+def base_config_name(overrides: list[str]) -> str:
+    """The config composed without a config file: `roll_tiny`, or `roll_defaults` when an override sets
+    `pretrain` to a model that is not builtin (a real model gets the defaults made for it)."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "pretrain" and value and not value.startswith("builtin:"):
+            return "roll_defaults"
+    return "roll_tiny"
 
 
 def compose(
@@ -85,13 +107,16 @@ def compose(
     if bad_keys:  # before Hydra, whose own message ("Could not override ...") names no valid key
         raise ConfigError("\n".join([f"{len(bad_keys)} problem(s) in the config:", *bad_keys]))
     ConfigStore.instance().store(name="roll_defaults", node=defaults_node())
+    ConfigStore.instance().store(name="roll_tiny", node=tiny_node())
     if config_path is not None and config_name is None:
         raise ConfigError("--config-path needs --config-name (the YAML file name without .yaml)")
     directory = _find_config_dir(config_path, search_from) if config_path else Path.cwd()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
-            cfg = hydra_compose(config_name=config_name or "roll_defaults", overrides=list(overrides))
+            cfg = hydra_compose(
+                config_name=config_name or base_config_name(overrides), overrides=list(overrides)
+            )
     except Exception as exc:  # hydra raises several types; all mean "your config/overrides are wrong"
         raise ConfigError(f"could not compose the config: {exc}") from exc
     data = OmegaConf.to_container(cfg, resolve=True)

@@ -4,7 +4,10 @@ worker, model or Ray instance starts, so a bad value fails in a second instead o
 - each `custom_envs.<tag>.env_type` is a registered env (with the registered list and a did-you-mean);
 - each `env_config` validates against that env's own pydantic config (unknown keys are errors);
 - `resume_from_checkpoint` exists, is complete and verifies against its manifest;
-- `pretrain` is `builtin:NAME` of a known tiny model, or a local model folder;
+- `pretrain` is `builtin:NAME` of a known tiny model, a local model folder, or a Hugging Face hub id that
+  is in the local Hugging Face cache (or, online, on the hub);
+- each of `actor_infer.generating_args.stop_strings` is non-empty and producible by the model's own
+  tokenizer (only the tokenizer is loaded);
 - each role's `strategy_name` is a registered backend for that role whose extra is installed
   (`roll_pipeline.config.strategies.strategy_problems`).
 
@@ -14,8 +17,7 @@ values, and `roll` reports every problem in one error.
 
 from __future__ import annotations
 
-import os
-import re
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,12 +26,11 @@ from roll_pipeline.config.schema import AgenticConfig, CustomEnvConfig
 
 __all__ = [
     "check_env_configs",  # env_type registered, env_config valid for that env
-    "check_pretrain",  # builtin:NAME or a local model folder
+    "check_pretrain",  # builtin:NAME, a local model folder, or a cached/fetchable hub id
     "check_resume",  # the checkpoint exists and verifies
+    "check_stop_strings",  # stop strings non-empty and producible by the model's tokenizer
     "preflight_problems",  # every check above on a raw config mapping
 ]
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def check_env_configs(custom_envs: Any) -> list[str]:
@@ -77,7 +78,9 @@ def check_resume(resume_from_checkpoint: Any) -> list[str]:
 
 
 def check_pretrain(pretrain: Any, gguf_file: Any = None) -> list[str]:
-    """A problem unless `pretrain` is a known `builtin:NAME` or a local folder holding a model."""
+    """A problem unless `pretrain` is a known `builtin:NAME`, a local folder holding a model, or a hub id
+    whose snapshot is in the Hugging Face cache (or, unless HF_HUB_OFFLINE=1, that the hub lists)."""
+    from roll_pipeline.models.hub import hub_problem, is_hub_id
     from roll_pipeline.models.recipes import BUILTIN_MODELS
 
     if not isinstance(pretrain, str):
@@ -90,34 +93,106 @@ def check_pretrain(pretrain: Any, gguf_file: Any = None) -> list[str]:
             f"pretrain={pretrain!r}: no builtin model {name!r}; available: "
             f"{', '.join(f'builtin:{n}' for n in sorted(BUILTIN_MODELS))}, or a local model folder"
         ]
+    needed_gguf = gguf_file if isinstance(gguf_file, str) and gguf_file else None
+    if is_hub_id(pretrain):
+        problem = hub_problem(pretrain, needed_gguf)
+        return [problem] if problem else []
     path = Path(pretrain).expanduser()
     if path.is_dir():
-        needed = gguf_file if isinstance(gguf_file, str) and gguf_file else "config.json"
+        needed = needed_gguf or "config.json"
         if (path / needed).is_file():
             return []
         return [
             f"pretrain={pretrain!r}: the folder has no {needed}; point pretrain at a Hugging Face model folder"
         ]
-    fix = "set pretrain to a local model folder (roll loads models from local folders only)"
-    if _HUB_ID.match(pretrain):
-        cached = _hub_cache_folder(pretrain)
-        fix = (
-            f"it is in the Hugging Face cache: set pretrain={cached}"
-            if cached
-            else f"download it first, e.g. `huggingface-cli download {pretrain} --local-dir models/{pretrain}`, "
-            f"then set pretrain=models/{pretrain}"
-        )
-    return [f"pretrain={pretrain!r} is not a folder; {fix}, or use builtin:tiny-frozen-lake"]
+    return [
+        f"pretrain={pretrain!r} is neither a folder nor a Hugging Face hub id (Org/Name); set pretrain to a "
+        "local model folder, a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or builtin:tiny-frozen-lake"
+    ]
 
 
-def _hub_cache_folder(repo_id: str) -> str | None:
-    """The snapshot folder of `repo_id` in the local Hugging Face cache, if its config.json is there."""
+def check_stop_strings(stop_strings: Any, pretrain: Any, gguf_file: Any = None) -> list[str]:
+    """Problems of `actor_infer.generating_args.stop_strings` against the model's own tokenizer.
+
+    An empty string is a problem (it would end every response at once), and so is a string the tokenizer
+    cannot produce: its own encode/decode round trip loses it (characters that encode to unk, or text its
+    normaliser rewrites), so no sampled text could ever contain it. Only the tokenizer is loaded, from the
+    folder the run will load: a built `builtin:` model (built now if it is not yet), a local folder, a hub
+    id's cached snapshot, or the cached conversion of `gguf_file`. A model not on this machine yet (a hub
+    id not cached, a GGUF not converted yet) is not checked here; `check_pretrain` covers a missing one.
+    """
+    if not isinstance(stop_strings, list | tuple):
+        return []  # the schema reports the wrong type
+    where = "actor_infer.generating_args.stop_strings"
+    problems = [
+        f"{where}[{i}] is an empty string, which would end every response before its first token; remove it"
+        for i, text in enumerate(stop_strings)
+        if text == ""
+    ]
+    texts = [text for text in stop_strings if isinstance(text, str) and text]
+    folder = _tokenizer_folder(pretrain, gguf_file) if texts else None
+    if folder is None:
+        return problems
+    from transformers import AutoTokenizer
+
+    model = f"pretrain={pretrain!r}" + (f" (gguf_file={gguf_file!r})" if gguf_file else "")
     try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        return [*problems, f"{where}: the tokenizer of {model} did not load from {folder}: {exc}"]
+    for text in texts:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        back = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        if text not in back:
+            problems.append(
+                f"{where}: {text!r} cannot be produced by the tokenizer of {model}: it encodes to "
+                f"{tokenizer.convert_ids_to_tokens(ids)}, which decode to {back!r}, so no response can contain "
+                "it; remove it or write it in text this model's tokenizer keeps"
+            )
+    return problems
+
+
+def _tokenizer_folder(pretrain: Any, gguf_file: Any) -> Path | None:
+    """The local folder whose tokenizer the run will use, or None when it is not on this machine yet."""
+    from roll_pipeline.models.hub import hub_cache_dir, is_hub_id
+
+    if not isinstance(pretrain, str):
         return None
-    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=os.environ.get("HF_HUB_CACHE"))
-    return str(Path(found).parent) if isinstance(found, str) else None
+    gguf = gguf_file if isinstance(gguf_file, str) and gguf_file else None
+    if pretrain.startswith("builtin:"):
+        from roll_pipeline.models.cache import resolve_pretrain
+
+        try:
+            return Path(resolve_pretrain(pretrain))
+        except ValueError:  # an unknown name: check_pretrain reports it
+            return None
+    if is_hub_id(pretrain):  # only what is cached: preflight downloads nothing
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(pretrain, gguf or "config.json", cache_dir=hub_cache_dir())
+        if not isinstance(found, str):
+            return None
+        return _converted_gguf(Path(found)) if gguf else Path(found).parent
+    folder = Path(pretrain).expanduser()
+    if gguf:
+        source = Path(gguf) if Path(gguf).is_absolute() else folder / gguf
+        return _converted_gguf(source) if source.is_file() else None
+    return folder if (folder / "config.json").is_file() else None
+
+
+def _converted_gguf(source: Path) -> Path | None:
+    """The cached Hugging Face folder `ensure_model_folder` converted `source` into, if it has done so yet
+    (found by the fingerprint each conversion records in its info file; any dtype has the same tokenizer)."""
+    from roll_strategies.gguf import GGUF_INFO_FILE, default_cache_dir, gguf_fingerprint
+
+    fingerprint = gguf_fingerprint(source)
+    for info in sorted(default_cache_dir().glob(f"*/{GGUF_INFO_FILE}")):
+        try:
+            if json.loads(info.read_text()).get("fingerprint") == fingerprint:
+                return info.parent
+        except (OSError, ValueError):  # a folder being written, or not one of ours
+            continue
+    return None
 
 
 def preflight_problems(data: Mapping[str, Any]) -> list[str]:
@@ -131,5 +206,24 @@ def preflight_problems(data: Mapping[str, Any]) -> list[str]:
         *check_env_configs(data.get("custom_envs")),
         *check_resume(data.get("resume_from_checkpoint")),
         *check_pretrain(data.get("pretrain", AgenticConfig.model_fields["pretrain"].default), gguf),
+        *_stop_string_problems(data, gguf),
         *strategy_problems(data),
     ]
+
+
+def _stop_string_problems(data: Mapping[str, Any], train_gguf: Any) -> list[str]:
+    """`check_stop_strings` on the sampling role's stop strings (the schema's default when unset) and model."""
+    from roll_pipeline.config.roles import GeneratingArgs
+
+    infer = data.get("actor_infer")
+    infer = infer if isinstance(infer, Mapping) else {}
+    generating = infer.get("generating_args")
+    generating = generating if isinstance(generating, Mapping) else {}
+    model_args = infer.get("model_args")
+    gguf = model_args.get("gguf_file") if isinstance(model_args, Mapping) else None
+    default = GeneratingArgs.model_fields["stop_strings"].get_default(call_default_factory=True)
+    return check_stop_strings(
+        generating.get("stop_strings", default),
+        data.get("pretrain", AgenticConfig.model_fields["pretrain"].default),
+        gguf or train_gguf,
+    )

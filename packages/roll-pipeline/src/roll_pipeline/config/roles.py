@@ -30,7 +30,7 @@ class ModelArgs(StrictModel):
 class TrainingArgs(StrictModel):
     """Optimiser and batching of a trained role."""
 
-    learning_rate: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     adam_epsilon: float = Field(
         1e-8,
@@ -40,14 +40,14 @@ class TrainingArgs(StrictModel):
     )
     adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
     adam_beta2: float = Field(
-        0.98,
+        0.999,
         ge=0,
         lt=1,
         description="AdamW second-moment decay; lower (e.g. 0.98) bounds the step a sudden gradient spike"
         " causes at (1 - beta1) / sqrt(1 - beta2) learning rates",
     )
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
-    warmup_steps: int = Field(50, ge=0, description="linear learning-rate warm-up, optimiser steps")
+    warmup_steps: int = Field(10, ge=0, description="linear learning-rate warm-up, optimiser steps")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
         "linear", description="learning-rate decay over the run's max_steps pipeline steps (after warm-up)"
     )
@@ -57,9 +57,9 @@ class TrainingArgs(StrictModel):
         le=1,
         description="the decayed learning rate at the last step, as a fraction of learning_rate",
     )
-    per_device_train_batch_size: int = Field(64, ge=1, description="rows per micro-batch")
+    per_device_train_batch_size: int = Field(8, ge=1, description="rows per micro-batch")
     gradient_accumulation_steps: int = Field(
-        3,
+        16,
         ge=1,
         description="micro-batches per optimiser step (mini-batch = this x per_device_train_batch_size rows)",
     )
@@ -69,7 +69,7 @@ class GeneratingArgs(StrictModel):
     """Sampling of the inference role."""
 
     max_new_tokens: int = Field(
-        16, ge=1, description="cap on new tokens (custom_envs.*.max_tokens_per_step rules per turn)"
+        128, ge=1, description="cap on new tokens (custom_envs.*.max_tokens_per_step rules per turn)"
     )
     temperature: float = Field(
         1.0,
@@ -88,7 +88,8 @@ class GeneratingArgs(StrictModel):
     top_k: int = Field(0, ge=0, description="top-k sampling; 0 disables")
     stop_strings: list[str] = Field(
         default_factory=lambda: ["</answer>"],
-        description="a response also ends after any of these (each must be one token); eos always stops",
+        description="a response also ends at the sampled token that completes any of these in its text (any"
+        " length, any number of tokens; that token is kept and trained); eos always stops",
     )
 
     @field_validator("temperature_schedule")
@@ -152,7 +153,7 @@ class WorkerConfig(StrictModel):
         " mapped to them (colocated roles share)",
     )
     infer_batch_size: int = Field(
-        128,
+        32,
         ge=1,
         description="rows per forward pass when computing log-probs or values; for actor_infer, the most"
         " requests generated in one batch",

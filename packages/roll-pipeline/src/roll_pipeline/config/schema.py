@@ -2,9 +2,11 @@
 
 Field names follow the upstream ROLL agentic docs (exp_name, max_steps, adv_estimator, actor_train,
 train_env_manager, custom_envs, ...). Unknown keys are rejected with the list of valid ones, so a typo
-never silently falls back to a default. These models are the single place where defaults live: the
-example YAML files only override them, and `roll train` with no argument runs these defaults (the tiny
-model learning FrozenLake on a CPU).
+never silently falls back to a default. These models are the single place where defaults live, and they are
+set for a pretrained instruct model (docs/config.md#defaults): the env's own instruction, the sampled k3 KL,
+a learning rate of 1e-6, 128-token turns, every sampled token trained. `pretrain` has no default. The
+builtin tiny models' recipe is `config.tiny_recipe` (Hydra config `roll_tiny`), which `roll train` with no
+config file runs (the tiny model learning FrozenLake on a CPU).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "StrictModel",
     "TrainingArgs",
     "WorkerConfig",
+    "default_values",
 ]
 
 AdvEstimatorName = Literal[
@@ -108,7 +111,9 @@ class CustomEnvConfig(StrictModel):
 
     env_type: str = Field("frozen_lake", description="registry id of the env (`roll-envs list`)")
     max_actions_per_traj: int = Field(8, ge=1, description="agent turns per episode")
-    max_tokens_per_step: int = Field(16, ge=1, description="new tokens per turn")
+    max_tokens_per_step: int = Field(
+        128, ge=1, description="new tokens per turn (a short reasoning and the answer)"
+    )
     max_history_turns: int | None = Field(0, ge=0, description="earlier turns kept in the prompt; null = all")
     env_instruction: str | None = Field(
         None,
@@ -136,12 +141,14 @@ def _default_val_envs() -> EnvManagerConfig:
 class AgenticConfig(StrictModel):
     """Everything an agentic RL run needs; see docs/config.md for each field."""
 
-    exp_name: str = Field("frozen_lake_tiny", description="name of the run (its folder under output_dir)")
+    exp_name: str = Field("agentic", description="name of the run (its folder under output_dir)")
     seed: int = Field(42, description="seeds the env seed stream, sampling and mini-batch order")
     output_dir: str = Field("runs", description="run directory = output_dir/exp_name")
-    pretrain: str = Field(
-        "builtin:tiny-frozen-lake-sighted",
-        description="a model folder or hub id for from_pretrained; 'builtin:NAME' builds a tiny model offline",
+    pretrain: str | None = Field(
+        None,
+        description="a local model folder; a Hugging Face hub id (Org/Name), loaded from the Hugging Face cache"
+        " (HF_HUB_CACHE or HF_HOME/hub) and downloaded there first unless HF_HUB_OFFLINE=1; or 'builtin:NAME',"
+        " a tiny model built offline",
     )
     max_steps: int = Field(400, ge=0, description="training steps (one rollout + one actor update each)")
     save_steps: int = Field(80, ge=1, description="checkpoint every this many steps (and at the end)")
@@ -183,6 +190,13 @@ class AgenticConfig(StrictModel):
         ge=1,
         description="steps in a row with nothing to train on (each logged with its reason) before the run"
         " stops with an error",
+    )
+    max_consecutive_nonfinite_steps: int = Field(
+        5,
+        ge=1,
+        description="optimiser steps in a row (actor or critic) skipped for a NaN/inf loss or gradient norm"
+        " (each counted in actor/nonfinite_steps, critic/nonfinite_steps) before the run stops with an error"
+        " naming the step and the first non-finite quantity",
     )
     adv_estimator: AdvEstimatorName = Field("gigpo", description="advantage estimator (docs/algos)")
     ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
@@ -239,14 +253,16 @@ class AgenticConfig(StrictModel):
         10000, ge=1, description="adaptive KL controller horizon, in trajectories (needs target_kl)"
     )
     kl_penalty: Literal["kl", "abs", "mse", "k3", "full", "full_forward"] = Field(
-        "full_forward",
-        description="per-token KL estimator of the reward penalty, the loss term and the measured KL; full is"
-        " the exact KL(actor || reference) over the vocabulary (memory: response tokens x vocabulary floats),"
+        "k3",
+        description="per-token KL estimator of the reward penalty, the loss term and the measured KL; k3, kl, abs"
+        " and mse read the sampled tokens' log-probs; full is the exact KL(actor || reference) over the vocabulary,"
         " full_forward the exact KL(reference || actor): it pulls back a token the actor has given up in"
-        " proportion to the reference's probability of it (keeps exploring; docs/training.md)",
+        " proportion to the reference's probability of it (keeps exploring). The exact ones run in the trainer"
+        " against a frozen reference copy there (one more model in its memory, activations O(chunk x"
+        " vocabulary); docs/training.md)",
     )
     use_kl_loss: bool = Field(True, description="add kl_loss_coef * KL(actor || reference) to the loss")
-    kl_loss_coef: float = Field(1.0, ge=0, description="weight of the KL loss term")
+    kl_loss_coef: float = Field(0.01, ge=0, description="weight of the KL loss term")
     entropy_loss_coef: float = Field(
         0.0,
         ge=0,
@@ -265,7 +281,7 @@ class AgenticConfig(StrictModel):
         " steady sign (failing episodes have more turns) AdamW turns into a drift of every unsampled token",
     )
     skip_confident_tokens: float | None = Field(
-        0.99,
+        None,
         gt=0,
         le=1,
         description="leave out of the policy-gradient term the response tokens the old policy drew with"
@@ -315,8 +331,7 @@ class AgenticConfig(StrictModel):
         default_factory=_default_val_envs, description="validation envs (greedy)"
     )
     custom_envs: dict[str, CustomEnvConfig] = Field(
-        # "": the observation alone, as the builtin models are warmed up (models.recipes.NO_INSTRUCTION)
-        default_factory=lambda: {"FrozenLake": CustomEnvConfig(env_instruction="")},
+        default_factory=lambda: {"FrozenLake": CustomEnvConfig()},
         description="env tags and their env types and limits",
     )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="where workers run")
@@ -377,6 +392,12 @@ class AgenticConfig(StrictModel):
                 " groups); a batch larger than num_env_groups*group_size is fine: groups play several seeds a step"
             )
         problems = config_problems(self)
+        if self.pretrain is None:
+            problems.insert(
+                0,
+                "pretrain is not set: name a model folder, a hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or"
+                " builtin:NAME; `roll train` with no config file runs the builtin tiny model's recipe (roll_tiny)",
+            )
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -398,3 +419,12 @@ class AgenticConfig(StrictModel):
     def val_rollout_batch_size(self) -> int:
         """Episodes per validation."""
         return self.val_batch_size or self.val_env_manager.num_trajectories
+
+
+def default_values() -> dict[str, Any]:
+    """`AgenticConfig`'s defaults as a plain dict (`pretrain` unset; derived values such as
+    `num_groups_partition` left for the validators to fill in): the base a partial config is merged into."""
+    node = AgenticConfig.model_construct().model_dump(mode="json")
+    for manager in ("train_env_manager", "val_env_manager"):
+        node[manager]["num_groups_partition"] = None
+    return node

@@ -1,5 +1,6 @@
-"""Resolve `pretrain`: a model folder, a hub id, or `builtin:NAME`, built on first use from its recipe
-(`recipes.BUILTIN_MODELS`) into the cache (`$ROLL_CACHE_DIR`, default `~/.cache/roll`)."""
+"""Resolve `pretrain`: a model folder; a Hugging Face hub id, to its snapshot folder in the Hugging Face
+cache (`hub.hub_snapshot`: downloaded unless `HF_HUB_OFFLINE=1`); or `builtin:NAME`, built on first use from
+its recipe (`recipes.BUILTIN_MODELS`) into roll's cache (`$ROLL_CACHE_DIR`, default `~/.cache/roll`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+from roll_pipeline.models.hub import hub_snapshot, is_hub_id
 from roll_pipeline.models.recipes import BUILTIN_MODELS, TinyModelSpec
 from roll_pipeline.models.warmup import format_warmup_examples, perception_warmup_examples, vocabulary_corpus
 
@@ -16,8 +18,18 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ROLL_CACHE_DIR", Path.home() / ".cache" / "roll"))
 
 
-def resolve_pretrain(pretrain: str, seed: int = 0) -> Path | str:
-    """A path (or hub id) that `from_pretrained` loads; builds `builtin:` models on first use."""
+def resolve_pretrain(pretrain: str, seed: int = 0, *, gguf_file: str | None = None) -> Path | str:
+    """The local folder every role loads: `pretrain` itself, a hub id's snapshot, or a built `builtin:` model.
+
+    Args:
+        pretrain: a model folder, `Org/Name` on the Hugging Face hub, or `builtin:NAME`.
+        seed: unused (a builtin model's seed is part of its recipe); kept for callers.
+        gguf_file: the GGUF file a hub id's repo will be loaded from: only it is downloaded.
+    Raises:
+        HubModelError: a hub id neither cached nor downloadable; the message names `hf download ID`.
+    """
+    if is_hub_id(pretrain):
+        return hub_snapshot(pretrain, gguf_file=gguf_file)
     if not pretrain.startswith("builtin:"):
         return pretrain
     name = pretrain.removeprefix("builtin:")

@@ -15,6 +15,10 @@ warm-up prompts asks what lies next to P on a board and is answered with the fou
 which move is good; RL alone still has to learn that holes and edges matter and where the goal is.
 `builtin:tiny-sokoban` warms up on Sokoban rooms instead, `builtin:tiny-agentic` on episodes of both
 envs in turn (for runs with a FrozenLake and a Sokoban tag); the tokenizer is the same for all.
+`builtin:tiny-four-choice`, the model of the learning test (tests/test_learning.py), warms up in seconds on the
+one-turn `four_choice` env: lights answered with a uniformly random letter whatever the colour (so it starts at
+chance), and lights asked `which colour` answered `<answer>COLOUR</answer>` (it reads the light, as any
+pretrained LLM does); which letter each colour wants is left to RL.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ class TinyModelSpec:
     num_heads: int = 4
     num_kv_heads: int = 2
     perception_examples: int = 0
-    """Warm-up examples that ask what lies next to P on a FrozenLake board (`perception_warmup_examples`)."""
+    """Warm-up examples that ask about the first warm-up env's observations (`perception_warmup_examples`): what
+    lies next to P on a FrozenLake board, which colour a four_choice light shows."""
     revision: int = 3
     """Part of the cache folder's name: a spec whose build changes gets a new revision (old folders stay valid)."""
 
@@ -100,5 +105,15 @@ BUILTIN_MODELS: dict[str, TinyModelSpec] = {
     # FrozenLake and Sokoban in one run (tags), warmed up on both, episodes interleaved
     "tiny-agentic": TinyModelSpec(
         envs=(FROZEN_LAKE_WARMUP, SOKOBAN_WARMUP), **BOARD_READING_HEADS, revision=4
+    ),
+    # four distinct prompts, short answers: 200 steps learn the format and the colours (about 10 s). Built on the
+    # format alone, the model was still at chance (0.23 greedy) after 40 RL steps at lr 1e-3, and at 3e-3 it
+    # lost the format.
+    "tiny-four-choice": TinyModelSpec(
+        envs=(WarmupEnv("four_choice", instruction=NO_INSTRUCTION),),
+        warmup_steps=200,
+        warmup_examples=2000,
+        perception_examples=2000,
+        revision=1,
     ),
 }

@@ -1,29 +1,47 @@
 """The supervised warm-up data of the builtin models: env observations answered in the env's format, and
-(for the sighted FrozenLake model) boards answered with the cells next to P."""
+(for the sighted FrozenLake model) boards answered with the cells next to P, (for the four_choice model)
+lights answered with their colour."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
+from roll_envs.four_choice import FourChoiceEnv
 from roll_envs.frozen_lake import frozen_lake_neighbours
 
 from roll_pipeline.models.recipes import TinyModelSpec
 
 __all__ = [
+    "COLOUR_QUESTION",
     "NEIGHBOUR_QUESTION",
+    "PERCEPTION_QUESTIONS",
+    "VOCABULARY_EXCLUDED_ENVS",
+    "WarmupExamples",
     "format_warmup_examples",
+    "four_choice_perception_examples",
     "frozen_lake_neighbours",
+    "frozen_lake_perception_examples",
     "perception_warmup_examples",
     "vocabulary_corpus",
 ]
 
 
+VOCABULARY_EXCLUDED_ENVS = frozenset({"four_choice"})
+"""Registered envs whose text stays out of `vocabulary_corpus`: added after the tiny models were built and
+measured, their new words would change every model's tokenizer, hence its weights, while the cache keeps a
+build by revision. A model warmed up on such an env still gets its words, from its warm-up examples."""
+
+
 def vocabulary_corpus() -> list[str]:
-    """Instructions and sample observations of every registered env that builds with defaults."""
+    """Instructions and sample observations of every registered env that builds with defaults (except
+    `VOCABULARY_EXCLUDED_ENVS`)."""
     import roll_envs
 
     texts: list[str] = []
     for env_id in roll_envs.list_envs():
+        if env_id in VOCABULARY_EXCLUDED_ENVS:
+            continue
         try:
             env = roll_envs.make(env_id)
             texts.append(env.instruction)
@@ -76,23 +94,45 @@ def format_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str, str
 NEIGHBOUR_QUESTION = "next to P"
 """Appended to a board in a perception warm-up prompt (after it, so the board's tokens read as in an RL prompt)."""
 
+COLOUR_QUESTION = "which colour"
+"""Appended to a four_choice observation in a perception warm-up prompt, answered with `<answer>COLOUR</answer>`."""
 
-def perception_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str, str]], str]]:
-    """(chat messages, response) pairs that teach the model to *see*, not to act: a FrozenLake board from random
-    play, then `NEIGHBOUR_QUESTION`, answered with the four cells around P (`frozen_lake_neighbours`).
+WarmupExamples = list[tuple[list[dict[str, str]], str]]
+"""(chat messages, response) pairs of a warm-up."""
 
-    A pretrained LLM can say what is below a character in a grid before any RL; a model built from scratch
-    cannot, and RL alone did not teach it within the CPU budget (docs/tiny_model_findings.md). The
-    answers name cells, never a move: which move is good is still left to RL. Boards come from seeds below the
-    validation range, played by uniformly random moves, on a random stream of their own.
+
+def perception_warmup_examples(spec: TinyModelSpec) -> WarmupExamples:
+    """`spec.perception_examples` (chat messages, response) pairs that teach the model to *see*, not to act:
+    questions about the observations of the spec's first warm-up env, answered from the env's state
+    (`PERCEPTION_QUESTIONS`: the cells next to P on a FrozenLake board, the colour of a four_choice light).
+
+    A pretrained LLM can say what is below a character in a grid, or which colour a sentence names, before
+    any RL; a model built from scratch cannot, and RL alone did not teach it within the CPU budget
+    (docs/tiny_model_findings.md). The answers never name an action: which action is good is left to RL.
+
+    Raises:
+        ValueError: `perception_examples` is set for an env that has no perception questions.
     """
-    import roll_envs
-
     if not spec.perception_examples:
         return []
+    env_type = spec.envs[0].env_type
+    if env_type not in PERCEPTION_QUESTIONS:
+        raise ValueError(
+            f"perception_examples={spec.perception_examples} for a model warmed up on {env_type!r}, which has no"
+            f" perception questions; envs with some: {sorted(PERCEPTION_QUESTIONS)} (or set perception_examples=0)"
+        )
+    return PERCEPTION_QUESTIONS[env_type](spec)
+
+
+def frozen_lake_perception_examples(spec: TinyModelSpec) -> WarmupExamples:
+    """A FrozenLake board from random play, then `NEIGHBOUR_QUESTION`, answered with the four cells around P
+    (`frozen_lake_neighbours`). Boards come from seeds below the validation range, played by uniformly random
+    moves, on a random stream of their own."""
+    import roll_envs
+
     rng = random.Random(spec.seed + 1)
     env = roll_envs.make("frozen_lake")
-    examples: list[tuple[list[dict[str, str]], str]] = []
+    examples: WarmupExamples = []
     while len(examples) < spec.perception_examples:
         obs, _ = env.reset(seed=rng.randrange(0, 10**8))
         for _ in range(rng.randint(1, 4)):
@@ -105,3 +145,32 @@ def perception_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str,
                 break
     env.close()
     return examples[: spec.perception_examples]
+
+
+def four_choice_perception_examples(spec: TinyModelSpec) -> WarmupExamples:
+    """A four_choice observation, then `COLOUR_QUESTION`, answered with the colour's name inside answer tags:
+    the position after `<answer>`, where RL's letter is drawn, learns to read the light. Never a letter: the key
+    from colours to letters is left to RL. Seeds below the validation range, on a random stream of their own.
+
+    Measured with 16 groups of 8 a step on 6 seeds: answered with the bare colour, 2 runs in 6 still confused
+    two colours at step 40 in each of three settings (no KL, k3 at 0.05 and 0.2; greedy 0.7-0.81, red and
+    yellow with nearly the same letter probabilities); answered in tags, examples/tiny-cpu-agentic/
+    agent_four_choice.yaml reached 1.0 on 10 seeds of 10.
+    """
+    rng = random.Random(spec.seed + 1)
+    env = FourChoiceEnv(render_mode=None)
+    examples: WarmupExamples = []
+    for _ in range(spec.perception_examples):
+        obs, _ = env.reset(seed=rng.randrange(0, 10**8))
+        examples.append(
+            ([{"role": "user", "content": f"{obs}\n{COLOUR_QUESTION}"}], f"<answer>{env.colour}</answer>")
+        )
+    env.close()
+    return examples
+
+
+PERCEPTION_QUESTIONS: dict[str, Callable[[TinyModelSpec], WarmupExamples]] = {
+    "frozen_lake": frozen_lake_perception_examples,
+    "four_choice": four_choice_perception_examples,
+}
+"""The perception warm-up of each env type that has one, by registry id."""

@@ -12,21 +12,6 @@ from typing import Any
 from roll_rollout import BatchingPolicy, GenerateRequest, GenerateResult
 
 
-def stop_token_ids(tokenizer: Any, stop_strings: Sequence[str]) -> tuple[int, ...]:
-    """eos plus the single-token id of each stop string (why single: the stop check is per sampled id)."""
-    ids = [int(tokenizer.eos_token_id)]
-    for text in stop_strings:
-        encoded = tokenizer.encode(text, add_special_tokens=False)
-        if len(encoded) != 1:
-            raise ValueError(
-                f"Expected each of actor_infer.generating_args.stop_strings to be one token of the model's "
-                f"tokenizer, got {text!r} -> {len(encoded)} tokens {encoded}; drop it or pick a string that is "
-                "a single token (e.g. an added tag such as '</answer>')."
-            )
-        ids.append(encoded[0])
-    return tuple(dict.fromkeys(ids))
-
-
 class PolicyServer:
     """Serves `generate` requests from env managers with batched calls of an inference strategy."""
 
@@ -45,6 +30,9 @@ class PolicyServer:
     ) -> None:
         from roll_strategies import ActorInferWorker
 
+        # Stop strings of any length end a response at the sampled token completing them (the strategy matches
+        # them in the decoded text); eos always stops. Checked before the model loads.
+        self.stop_strings = _checked_stop_strings(stop_strings)
         self.worker = ActorInferWorker(
             model_path,
             device=device,
@@ -54,7 +42,6 @@ class PolicyServer:
             strategy_name=strategy_name,
             strategy_config=strategy_config,
         )
-        self.stop_token_ids = stop_token_ids(self.worker.strategy.tokenizer, stop_strings)
         self.policy = BatchingPolicy(self._generate_batch, max_batch_size=max_batch_size)
         self.version = 0
 
@@ -68,7 +55,7 @@ class PolicyServer:
             top_p=s.top_p,
             top_k=s.top_k,
             greedy=s.greedy,
-            stop_token_ids=self.stop_token_ids,
+            stop_strings=self.stop_strings,
         )
         # Each request's own sample key: its tokens do not depend on what else is in this batch.
         outputs = self.worker.generate(
@@ -126,3 +113,13 @@ class PolicyServer:
         if reset:
             self.policy.batch_sizes.clear()
         return sizes
+
+
+def _checked_stop_strings(stop_strings: Sequence[str]) -> tuple[str, ...]:
+    """The stop strings as a tuple; an empty one (it would end every response at once) is refused."""
+    if isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings):
+        raise ValueError(
+            f"Expected actor_infer.generating_args.stop_strings to be a list of non-empty strings, got "
+            f"{stop_strings!r}; remove the empty entries (eos always ends a response)."
+        )
+    return tuple(stop_strings)

@@ -134,7 +134,10 @@ def config_model(config: AgenticConfig) -> Path | str:
     from roll_pipeline.runtime.placement import model_folder
 
     return model_folder(
-        resolve_pretrain(config.pretrain, seed=config.seed), {"actor_infer": config.actor_infer}
+        resolve_pretrain(
+            config.pretrain, seed=config.seed, gguf_file=config.actor_infer.model_args.gguf_file
+        ),
+        {"actor_infer": config.actor_infer},
     )
 
 

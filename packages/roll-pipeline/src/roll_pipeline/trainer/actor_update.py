@@ -3,7 +3,8 @@
 Micro-batches are fixed rows, dynamically batched or packed (`micro_batches.py`, per the actor_train
 config); the epochs loop is the one the critic runs too (`epochs.train_epochs`). The loss is the run's
 `ActorLoss` template (`settings.actor_loss_template`) with the KL coefficient the controller holds now
-(`loss_fn`). The off-policy corrections and the KL are prepared in `experience.py`.
+(`loss_fn`). The off-policy corrections and the KL are prepared in `experience.py`; the exact KL of the loss
+(`FULL_KL_KINDS`) is computed by the train worker against the frozen reference it holds (`with_full_kl`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from roll_algos import ActorLoss
+from roll_algos import FULL_KL_KINDS, ActorLoss
 
 from roll_pipeline.runtime.cluster import Cluster
 from roll_pipeline.trainer.epochs import UpdateSchedule, train_epochs
@@ -26,8 +27,9 @@ class ActorUpdater:
     """Runs the actor update of a step on the train worker.
 
     `loss`: the actor loss of the run, its `kl_loss_coef` set each step; `use_kl_loss`: whether the loss has
-    a KL term (the reference's log-probs then travel with the micro-batches, and its coefficient is the
-    controller's `loss_coef`; else 0)."""
+    a KL term (the reference's log-probs then travel with the micro-batches, or, for the exact estimators,
+    the train worker computes the KL with its reference; its coefficient is the controller's `loss_coef`;
+    else 0)."""
 
     def __init__(
         self,
@@ -57,14 +59,12 @@ class ActorUpdater:
             "old_log_probs": exp.old_log_probs,
             "advantages": exp.advantages,
         }
-        full = {}
         if self.use_kl_loss and exp.ref_log_probs is not None:
             fields["ref_log_probs"] = exp.ref_log_probs
-            if exp.ref_full_log_probs is not None:
-                full["ref_full_log_probs"] = exp.ref_full_log_probs
         if self.loss.tis_cap is not None:
             fields["rollout_log_probs"] = s.infer_log_probs
         loss_fn = self.loss_fn()
+        with_full_kl = loss_fn.kl_loss_coef > 0 and loss_fn.kl_penalty in FULL_KL_KINDS
         metrics, timings["time/step_train"] = await train_epochs(
             self.cluster,
             self.actor_train,
@@ -75,8 +75,8 @@ class ActorUpdater:
             step,
             agg_mode=loss_fn.agg_mode,
             prefix="actor",
-            full=full,
             with_entropy=True,
+            with_full_kl=with_full_kl,
         )
         metrics["actor/sequence_packing"] = float(self.layout.mode == "packed")
         return metrics

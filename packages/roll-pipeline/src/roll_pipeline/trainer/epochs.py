@@ -5,23 +5,40 @@ steps' metrics merged into one value per key and the padding counts of the micro
 
 The mini-batch order is drawn from a generator seeded with `seed * salt + step` (`UpdateSchedule`: each role
 its own salt), and the learning rate decays over the run with the role's `lr_scheduler_type`.
+
+A train step with a NaN/inf loss or gradient norm is skipped by the worker, which counts it
+(`nonfinite_steps`, cumulative, and `nonfinite_in_a_row`, both kept in its checkpoint); its metrics are merged
+as they are (a NaN loss makes the step's mean loss NaN). `check_nonfinite` stops the run with
+`NonFiniteStepsError` once `max_consecutive_nonfinite_steps` optimiser steps in a row were skipped.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from roll_strategies import lr_decay_factor
+from roll_strategies import LAST_VALUE_METRICS, lr_decay_factor
 
 from roll_pipeline.observe.metrics import mean
 from roll_pipeline.runtime.cluster import Cluster
 from roll_pipeline.trainer.micro_batches import PaddingStats, TrainLayout, build_micro_batches, mini_batches
 
-__all__ = ["UpdateSchedule", "merge_metrics", "train_epochs"]
+__all__ = [
+    "NonFiniteStepsError",
+    "UpdateSchedule",
+    "check_nonfinite",
+    "first_nonfinite",
+    "merge_metrics",
+    "train_epochs",
+]
+
+
+class NonFiniteStepsError(RuntimeError):
+    """Too many optimiser steps in a row were skipped for a NaN/inf loss or gradient norm."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +51,7 @@ class UpdateSchedule:
     max_steps: int  # training steps of the run, the horizon of the learning-rate decay
     lr_scheduler_type: str  # the role's learning-rate decay over the run: constant, linear or cosine
     min_lr_ratio: float  # the role's final learning rate as a fraction of the initial one
+    max_consecutive_nonfinite_steps: int = 5  # skipped non-finite steps in a row before the run stops
 
     def generator(self, step: int) -> torch.Generator:
         """The generator of step `step`'s mini-batch order."""
@@ -45,10 +63,41 @@ class UpdateSchedule:
 
 
 def merge_metrics(collected: Sequence[dict[str, float]], prefix: str) -> dict[str, float]:
-    """The mean of each key of the last train step over the train steps that report it, a bare key (`loss`,
-    `grad_norm`, `lr`) named `{prefix}/{key}`."""
-    merged = {k: mean([m[k] for m in collected if k in m]) for k in collected[-1]}
+    """The mean of each key of the last train step over the train steps that report it (the last value for a
+    running count or state, `LAST_VALUE_METRICS`), a bare key (`loss`, `grad_norm`, `lr`) named
+    `{prefix}/{key}`. A NaN stays NaN."""
+    merged = {
+        k: collected[-1][k] if k in LAST_VALUE_METRICS else mean([m[k] for m in collected if k in m])
+        for k in collected[-1]
+    }
     return {(k if "/" in k else f"{prefix}/{k}"): v for k, v in merged.items()}
+
+
+def first_nonfinite(metrics: Mapping[str, float]) -> str:
+    """The first non-finite quantity of a train step's metrics as `name=value`: the loss, then the terms the loss
+    function reported, then the gradient norm (with the others that are non-finite too); "" when none is."""
+    terms = [k for k in metrics if k not in ("loss", "grad_norm", "lr") and k not in LAST_VALUE_METRICS]
+    bad = [k for k in ("loss", *terms, "grad_norm") if k in metrics and not math.isfinite(metrics[k])]
+    if not bad:
+        return ""
+    also = f" (non-finite too: {', '.join(bad[1:])})" if len(bad) > 1 else ""
+    return f"{bad[0]}={metrics[bad[0]]}{also}"
+
+
+def check_nonfinite(metrics: Mapping[str, float], limit: int, *, prefix: str, step: int, update: int) -> None:
+    """Raise `NonFiniteStepsError` when the train step that returned `metrics` made `limit` skipped non-finite
+    optimiser steps in a row (the worker's `nonfinite_in_a_row`, which spans pipeline steps and resumes).
+    `step` is the pipeline step as the metrics number it (from 1), `update` the optimiser step's index in it."""
+    in_a_row = int(metrics.get("nonfinite_in_a_row", 0.0))
+    if in_a_row < limit:
+        return
+    raise NonFiniteStepsError(
+        f"{prefix}: {in_a_row} optimiser steps in a row were skipped for a non-finite loss or gradient norm "
+        f"(limit max_consecutive_nonfinite_steps={limit}); the last one, optimiser step {update} of step {step}, "
+        f"had {first_nonfinite(metrics) or 'no non-finite metric (a non-finite gradient norm)'}. Nothing was "
+        "trained on them. Look for NaN/inf in the step's data (rewards, advantages, log-probs) or a too high "
+        "learning rate; resume from the last checkpoint once fixed."
+    )
 
 
 async def train_epochs(
@@ -62,14 +111,13 @@ async def train_epochs(
     *,
     agg_mode: str,
     prefix: str,
-    full: dict[str, torch.Tensor] | None = None,
     **step_kwargs: Any,
 ) -> tuple[dict[str, float], float]:
     """Update `worker` on the rows of `fields` at step `step` (see the module docstring); returns its metrics
     (`merge_metrics` and `PaddingStats.metrics` under `prefix`) and the seconds of the loop.
 
-    `agg_mode` weights the micro-batches (`build_micro_batches`); `full` holds [M, V] tensors over the
-    response positions; `step_kwargs` go to every `train_step` (e.g. `with_entropy`)."""
+    `agg_mode` weights the micro-batches (`build_micro_batches`); `step_kwargs` go to every `train_step`
+    (e.g. `with_entropy`). Raises `NonFiniteStepsError` after too many non-finite steps (`check_nonfinite`)."""
     lr_scale = schedule.lr_scale(step)
     generator = schedule.generator(step)
     collected: list[dict[str, float]] = []
@@ -79,10 +127,17 @@ async def train_epochs(
     for _ in range(schedule.ppo_epochs):
         order = torch.randperm(rows, generator=generator)
         for idx in mini_batches(order, layout.rows_per_mini_batch):
-            mbs, mb_stats = build_micro_batches(fields, idx, layout, agg_mode, full)
+            mbs, mb_stats = build_micro_batches(fields, idx, layout, agg_mode)
             t = time.perf_counter()
             collected.append(
                 await cluster.call(worker, "train_step", mbs, loss_fn, **step_kwargs, lr_scale=lr_scale)
+            )
+            check_nonfinite(
+                collected[-1],
+                schedule.max_consecutive_nonfinite_steps,
+                prefix=prefix,
+                step=step + 1,
+                update=len(collected),
             )
             mb_stats.seconds = time.perf_counter() - t
             stats.add(mb_stats)

@@ -8,7 +8,9 @@ Off-policy data (async_generation_ratio > 0) is corrected in one of two ways, ch
 
 The KL to the reference (estimator `kl_penalty`) is measured on every step that has a reference; with
 `init_kl_coef > 0` it is folded into the rewards (`kl_control.kl_reward_penalty`) before the estimator
-runs. Values come from the critic (gae), computed on the training rows like the log-probs. What the phase
+runs. The sampled estimators read the reference worker's log-probs; the exact ones (`FULL_KL_KINDS`) are
+computed in the train worker, which holds a frozen copy of the reference, chunk by chunk of positions:
+only [R, T] tensors (the per-token KL and the reference's log-probs) come back. Values come from the critic (gae), computed on the training rows like the log-probs. What the phase
 reads of the run's config is its `ExperienceSettings` (`settings.experience_settings`).
 """
 
@@ -20,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from roll_algos import FULL_KL_KINDS, AdvantageConfig, compute_advantages, log_probs_at, masked_mean, token_kl
+from roll_algos import FULL_KL_KINDS, AdvantageConfig, compute_advantages, masked_mean, token_kl
 from roll_rollout import Trajectory
 
 from roll_pipeline.runtime.cluster import Cluster
@@ -28,9 +30,6 @@ from roll_pipeline.trainer.kl_control import KLControl, kl_reward_penalty
 from roll_pipeline.trainer.samples import Samples, SampleShape, build_samples
 
 __all__ = ["Experience", "ExperienceMaker", "ExperienceSettings", "explained_variance"]
-
-FULL_KL_MAX_ELEMENTS = 1 << 28
-"""Largest response tokens x vocabulary the exact `full` KL may hold in memory (1 GiB of float32)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ class ExperienceSettings:
     adv_estimator: str  # the advantage estimator (roll_algos `compute_advantages`)
     advantage: AdvantageConfig  # the estimator's discount, lambda, normalisation, whitening and clips
     kl_penalty: str  # the KL estimator against the reference (`token_kl`; a `FULL_KL_KINDS` one is exact)
-    actor_batch_size: int  # rows per forward of the train worker's log-prob passes
+    actor_batch_size: int  # rows per forward of the train worker's log-prob and exact-KL passes
     reference_batch_size: int  # rows per forward of the reference's log-prob passes
     critic_batch_size: int  # rows per forward of the critic's value pass
 
@@ -54,7 +53,6 @@ class Experience:
     samples: Samples
     old_log_probs: torch.Tensor
     ref_log_probs: torch.Tensor | None
-    ref_full_log_probs: torch.Tensor | None  # [M, V] at the response positions, kl_penalty=full only
     values: torch.Tensor | None
     advantages: torch.Tensor
     returns: torch.Tensor
@@ -70,7 +68,11 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 
 
 class ExperienceMaker:
-    """Builds a step's `Experience` with the train, reference and critic workers."""
+    """Builds a step's `Experience` with the train, reference and critic workers.
+
+    `reference` is the worker holding the reference model, None without a KL: a `ReferenceWorker` for the
+    sampled estimators (`compute_log_probs`), or, for the exact `FULL_KL_KINDS`, the train worker itself,
+    built with a frozen copy of the reference (`compute_reference_kl`)."""
 
     def __init__(
         self,
@@ -105,10 +107,10 @@ class ExperienceMaker:
         else:  # the sampler's own log-probs (see the module docstring)
             old_lp = samples.infer_log_probs
         timings["time/step_old_log_probs"] = time.perf_counter() - t
-        ref_lp = ref_full = kl_tokens = None
+        ref_lp = kl_tokens = None
         if self.reference is not None:
             t = time.perf_counter()
-            ref_lp, ref_full, kl_tokens = await self._reference(samples, old_lp)
+            ref_lp, kl_tokens = await self._reference(samples, old_lp)
             timings["time/step_ref_log_probs"] = time.perf_counter() - t
         values = None
         if self.critic is not None:
@@ -132,34 +134,21 @@ class ExperienceMaker:
         advantages, returns = samples.to_train(adv.advantages), samples.to_train(adv.returns)
         timings["time/step_adv"] = time.perf_counter() - t
         metrics.update(_advantage_metrics(advantages, returns, values, mask))
-        exp = Experience(samples, old_lp, ref_lp, ref_full, values, advantages, returns, kl_mean, len(trajs))
+        exp = Experience(samples, old_lp, ref_lp, values, advantages, returns, kl_mean, len(trajs))
         return exp, metrics
 
-    async def _reference(
-        self, samples: Samples, old_lp: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """Reference log-probs, (kl_penalty=full) the reference's full log-softmax, and the per-token KL."""
+    async def _reference(self, samples: Samples, old_lp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reference log-probs and the per-token KL (the exact kinds: from the train worker's own pass)."""
         cfg, tensors, mask = self.settings, samples.tensors(), samples.response_mask
         if cfg.kl_penalty not in FULL_KL_KINDS:
             ref_lp = await self.cluster.call(
                 self.reference, "compute_log_probs", tensors, cfg.reference_batch_size
             )
-            return ref_lp, None, token_kl(old_lp, ref_lp, mask, cfg.kl_penalty)
-        ref_full = await self.cluster.call(
-            self.reference, "compute_full_log_probs", tensors, cfg.reference_batch_size
-        )
-        if ref_full.numel() > FULL_KL_MAX_ELEMENTS:
-            raise ValueError(
-                f"kl_penalty=full needs {int(mask.sum())} response tokens x {ref_full.shape[1]} vocabulary entries"
-                f" = {ref_full.numel():,} floats, more than {FULL_KL_MAX_ELEMENTS:,}; use kl_penalty=k3 (unbiased,"
-                " per sampled token) or a smaller rollout batch"
-            )
-        ref_lp = log_probs_at(ref_full, tensors["input_ids"], mask)  # no second reference pass
-        old_full = await self.cluster.call(
-            self.actor_train, "compute_full_log_probs", tensors, cfg.actor_batch_size
-        )
-        kl = token_kl(old_lp, ref_lp, mask, cfg.kl_penalty, full=old_full, ref_full=ref_full)
-        return ref_lp, ref_full, kl
+            return ref_lp, token_kl(old_lp, ref_lp, mask, cfg.kl_penalty)
+        # The current weights are the old policy: the worker compares them with its frozen reference.
+        exact = await self.cluster.call(self.reference, "compute_reference_kl", tensors, cfg.actor_batch_size)
+        kl = exact.kl if cfg.kl_penalty == "full" else exact.kl_forward
+        return exact.ref_log_probs, token_kl(old_lp, exact.ref_log_probs, mask, cfg.kl_penalty, exact=kl)
 
 
 def _advantage_metrics(

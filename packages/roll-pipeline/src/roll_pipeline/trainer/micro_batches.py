@@ -168,25 +168,14 @@ def _slots(lengths: list[int], layout: TrainLayout, capacity: int) -> int:
     return len(lengths) * width
 
 
-def _full_rows(full: torch.Tensor, response_mask: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """The rows of a [M, V] tensor over the response positions (row-major) that belong to `rows`, in order."""
-    counts = response_mask.sum(dim=1)
-    starts = torch.cumsum(counts, 0) - counts
-    return torch.cat([full[int(starts[r]) : int(starts[r] + counts[r])] for r in rows.tolist()])
-
-
 def build_micro_batches(
     fields: dict[str, torch.Tensor],
     rows: torch.Tensor,
     layout: TrainLayout,
     agg_mode: str,
-    full: dict[str, torch.Tensor] | None = None,
 ) -> tuple[list[dict[str, torch.Tensor]], PaddingStats]:
     """The micro-batches of one mini-batch (`rows`: indices into the row tensors of `fields`), each trimmed to
-    its width, with its `loss_scale` and (packed) `pack_capacity`; and their padding counts.
-
-    `full` holds [M, V] tensors over all M response positions (row-major), e.g. the reference's full
-    log-softmax; each micro-batch gets the part of its rows."""
+    its width, with its `loss_scale` and (packed) `pack_capacity`; and their padding counts."""
     lengths = fields["attention_mask"][rows].sum(dim=1).tolist()
     plan = plan_micro_batches(lengths, layout, DATA_PARALLEL_SIZE)[0]
     capacity = pack_capacity(lengths, layout)
@@ -207,8 +196,6 @@ def build_micro_batches(
         mb["loss_scale"] = torch.tensor(float(units[members].sum()) / total)
         if layout.mode == "packed":
             mb["pack_capacity"] = torch.tensor(capacity)
-        for key, value in (full or {}).items():
-            mb[key] = _full_rows(value, fields["response_mask"], sub)
         stats.padded_tokens += _slots(sub_lengths, layout, capacity)
         out.append(mb)
     return out, stats

@@ -74,6 +74,7 @@ def update_schedule(config: AgenticConfig, role: Literal["actor_train", "critic"
         max_steps=config.max_steps,
         lr_scheduler_type=targs.lr_scheduler_type,
         min_lr_ratio=targs.min_lr_ratio,
+        max_consecutive_nonfinite_steps=config.max_consecutive_nonfinite_steps,
     )
 
 

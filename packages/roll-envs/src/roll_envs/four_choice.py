@@ -1,0 +1,130 @@
+"""FourChoice: a one-turn contextual bandit, the smallest task on which an agent must learn from reward.
+
+Each episode a light shows one of four colours; each colour has one right answer among A, B, C and D,
+always the same (`ANSWER_KEY`), which the instruction does not tell. A right answer scores 1, a wrong
+one 0, and either ends the episode; an answer that is not one of the four letters is an invalid action.
+A policy that ignores the colour is right a quarter of the time, one that has learnt the key always:
+the pipeline's learning test (tests/test_learning.py) trains the builtin tiny model from one to the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from roll_envs.base import ActionOutcome, BaseEnv
+from roll_envs.baseline_types import HELD_OUT_SEED_START, EnvBaselines
+from roll_envs.config import EnvConfig
+from roll_envs.errors import EnvConfigError
+
+COLOURS = ("red", "green", "blue", "yellow")
+"""What the light shows, in the order a seed draws them from."""
+
+ANSWERS = ("A", "B", "C", "D")
+"""The action vocabulary."""
+
+ANSWER_KEY: dict[str, str] = {"red": "C", "green": "A", "blue": "D", "yellow": "B"}
+"""The right answer for each colour: a permutation that is neither the colours' order nor its reverse."""
+
+
+class FourChoiceConfig(EnvConfig):
+    """Config of `FourChoiceEnv` (plus `format_penalty`, `max_actions_per_turn`): one turn by default."""
+
+    max_steps: int = Field(
+        1,
+        ge=1,
+        le=100_000,
+        description="turns before the episode is truncated; above 1 an invalid answer may be retried",
+    )
+
+
+def right_answer(colour: str) -> str:
+    """The answer that scores for `colour`."""
+    return ANSWER_KEY[colour]
+
+
+class FourChoiceEnv(BaseEnv):
+    """FourChoice: name the hidden answer (A-D) of the colour the light shows; one turn, reward 1 or 0.
+
+    `reset(options={"colour": "blue"})` shows a given colour instead of a seeded one.
+
+    >>> env = FourChoiceEnv()
+    >>> env.reset(seed=0)[0]
+    'The light is yellow.'
+    >>> env.step("<answer>B</answer>")[1:3]
+    (1.0, True)
+    """
+
+    config_cls = FourChoiceConfig
+    config: FourChoiceConfig
+
+    def __init__(self, config: Any = None, *, render_mode: str | None = "text", **overrides: Any) -> None:
+        super().__init__(config, render_mode=render_mode, **overrides)
+        self.colour = COLOURS[0]
+        self.answer: str | None = None
+
+    @property
+    def instruction(self) -> str:
+        """The system prompt (about 50 words); it does not give the key."""
+        return (
+            "A light shows one of four colours: red, green, blue or yellow. Each colour has one right "
+            "answer among A, B, C and D, always the same one, which you have to find out. "
+            "Answer with one letter, like <answer>A</answer>."
+        )
+
+    @property
+    def valid_actions(self) -> list[str]:
+        """A, B, C, D."""
+        return list(ANSWERS)
+
+    def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        """Draw the colour from `rng`, or take `options["colour"]`."""
+        if "colour" in options:
+            if options["colour"] not in COLOURS:
+                raise EnvConfigError(
+                    f"four_choice: options['colour'] must be one of {list(COLOURS)}; got {options['colour']!r}."
+                )
+            self.colour = options["colour"]
+        else:
+            self.colour = COLOURS[int(rng.integers(len(COLOURS)))]
+        self.answer = None
+
+    def apply_action(self, action: str) -> ActionOutcome:
+        """Any answer ends the episode; the right one scores 1."""
+        self.answer = action
+        return ActionOutcome(float(self.is_success()), True, True)
+
+    def text_observation(self) -> str:
+        """The colour; once answered, the answer and whether it was right."""
+        shown = f"The light is {self.colour}."
+        if self.answer is None:
+            return shown
+        verdict = "right" if self.is_success() else "wrong"
+        return f"{shown} You answered {self.answer}: {verdict}."
+
+    def is_success(self) -> bool:
+        """Answered the colour's right answer."""
+        return self.answer is not None and self.answer == right_answer(self.colour)
+
+    def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines:
+        """`random` and `best_fixed_answer` (`four_choice_baselines`) on `episodes` held-out episodes."""
+        note = "At or below best_fixed_answer the agent does not read the colour."
+        return EnvBaselines("FourChoice", "episodes", turns, four_choice_baselines(episodes), note, {})
+
+
+def four_choice_baselines(episodes: int = 1000) -> dict[str, float]:
+    """Success of the policies that ignore the colour, on the held-out episodes from `HELD_OUT_SEED_START`.
+
+    - `random`: a uniformly random letter, right with probability 1/4 whatever the colour (exact);
+    - `best_fixed_answer`: the one letter that is right on the most held-out episodes (measured; about 1/4,
+      above it by the sampling noise of the colours drawn). Any turn cap gives the same numbers: the first
+      valid answer ends the episode.
+    """
+    env = FourChoiceEnv(render_mode=None)
+    counts = dict.fromkeys(ANSWERS, 0)
+    for seed in range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes):
+        env.reset(seed=seed)
+        counts[right_answer(env.colour)] += 1
+    return {"random": 1.0 / len(ANSWERS), "best_fixed_answer": max(counts.values()) / max(episodes, 1)}

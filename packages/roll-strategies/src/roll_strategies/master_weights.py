@@ -1,0 +1,295 @@
+"""The optimiser step the Hugging Face train strategies share (`hf_train`, `hf_critic`): fp32 master weights,
+AdamW with linear warm-up, grad-norm clipping, fp16 dynamic loss scaling, and skipping non-finite steps.
+
+Mixed precision (as DeepSpeed's bf16 / fp16 optimisers do): the model computes in its own dtype; every
+parameter that is not float32 gets a float32 master copy, which AdamW steps (its moments are float32
+too). After each micro-batch's backward the low-precision gradients are added into float32 gradients of
+the masters (accumulation across micro-batches is float32), the step clips and updates the masters, and
+the model's weights are then set from them (rounded to the model's dtype). An update far below the
+resolution of bf16 (lr 1e-6 on weights of size 1e-2) accumulates in the masters instead of vanishing. A
+float32 parameter is its own master: no copy, no memory, the plain AdamW step. float16 adds dynamic loss
+scaling (`LossScaler`).
+
+Non-finite steps: a micro-batch whose loss is NaN or inf is not back-propagated, and a step whose
+gradient norm is not finite is not applied. A skipped step leaves the weights, the AdamW moments and the
+warm-up position (the scheduler counts applied updates, as DeepSpeed's does on an overflow) unchanged; it
+is counted (`nonfinite_steps`, cumulative; `nonfinite_in_a_row`, reset by the next applied step) and its
+metrics are reported as they are (a NaN loss stays NaN). An fp16 overflow the loss scale can still back
+off from is not a non-finite step: it is skipped, the scale halves and `overflow_steps` counts it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import nn
+
+from roll_strategies.errors import CheckpointError, StrategyError
+from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
+from roll_strategies.weights import load_named_weights, unique_named_tensors
+
+__all__ = [
+    "LAST_VALUE_METRICS",
+    "LossScaler",
+    "MasterWeightOptimizer",
+    "NonFiniteCount",
+    "NonFiniteReason",
+    "StepSums",
+]
+
+NonFiniteReason = Literal["loss", "grad_norm"]
+
+LAST_VALUE_METRICS = frozenset({"nonfinite_steps", "nonfinite_in_a_row", "overflow_steps", "grad_scale"})
+"""Train-step metrics that are a running state, not a value of the step: a merge over steps keeps the last."""
+
+
+@dataclass
+class NonFiniteCount:
+    """Optimiser steps skipped for a non-finite loss or gradient norm: all of them, and the current run."""
+
+    total: int = 0
+    in_a_row: int = 0
+
+    def record(self, skipped: bool) -> None:
+        """Count one step (skipped or applied: an applied one ends the run of skipped ones)."""
+        self.total += int(skipped)
+        self.in_a_row = self.in_a_row + 1 if skipped else 0
+
+    def metrics(self) -> dict[str, float]:
+        """nonfinite_steps (cumulative) and nonfinite_in_a_row."""
+        return {"nonfinite_steps": float(self.total), "nonfinite_in_a_row": float(self.in_a_row)}
+
+    def state_dict(self) -> dict[str, int]:
+        """What a checkpoint keeps (so a resumed run keeps counting)."""
+        return {"nonfinite_steps": self.total, "nonfinite_in_a_row": self.in_a_row}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore `state_dict` (zeros for checkpoints written before it was kept)."""
+        self.total = int(state.get("nonfinite_steps", 0))  # type: ignore[call-overload]
+        self.in_a_row = int(state.get("nonfinite_in_a_row", 0))  # type: ignore[call-overload]
+
+
+@dataclass
+class LossScaler:
+    """fp16 dynamic loss scaling (the scheme of torch.amp.GradScaler and DeepSpeed's fp16 optimiser).
+
+    The loss is multiplied by `scale` before backward so that small gradients do not underflow float16
+    (whose smallest subnormal is 6e-8); the gradients are divided by it in float32 before the step. A step
+    whose gradients overflow is skipped and the scale halves (not below `min_scale`); after
+    `growth_interval` applied steps in a row it doubles.
+    """
+
+    scale: float = 2.0**16
+    growth_interval: int = 2000
+    min_scale: float = 1.0
+    good_steps: int = 0
+    overflows: int = 0
+
+    def can_back_off(self) -> bool:
+        """Whether an overflow can still be blamed on the scale (it is above its minimum)."""
+        return self.scale > self.min_scale
+
+    def update(self, overflow: bool) -> None:
+        """After a step: halve on an overflow, double after `growth_interval` good steps."""
+        if overflow:
+            self.scale = max(self.scale / 2.0, self.min_scale)
+            self.good_steps = 0
+            self.overflows += 1
+            return
+        self.good_steps += 1
+        if self.good_steps >= self.growth_interval:
+            self.scale *= 2.0
+            self.good_steps = 0
+
+    def state_dict(self) -> dict[str, float]:
+        """Scale and counters, for a checkpoint."""
+        return {"scale": self.scale, "good_steps": self.good_steps, "overflows": self.overflows}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        """Restore `state_dict`."""
+        self.scale = float(state["scale"])
+        self.good_steps = int(state["good_steps"])
+        self.overflows = int(state["overflows"])
+
+
+@dataclass
+class StepSums:
+    """The weighted metrics of one optimiser step's micro-batches, and whether a loss was non-finite."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    total_weight: float = 0.0
+    nonfinite_loss: bool = False
+
+    def add(self, weight: float, loss: torch.Tensor, metrics: Mapping[str, float]) -> bool:
+        """Add one micro-batch's loss and metrics (weighted); False when its loss is NaN or inf."""
+        value = float(loss.detach())
+        self.total_weight += weight
+        for key, item in {"loss": value, **metrics}.items():
+            self.sums[key] = self.sums.get(key, 0.0) + weight * float(item)
+        finite = math.isfinite(value)
+        self.nonfinite_loss = self.nonfinite_loss or not finite
+        return finite
+
+    def means(self) -> dict[str, float]:
+        """The weighted means (normalised by the weights seen): a NaN loss gives a NaN mean, as it should."""
+        norm = self.total_weight or 1.0
+        return {k: v / norm for k, v in self.sums.items()}
+
+
+class MasterWeightOptimizer:
+    """AdamW (+ warm-up, clipping, loss scaling) over fp32 masters of `model`'s trainable parameters.
+
+    Per optimiser step: `sums = start()`, then `backward(sums, loss, metrics, weight)` per micro-batch
+    (stop when it returns False: the loss was not finite), then `step(sums, lr_scale)`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        learning_rate: float,
+        weight_decay: float,
+        betas: tuple[float, float],
+        eps: float,
+        warmup_steps: int,
+        max_grad_norm: float,
+    ) -> None:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise StrategyError(
+                f"Expected trainable parameters in {type(model).__name__}, found none; build the strategy "
+                "from a model whose parameters require grad (or with trainable=False for a reference)."
+            )
+        # float32 parameters are their own masters; others get a float32 copy on the same device
+        self.masters = [p if p.dtype == torch.float32 else p.detach().float() for p in self.params]
+        self._master_of = {id(p): m for p, m in zip(self.params, self.masters, strict=True)}
+        self.has_copies = any(m is not p for p, m in zip(self.params, self.masters, strict=True))
+        fp16 = any(p.dtype == torch.float16 for p in self.params)
+        self.scaler: LossScaler | None = LossScaler() if fp16 else None
+        self.max_grad_norm = max_grad_norm
+        self.nonfinite = NonFiniteCount()
+        self.last_applied = False  # whether the last `step` changed the weights
+        self.optimizer, self.scheduler = adamw_with_warmup(
+            self.masters,
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            betas=betas,
+            eps=eps,
+            warmup_steps=warmup_steps,
+        )
+
+    def _pairs(self) -> Iterator[tuple[nn.Parameter, torch.Tensor]]:
+        return zip(self.params, self.masters, strict=True)
+
+    def _zero_grads(self) -> None:
+        for p, m in self._pairs():
+            p.grad = None
+            m.grad = None
+
+    def start(self) -> StepSums:
+        """Begin an optimiser step: no gradients, empty sums."""
+        self._zero_grads()
+        return StepSums()
+
+    def backward(
+        self, sums: StepSums, loss: torch.Tensor, metrics: Mapping[str, float], weight: float
+    ) -> bool:
+        """Record one micro-batch and back-propagate `loss * weight` (times the fp16 loss scale) into the
+        masters' float32 gradients; a non-finite loss is recorded but not back-propagated (returns False)."""
+        if not sums.add(weight, loss, metrics):
+            return False
+        scale = self.scaler.scale if self.scaler is not None else 1.0
+        (loss.float() * (weight * scale)).backward()  # float32: a scaled fp16/bf16 loss could overflow
+        if self.has_copies:  # fold now: float32 accumulation, and the low-precision grads are freed
+            for p, m in self._pairs():
+                if m is not p and p.grad is not None:
+                    grad = p.grad.float()
+                    m.grad = grad if m.grad is None else m.grad.add_(grad)
+                    p.grad = None
+        return True
+
+    def step(self, sums: StepSums, lr_scale: float) -> dict[str, float]:
+        """Clip, step the masters and set the model from them, unless the step is non-finite (then nothing
+        changes but the counters). Returns the micro-batches' weighted metrics plus grad_norm (NaN when no
+        backward ran), the lr the step used (or would have), the non-finite counters and, for fp16,
+        grad_scale (the scale this step's backward used) and overflow_steps."""
+        lr = float(self.optimizer.param_groups[0]["lr"]) * lr_scale
+        scale = self.scaler.scale if self.scaler is not None else 1.0
+        reason: NonFiniteReason | None = "loss" if sums.nonfinite_loss else None
+        overflow = self.last_applied = False
+        grad_norm = math.nan
+        if reason is None:
+            grads = [m.grad for m in self.masters if m.grad is not None]
+            for grad in grads if scale != 1.0 else ():
+                grad.mul_(1.0 / scale)
+            norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
+            grad_norm = float(norm)
+            if not math.isfinite(grad_norm):
+                if self.scaler is not None and self.scaler.can_back_off():
+                    overflow = True  # fp16 overflow: the scale's fault, not the run's
+                else:
+                    reason = "grad_norm"
+            else:
+                torch.nn.utils.clip_grads_with_norm_(self.masters, self.max_grad_norm, norm)
+                apply_lr_scale(self.optimizer, lr_scale)
+                self.optimizer.step()
+                self.scheduler.step()
+                self._copy_masters_to_model()
+                self.last_applied = True
+        self._zero_grads()
+        if self.scaler is not None and reason != "loss":  # no backward ran on a non-finite loss
+            self.scaler.update(overflow)
+        if not overflow:
+            self.nonfinite.record(skipped=reason is not None)
+        metrics = {**sums.means(), "grad_norm": grad_norm, "lr": lr, **self.nonfinite.metrics()}
+        if self.scaler is not None:
+            metrics.update(grad_scale=scale, overflow_steps=float(self.scaler.overflows))
+        return metrics
+
+    @torch.no_grad()
+    def _copy_masters_to_model(self) -> None:
+        for p, m in self._pairs():
+            if m is not p:
+                p.copy_(m)
+
+    def named_weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """`model`'s state-dict entries (a tied one once) with each trainable parameter replaced by its
+        float32 master: what checkpoints and weight sync read."""
+        return {n: self._master_of.get(id(t), t) for n, t in unique_named_tensors(model).items()}
+
+    @torch.no_grad()
+    def load_weights(self, model: nn.Module, named: Mapping[str, torch.Tensor]) -> None:
+        """Load `named` into `model` (strictly, cast to its dtype) and exactly into the masters."""
+        load_named_weights(model, named)
+        for name, tensor in unique_named_tensors(model).items():
+            master = self._master_of.get(id(tensor))
+            if master is not None and master is not tensor:
+                master.copy_(named[name].to(device=master.device, dtype=torch.float32))
+
+    def state_dict(self) -> dict[str, object]:
+        """Optimiser, scheduler, loss scaler and non-finite counters (the masters are the weights file)."""
+        state: dict[str, object] = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            **self.nonfinite.state_dict(),
+        }
+        if self.scaler is not None:
+            state["grad_scaler"] = self.scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, object], source: object) -> None:
+        """Restore `state_dict` (read from `source`, named in errors)."""
+        if "optimizer" not in state or "scheduler" not in state:
+            raise CheckpointError(
+                f"Expected optimizer state in {source} (a trainable checkpoint), got a reference-model "
+                "checkpoint; load it with trainable=False."
+            )
+        self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
+        self.scheduler.load_state_dict(state["scheduler"])  # type: ignore[arg-type]
+        self.nonfinite.load_state_dict(state)
+        if self.scaler is not None and "grad_scaler" in state:
+            self.scaler.load_state_dict(state["grad_scaler"])  # type: ignore[arg-type]
