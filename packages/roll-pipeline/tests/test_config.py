@@ -251,3 +251,22 @@ def test_bad_temperature_schedules_are_named(schedule):
                 "actor_infer": {"generating_args": {"temperature_schedule": schedule}},
             }
         )
+
+
+def test_reference_placement_under_the_exact_kl_is_refused_with_the_fix():
+    """With kl_penalty full/full_forward the reference is a frozen copy inside actor_train: a device mapping or
+    batch size of its own would do nothing."""
+    with pytest.raises(ConfigError) as err:
+        compose(
+            None, None, ["reference.device_mapping=[1]", "reference.num_threads=2"]
+        )  # the tiny recipe: full_forward
+    text = str(err.value)
+    assert "reference.device_mapping is set, but with kl_penalty=full_forward" in text
+    assert "reference.num_threads is set" in text and "use kl_penalty=k3" in text
+    assert compose(
+        None, None, ["reference.device_mapping=[1]", "kl_penalty=k3"]
+    ).reference.device_mapping == [1]
+    assert compose(None, None, ["reference.device_mapping=[1]", "use_kl_loss=false"])  # no reference at all
+    assert (
+        compose(None, None, []).reference.infer_batch_size == 128
+    )  # the recipe's own value is not the user's

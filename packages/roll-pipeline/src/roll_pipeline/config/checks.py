@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from roll_algos import FULL_KL_KINDS
+
 from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs
 from roll_pipeline.config.tiny_recipe import TINY_RECIPE
 
@@ -65,6 +67,36 @@ def _role_problems(cfg: AgenticConfig) -> list[str]:
             f"{name}.{field} is set, but {why}, so it would do nothing; remove it" for field, why in unused
         ]
     return problems
+
+
+REFERENCE_PLACEMENT_FIELDS = (
+    "strategy_args",
+    "device_mapping",
+    "num_gpus_per_worker",
+    "num_threads",
+    "infer_batch_size",
+)
+"""The reference role's fields that place and batch a worker of its own (its `model_args` are always read)."""
+
+
+def _exact_kl_reference_problems(cfg: AgenticConfig) -> list[str]:
+    """With an exact KL the reference is a frozen copy inside actor_train: its own placement is never read."""
+    kl_on = (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0
+    if not kl_on or cfg.kl_penalty not in FULL_KL_KINDS:
+        return []
+    default, recipe = _default(cfg, "reference"), TINY_RECIPE.get("reference", {})
+    unread = [
+        name
+        for name in REFERENCE_PLACEMENT_FIELDS
+        if getattr(cfg.reference, name) != getattr(default, name)
+        and getattr(cfg.reference, name) != recipe.get(name)
+    ]
+    return [
+        f"reference.{name} is set, but with kl_penalty={cfg.kl_penalty} the reference is a frozen copy inside"
+        " actor_train (its devices, its batch size), so it would do nothing; use kl_penalty=k3 for a reference"
+        " worker of its own, or remove it"
+        for name in unread
+    ]
 
 
 def _estimator_problems(cfg: AgenticConfig) -> list[str]:
@@ -137,4 +169,10 @@ def config_problems(cfg: AgenticConfig) -> list[str]:
             "render_episodes_per_tag set with render_save_dir=null: nothing is rendered; set render_save_dir"
             " (e.g. render_save_dir=renders) or drop render_episodes_per_tag"
         )
-    return problems + _role_problems(cfg) + _estimator_problems(cfg) + _loss_problems(cfg)
+    return (
+        problems
+        + _role_problems(cfg)
+        + _exact_kl_reference_problems(cfg)
+        + _estimator_problems(cfg)
+        + _loss_problems(cfg)
+    )
