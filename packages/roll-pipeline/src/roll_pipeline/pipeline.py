@@ -20,7 +20,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from roll_algos import FULL_KL_KINDS
 from roll_rollout import RemotePolicy, validation_seeds
 
 from roll_pipeline.config.schema import AgenticConfig, WorkerConfig
@@ -121,12 +120,10 @@ class AgenticPipeline:
         from roll_strategies import ActorTrainWorker, CriticWorker, ReferenceWorker
 
         cfg = self.config
-        needs_reference = (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0
         # The exact KL needs both models' logits in one process: the train worker holds a frozen reference copy.
-        exact_kl = needs_reference and cfg.kl_penalty in FULL_KL_KINDS
         reference_copy = (
             {"reference_model_path": str(self.model_path), "reference_dtype": cfg.reference.model_args.dtype}
-            if exact_kl
+            if cfg.reference_in_trainer
             else {}
         )
         self.actor_train = self._spawn_role(
@@ -155,9 +152,9 @@ class AgenticPipeline:
             max_batch_size=cfg.actor_infer.infer_batch_size,
         )
         self.reference = None  # the worker holding the reference model (see `ExperienceMaker`)
-        if exact_kl:
+        if cfg.reference_in_trainer:
             self.reference = self.actor_train
-        elif needs_reference:
+        elif cfg.uses_reference:
             self.reference = self._spawn_role(ReferenceWorker, cfg.reference, "reference")
         self.kl = KLControl(
             cfg.init_kl_coef, cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, cfg.target_kl, cfg.kl_horizon

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GGUF_INFO_FILE",
     "SMOLLM2_GGUF",
+    "converted_folder",
     "default_cache_dir",
     "ensure_model_folder",
     "find_smollm2_gguf",
@@ -75,6 +76,12 @@ def gguf_fingerprint(path: Path, chunk: int = 1 << 20) -> str:
         handle.seek(max(0, size - chunk))
         digest.update(handle.read(chunk))
     return digest.hexdigest()[:16]
+
+
+def converted_folder(source: Path, *, cache_dir: str | Path | None = None, dtype: str = "float32") -> Path:
+    """Where `ensure_model_folder` converts the GGUF file `source` to (one folder per content and dtype); it
+    holds `GGUF_INFO_FILE` once the conversion is complete."""
+    return Path(cache_dir or default_cache_dir()) / f"{source.stem}-{gguf_fingerprint(source)}-{dtype}"
 
 
 def _resolve_gguf(pretrain: str | Path, gguf_file: str) -> Path:
@@ -130,7 +137,7 @@ def ensure_model_folder(
     if gguf_file is None:
         return Path(pretrain)
     source = _resolve_gguf(pretrain, gguf_file)
-    target = Path(cache_dir or default_cache_dir()) / f"{source.stem}-{gguf_fingerprint(source)}-{dtype}"
+    target = converted_folder(source, cache_dir=cache_dir, dtype=dtype)
     if (target / GGUF_INFO_FILE).is_file():
         return target
     _require_gguf_extra()

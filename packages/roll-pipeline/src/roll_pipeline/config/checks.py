@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from roll_algos import FULL_KL_KINDS
-
 from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs
 from roll_pipeline.config.tiny_recipe import TINY_RECIPE
 
@@ -81,8 +79,7 @@ REFERENCE_PLACEMENT_FIELDS = (
 
 def _exact_kl_reference_problems(cfg: AgenticConfig) -> list[str]:
     """With an exact KL the reference is a frozen copy inside actor_train: its own placement is never read."""
-    kl_on = (cfg.use_kl_loss and cfg.kl_loss_coef > 0) or cfg.init_kl_coef > 0
-    if not kl_on or cfg.kl_penalty not in FULL_KL_KINDS:
+    if not cfg.reference_in_trainer:
         return []
     default, recipe = _default(cfg, "reference"), TINY_RECIPE.get("reference", {})
     unread = [
@@ -121,12 +118,11 @@ def _estimator_problems(cfg: AgenticConfig) -> list[str]:
 
 def _loss_problems(cfg: AgenticConfig) -> list[str]:
     problems = []
-    kl_loss = cfg.use_kl_loss and cfg.kl_loss_coef > 0
     if cfg.target_kl is None and _is_set(cfg, "kl_horizon"):
         problems.append(
             "kl_horizon set without target_kl: it only shapes the adaptive controller; set target_kl"
         )
-    if cfg.target_kl is not None and not (kl_loss or cfg.init_kl_coef > 0):
+    if cfg.target_kl is not None and not cfg.uses_reference:
         problems.append(
             "target_kl set, but no KL term is on for the controller to scale; set init_kl_coef > 0 (reward"
             " penalty) or use_kl_loss=true with kl_loss_coef > 0"

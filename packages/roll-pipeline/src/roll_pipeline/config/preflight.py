@@ -17,7 +17,6 @@ values, and `roll` reports every problem in one error.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -181,18 +180,12 @@ def _tokenizer_folder(pretrain: Any, gguf_file: Any) -> Path | None:
 
 
 def _converted_gguf(source: Path) -> Path | None:
-    """The cached Hugging Face folder `ensure_model_folder` converted `source` into, if it has done so yet
-    (found by the fingerprint each conversion records in its info file; any dtype has the same tokenizer)."""
-    from roll_strategies.gguf import GGUF_INFO_FILE, default_cache_dir, gguf_fingerprint
+    """The cached Hugging Face folder the run converts `source` into (`model_folder`: float32), if it has
+    been converted yet."""
+    from roll_strategies.gguf import GGUF_INFO_FILE, converted_folder
 
-    fingerprint = gguf_fingerprint(source)
-    for info in sorted(default_cache_dir().glob(f"*/{GGUF_INFO_FILE}")):
-        try:
-            if json.loads(info.read_text()).get("fingerprint") == fingerprint:
-                return info.parent
-        except (OSError, ValueError):  # a folder being written, or not one of ours
-            continue
-    return None
+    folder = converted_folder(source)
+    return folder if (folder / GGUF_INFO_FILE).is_file() else None
 
 
 def preflight_problems(data: Mapping[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
+from roll_algos import FULL_KL_KINDS
 
 from roll_pipeline.config.checks import config_problems
 from roll_pipeline.config.roles import (
@@ -409,6 +410,16 @@ class AgenticConfig(StrictModel):
             return self.sample_shape
         full = all(self.custom_envs[t].max_history_turns is None for t in self.train_env_manager.tags)
         return "trajectory" if full else "step"
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether a KL term (the loss's or the reward penalty's) reads the reference model."""
+        return (self.use_kl_loss and self.kl_loss_coef > 0) or self.init_kl_coef > 0
+
+    @property
+    def reference_in_trainer(self) -> bool:
+        """Whether the reference is a frozen copy inside actor_train: an exact KL needs both models' logits."""
+        return self.uses_reference and self.kl_penalty in FULL_KL_KINDS
 
     @property
     def train_rollout_batch_size(self) -> int:
