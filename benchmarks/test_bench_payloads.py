@@ -50,6 +50,7 @@ def make_trajectory(seed: int, prompt: int = PROMPT, response: int = RESPONSE) -
             3,
             "stop",
             "<answer>Left</answer>",
+            observation="_ _ P _\n_ O _ _\n_ _ _ G\n_ _ _ _",  # what the model saw (here the state key too)
         )
         for _ in range(NUM_TURNS)
     ]
@@ -72,7 +73,8 @@ def payloads(trajectories) -> list[bytes]:
 _LEGACY_TURN = {
     "prompt_ids": (list,), "response_ids": (list,), "log_probs": (list,), "reward": (float, int),
     "action_is_valid": (bool,), "action_is_effective": (bool,), "state_key": (str,),
-    "policy_version": (int,), "finish_reason": (str,), "response_text": (str,),
+    "policy_version": (int,), "finish_reason": (str,), "response_text": (str,), "action_is_refused": (bool,),
+    "observation": (str,),
 }  # fmt: skip
 _LEGACY_TRAJ = {
     "env_id": (int,), "group_id": (int,), "episode_id": (int,), "tag": (str,), "seed": (int,),
@@ -91,7 +93,7 @@ def _legacy_fields(obj: Any, types: dict[str, tuple[type, ...]]) -> None:
 
 def legacy_decode(payload: bytes) -> Trajectory:
     msg = msgpack.unpackb(payload, raw=False, strict_map_key=True)
-    if not isinstance(msg, dict) or msg.get("schema") != "roll.trajectory" or msg.get("version") != 1:
+    if not isinstance(msg, dict) or msg.get("schema") != "roll.trajectory" or msg.get("version") != 2:
         raise ValueError("schema")
     body = msg["trajectory"]
     _legacy_fields(body, _LEGACY_TRAJ)
@@ -143,6 +145,8 @@ def _pydantic_model() -> Any:
         policy_version: Annotated[int, Field(ge=0)]
         finish_reason: Annotated[str, Field(max_length=256)]
         response_text: Annotated[str, Field(max_length=1 << 20)]
+        action_is_refused: bool
+        observation: Annotated[str, Field(max_length=1 << 20)]
 
     class PTraj(BaseModel):
         model_config = ConfigDict(strict=True, extra="forbid")
@@ -197,7 +201,7 @@ def test_bench_encode_typed(benchmark, payloads, trajectories):
 def test_bench_encode_legacy(benchmark, payloads, trajectories):
     def legacy() -> list[bytes]:
         return [
-            msgpack.packb({"schema": "roll.trajectory", "version": 1, "trajectory": asdict(t)})
+            msgpack.packb({"schema": "roll.trajectory", "version": 2, "trajectory": asdict(t)})
             for t in trajectories
         ]
 

@@ -114,7 +114,7 @@ def micro_batches(samples: Samples, mode: str, rows: int, budget: int) -> tuple[
     fields = fields_of(samples)
     order = torch.randperm(samples.num_rows, generator=torch.Generator().manual_seed(1))
     layout = TrainLayout("fixed" if mode == "naive" else mode, rows, samples.num_rows, budget, 8)
-    mbs, stats = build_micro_batches(fields, order, layout, "seq-mean-token-mean")
+    (mbs,), stats = build_micro_batches(fields, order, layout, "seq-mean-token-mean")  # one rank
     if mode != "naive":
         return mbs, stats.padded_tokens
     width = samples.input_ids.shape[1]

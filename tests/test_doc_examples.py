@@ -29,3 +29,29 @@ def test_rollout_scheduler_example_runs(tmp_path: Path) -> None:
     count, failed, ledger = done.stdout.strip().split(" ", 2)
     assert int(count) == 16 and float(failed) == 0.0
     assert "'delivered': 16" in ledger
+
+
+def test_estimator_registry_example_runs(tmp_path: Path) -> None:
+    script = tmp_path / "example.py"
+    script.write_text(python_block_after(DOCS / "algos" / "registry.md", "## Example"))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:2] == ["[-0.5, 0.0, -1.0]", "step"]
+
+
+def test_env_answer_format_example_runs(tmp_path: Path) -> None:
+    script = tmp_path / "boxed_env.py"
+    script.write_text(python_block_after(DOCS / "envs" / "README.md", "## Answer formats"))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    instruction, *turns = done.stdout.strip().split("\n")
+    assert instruction.endswith(r"answer like \boxed{49}.")
+    assert turns == [
+        "valid=False refused=False reward=0.0",
+        "valid=True refused=True reward=0.0",
+        "valid=True refused=False reward=1.0",
+    ]

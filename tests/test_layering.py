@@ -63,6 +63,7 @@ CASES = {
     ],
     "roll_rollout": [
         "torch",
+        "ray",  # roll-rollout does not depend on Ray: the pipeline makes its workers actors
         "transformers",
         "vllm",
         "deepspeed",

@@ -21,14 +21,15 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 class Probe:
     """Reports the device it was given and what Ray assigned to its actor."""
 
-    def __init__(self, device: str) -> None:
-        self.device = device
+    def __init__(self, device: str, data_parallel: Any = None) -> None:
+        self.device, self.data_parallel = device, data_parallel
 
     def report(self) -> dict[str, Any]:
         import ray
 
         return {
             "device": self.device,
+            "data_parallel": self.data_parallel,
             "resources": ray.get_runtime_context().get_assigned_resources(),
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
         }
@@ -85,6 +86,27 @@ def test_num_gpus_per_worker_is_what_the_actor_gets(ray):
     assert _gpus(got["actor_train"]) == 0.25 and _gpus(got["actor_infer"]) == 0.5
 
 
-def test_a_role_alone_on_two_gpus_gets_both(ray):
-    got = _spawn_layout(ray, {"actor_train": WorkerConfig(device_mapping=[0, 1])})
-    assert _gpus(got["actor_train"]) == 2.0 and len(got["actor_train"]["gpu_ids"]) == 2
+def test_an_untrained_role_alone_on_two_gpus_gets_both(ray):
+    got = _spawn_layout(ray, {"actor_infer": WorkerConfig(device_mapping=[0, 1])})
+    assert _gpus(got["actor_infer"]) == 2.0 and len(got["actor_infer"]["gpu_ids"]) == 2
+
+
+def test_a_trained_role_on_two_gpus_is_two_ranks_of_one_gpu_each_meeting_at_rank_0(ray):
+    placement = plan_placement({"actor_train": WorkerConfig(device_mapping=[0, 1])}, "ray")["actor_train"]
+    cluster = RayCluster()
+    try:
+        handles = cluster.spawn_ranks(
+            Probe,
+            name="actor_train",
+            rank_kwargs=[{"device": placement.device_of(r)} for r in range(placement.ranks)],
+            num_cpus=0,
+            num_gpus=placement.num_gpus,
+        )
+        got = [ray.get(h.report.remote(), timeout=120) for h in handles]
+    finally:
+        cluster.shutdown()
+    assert [_gpus(r) for r in got] == [1.0, 1.0] and got[0]["gpu_ids"] != got[1]["gpu_ids"]
+    specs = [r["data_parallel"] for r in got]
+    assert [(s.rank, s.world_size) for s in specs] == [(0, 2), (1, 2)]
+    assert specs[0].master_addr == specs[1].master_addr == ray.util.get_node_ip_address()
+    assert specs[0].master_port == specs[1].master_port > 0

@@ -2,7 +2,9 @@
 
 The cluster is `ray.cluster_utils.Cluster` (a head and a second raylet on this machine, each its own
 node with its own object store). It runs in a subprocess so this test session's own local Ray
-instance (`ray_session`) is not in the way.
+instance (`ray_session`) is not in the way. The actors ask for the CPUs `plan_cpus` gives them (Ray's own
+accounting, `get_assigned_resources`, is the reference), and the storage check probes both nodes: here
+they share one disk, and a probe that sees another disk on the second node only gets that node named.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ SCRIPT = textwrap.dedent(
         "actor_train.training_args.per_device_train_batch_size=16",
     ]
     pipeline = AgenticPipeline(compose(None, None, overrides), progress=False)
-    where = lambda self: ray.get_runtime_context().get_node_id()
+    def where(self):
+        context = ray.get_runtime_context()
+        return context.get_node_id(), context.get_assigned_resources().get("CPU", 0.0)
     # env workers are killed when their rollout stops: note where each ran before it goes
     placed, kill = [], pipeline.cluster.kill
     def noting_kill(handle):
@@ -48,10 +52,26 @@ SCRIPT = textwrap.dedent(
         kill(handle)
     pipeline.cluster.kill = noting_kill
     summary = pipeline.run()
-    nodes = placed + ray.get([a.__ray_call__.remote(where) for a in pipeline.cluster._actors])
+    found = placed + ray.get([a.__ray_call__.remote(where) for a in pipeline.cluster._actors])
+    from roll_pipeline.runtime.storage import StorageError, StorageProbe, confirm_shared_storage
+    head = ray.get_runtime_context().get_node_id()
+    class SecondNodeOwnDisk:  # the second node mounts a disk of its own where the run folder is
+        def check(self, token_file, token, model_path):
+            if ray.get_runtime_context().get_node_id() != head:
+                token_file = token_file + ".elsewhere"
+            return StorageProbe().check(token_file, token, model_path)
+    try:
+        confirm_shared_storage(pipeline.cluster, pipeline.run_dir, pipeline.model_path, SecondNodeOwnDisk)
+        storage_error = ""
+    except StorageError as exc:
+        storage_error = str(exc)
     pipeline.close()
-    print("RESULT " + json.dumps({"steps": summary.steps, "actors": len(nodes), "nodes": sorted(set(nodes)),
-                                  "cluster_nodes": len([n for n in ray.nodes() if n["Alive"]])}))
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    print("RESULT " + json.dumps({"steps": summary.steps, "actors": len(found),
+                                  "nodes": sorted({node for node, _ in found}),
+                                  "cpus": sorted({cpus for _, cpus in found}), "cluster_nodes": len(nodes),
+                                  "storage_named": [n == head for n in nodes if n in storage_error],
+                                  "storage_error": storage_error}))
     ray.shutdown()
     cluster.shutdown()
     """
@@ -74,5 +94,9 @@ def test_a_run_on_an_existing_two_node_cluster_uses_both_nodes(tmp_path: Path) -
     result = json.loads(lines[-1].removeprefix("RESULT "))
     assert result["steps"] == 2 and result["cluster_nodes"] == 2
     assert len(result["nodes"]) == 2, result  # actors on both nodes
+    # env workers ask for 0.05 CPU; the two CPU roles share the rest: (2 - 6 env workers x 0.05) / 2
+    assert result["cpus"] == [0.05, 0.85], result
+    assert result["storage_named"] == [False], result["storage_error"]  # the second node, not the head
+    assert "1 of 2 node(s) cannot see the driver's files" in result["storage_error"]
     rows = (tmp_path / "two_nodes" / "metrics.jsonl").read_text().splitlines()
     assert json.loads(rows[-1])["step"] == 2

@@ -3,8 +3,10 @@ dependencies (siblings come from wheels built here, the rest from the package in
 one of its modules. A module importing something its package does not declare fails here, as it
 would for a user who installs that package alone.
 
-uv installs into the venvs (its cache hard-links torch instead of downloading it again); the
-`roll-envs` wheel is also tested with plain pip in `test_roll_envs_wheel.py`.
+uv installs into the venvs (its cache hard-links torch instead of downloading it again: the packages take
+torch as a range, and the venvs get the workspace's own torch through its `constraint-dependencies`); the
+`roll-envs` wheel is also tested with plain pip in `test_roll_envs_wheel.py`. roll-pipeline installs
+without Ray (the `ray` extra): `cluster.backend=local` works, the default Ray backend says what to install.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -56,12 +59,16 @@ def test_wheel_installs_alone_and_imports_every_module(package: str, wheels: Pat
     venv = tmp_path / "venv"
     _run(["uv", "venv", "--quiet", "--python", sys.executable, str(venv)], cwd=tmp_path)
     python = str(venv / "bin" / "python")
-    _run(
-        ["uv", "pip", "install", "--quiet", "--python", python, "--find-links", str(wheels), str(wheel)],
-        cwd=tmp_path,
-    )
+    constraints = tmp_path / "constraints.txt"
+    root = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    constraints.write_text("\n".join(root["tool"]["uv"]["constraint-dependencies"]) + "\n")
+    install = ["uv", "pip", "install", "--quiet", "--python", python, "--find-links", str(wheels)]
+    _run([*install, "--constraint", str(constraints), str(wheel)], cwd=tmp_path)
     out = _run([python, "-c", IMPORT_EVERY_MODULE, module], cwd=tmp_path)
     assert f"modules of {module}" in out
-    if package == "roll-pipeline":  # the console script works from the installed wheel
-        out = _run([str(venv / "bin" / "roll"), "config", "max_steps=3"], cwd=tmp_path)
+    if package == "roll-pipeline":  # the console script works from the installed wheel, without Ray
+        roll = str(venv / "bin" / "roll")
+        out = _run([roll, "config", "cluster.backend=local", "max_steps=3"], cwd=tmp_path)
         assert "max_steps: 3" in out
+        proc = subprocess.run([roll, "config"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 2 and "pip install 'roll-pipeline[ray]'" in proc.stderr, proc.stderr

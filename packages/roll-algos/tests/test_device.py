@@ -24,6 +24,15 @@ def test_estimators_match_cpu_on_cuda(make_rows, name):
     torch.testing.assert_close(gpu.returns.cpu(), cpu.returns, rtol=1e-6, atol=1e-6)
 
 
+def test_gigpo_similar_anchors_match_cpu_on_cuda(make_rows):
+    inp = make_rows(7, num_groups=3, max_turns=4, num_anchors=4)
+    inp = inp._replace(anchor_texts=[f"room {int(a) % 3} door {int(a)}" for a in inp.anchor_ids])
+    cfg = AdvantageConfig(gamma=0.9, gigpo_anchor_threshold=0.3)
+    cpu = compute_advantages("gigpo", inp, cfg)
+    gpu = compute_advantages("gigpo", to(inp, "cuda"), cfg)
+    torch.testing.assert_close(gpu.advantages.cpu(), cpu.advantages, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("level", ["token", "segment", "sequence"])
 def test_policy_loss_matches_cpu_on_cuda(make_rows, level):
     inp = make_rows(6)

@@ -218,3 +218,54 @@ def test_clustering_matches_brute_force(picks, groups, threshold, similarity):
     ids = np.arange(len(texts), dtype=np.int64) * 7919 - 10**12  # arbitrary caller ids, some negative
     anchors = anchor_ids_from_texts(texts, groups, threshold, similarity, ids=ids)
     assert anchors.tolist() == [int(ids[r]) for r in expected]
+
+
+# Observation texts of `example()`'s anchors: 30 and 40 share three of five words (Jaccard 0.6, difflib
+# ratio 2 * 6 / 14 = 0.857); every other pair shares none.
+ANCHOR_TEXTS = {10: "a b c d", 20: "p q r s", 30: "x y z w", 40: "x y z v"}
+
+
+def with_texts(inp: AdvantageInputs) -> AdvantageInputs:
+    return inp._replace(anchor_texts=[ANCHOR_TEXTS[int(a)] for a in inp.anchor_ids])
+
+
+@pytest.mark.parametrize(
+    ("threshold", "similarity", "merged"),
+    [(1.0, "jaccard", False), (0.7, "jaccard", False), (0.5, "jaccard", True), (0.8, "difflib", True)],
+)
+def test_gigpo_similar_anchors_hand_derived(threshold, similarity, merged):
+    # Exact anchors: A2 (anchor 30, G = 1) and B1 (anchor 40, G = 0) are singletons -> step advantage 0.
+    # Merged (similarity >= threshold): {A2: 1, B1: 0} is one anchor group -> +-1/sqrt(2) on top of A_E.
+    r = 1 / math.sqrt(2)
+    cfg = AdvantageConfig(
+        gamma=0.5, epsilon=0.0, gigpo_anchor_threshold=threshold, gigpo_anchor_similarity=similarity
+    )
+    out = compute_advantages("gigpo", with_texts(example()), cfg)
+    # rows: A2, B0, A0, C0, B2, A1, B1
+    a2, b1 = (2 * r, -2 * r) if merged else (r, -r)
+    assert out.advantages[:, 0].tolist() == pytest.approx([a2, -2 * r, 2 * r, 0.0, -2 * r, 2 * r, b1])
+
+
+def test_gigpo_similar_anchors_need_texts_and_skip_unknown_anchors():
+    cfg = AdvantageConfig(gamma=0.5, epsilon=0.0, gigpo_anchor_threshold=0.5)
+    with pytest.raises(AlgosError, match=r"expected AdvantageInputs\.anchor_texts"):
+        compute_advantages("gigpo", example(), cfg)
+    # B1 (anchor 40) unknown: it joins no cluster, A2 stays a singleton, both step advantages are 0
+    inp = with_texts(example())
+    inp = inp._replace(anchor_ids=torch.where(inp.anchor_ids == 40, -1, inp.anchor_ids))
+    r = 1 / math.sqrt(2)
+    out = compute_advantages("gigpo", inp, cfg)
+    assert out.advantages[:, 0].tolist() == pytest.approx([r, -2 * r, 2 * r, 0.0, -2 * r, 2 * r, -r])
+    with pytest.raises(AlgosError, match="anchor_texts: expected 7 texts"):
+        compute_advantages("gigpo", inp._replace(anchor_texts=["x"]), cfg)
+
+
+def test_gigpo_options_are_validated():
+    for bad in (
+        {"gigpo_anchor_threshold": 0.0},
+        {"gigpo_anchor_threshold": 1.5},
+        {"gigpo_anchor_similarity": "cosine"},
+        {"gigpo_step_weight": -1.0},
+    ):
+        with pytest.raises(AlgosError, match=next(iter(bad))):
+            AdvantageConfig(**bad)

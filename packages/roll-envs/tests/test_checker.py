@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import msgpack
@@ -50,9 +51,39 @@ class GoodEnv(BaseEnv):
         return self.n >= 8
 
 
-class Nondeterministic(GoodEnv):
+class GlobalRandom(GoodEnv):
+    """Draws from the process-wide generators, as outside env libraries do: fine under roll's isolation."""
+
     def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
-        self.n = random.randrange(10**9)  # the global RNG instead of `rng`
+        self.n = random.randrange(3) + int(np.random.randint(2))
+
+    def apply_action(self, action: str) -> ActionOutcome:
+        self.n += random.choice((0, 1)) + int(np.random.randint(2))
+        return ActionOutcome(1.0, self.n >= 8, True)
+
+
+class TimeDependent(GoodEnv):
+    def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        self.n = time.perf_counter_ns() % 5  # outside the seed, even under isolation
+
+
+_SHARED = {"n": 0}
+"""Module-level episode state: each instance alone is deterministic, two interleaved ones are not."""
+
+
+class SharedModuleState(GoodEnv):
+    def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        _SHARED["n"] = int(rng.integers(5))
+
+    def apply_action(self, action: str) -> ActionOutcome:
+        _SHARED["n"] += 1
+        return ActionOutcome(1.0, _SHARED["n"] >= 8, True)
+
+    def text_observation(self) -> str:
+        return f"n={_SHARED['n']}"
+
+    def is_success(self) -> bool:
+        return _SHARED["n"] >= 8
 
 
 class NumpyReward(GoodEnv):
@@ -97,7 +128,9 @@ class NoInstruction(GoodEnv):
     ("cls", "expected"),
     [
         (GoodEnv, None),
-        (Nondeterministic, "two runs differ"),
+        (GlobalRandom, None),
+        (TimeDependent, "two runs differ"),
+        (SharedModuleState, "stepped alternately with the same actions differ at turn 1"),
         (NumpyReward, "reward should be a Python float"),
         (BadInfo, "info lacks 'success'"),
         (BadInfo, "msgpack"),
@@ -116,6 +149,35 @@ def test_broken_envs_are_explained(cls, expected):
         roll_envs.check_env(env)
     problems = roll_envs.check_env(env, raise_on_error=False)
     assert all(isinstance(p, str) and p for p in problems)
+
+
+def test_the_interleaving_check_names_the_fix_and_uses_make_env():
+    problems = roll_envs.check_env(SharedModuleState(max_steps=20), raise_on_error=False)
+    assert len(problems) == 1 and "module- or class-level counter" in problems[0]
+    assert checker.check_interleaved(GlobalRandom(), (0, 1), 10, make_env=GlobalRandom) == []
+    made = []
+    checker.check_interleaved(GoodEnv(), (0,), 3, make_env=lambda: made.append(1) or GoodEnv())
+    assert made == [1, 1]
+
+
+def test_an_env_that_cannot_be_copied_is_asked_for_make_env():
+    class Uncopyable(GoodEnv):
+        def __deepcopy__(self, memo):
+            raise TypeError("holds a socket")
+
+    problems = checker.check_interleaved(Uncopyable(), (0,), 3)
+    assert len(problems) == 1 and "pass make_env=" in problems[0] and "holds a socket" in problems[0]
+    assert roll_envs.check_env(Uncopyable(), make_env=Uncopyable) == []
+
+
+def test_without_isolation_an_env_on_the_global_generators_is_not_reproducible():
+    """What the isolation buys: the same env and seed, played twice on the process-wide generators."""
+    env = GlobalRandom(max_steps=20)
+    first, _ = checker.play(env, 0, 10)
+    second, _ = checker.play(env, 0, 10)
+    assert first != second
+    isolated = roll_envs.IsolatedEnv(env)
+    assert checker.play(isolated, 0, 10)[0] == checker.play(isolated, 0, 10)[0]
 
 
 def test_invalid_names_from_valid_actions_are_reported():

@@ -41,7 +41,7 @@ def test_special_chat_tokens_and_control_characters_are_stripped():
     assert extract_answer("<answer>Left<|im_end|></answer><|endoftext|>") == "Left"
     assert extract_answer("<answer>\x00Le\x07ft</answer>") == "Le ft"
     assert parse_turn("<answer>\tRight\x00</answer></s>", VOCAB).actions == ("Right",)
-    assert clean_text("a<|im_start|>b\n\nc") == "a b c"
+    assert clean_text("a<|im_start|>b\n\nc") == "a b\n\nc"  # whitespace inside an answer is kept
 
 
 def test_several_actions_are_capped_and_stop_at_first_invalid():
@@ -53,7 +53,10 @@ def test_several_actions_are_capped_and_stop_at_first_invalid():
     assert turn.actions == ("Left", "Up") and turn.valid
     turn = parse_turn("<answer>Left || jump || Up</answer>", VOCAB, max_actions=3)
     assert turn.actions == ("Left",) and not turn.valid
-    assert parse_turn("<answer>Left || Up</answer>", VOCAB, max_actions=1).actions == ("Left",)
+    # at one action per turn `||` is part of the answer: "Left || Up" is no action of VOCAB
+    assert parse_turn("<answer>Left || Up</answer>", VOCAB, max_actions=1) == ParsedTurn(
+        (), False, "Left || Up", ("Left || Up",)
+    )
 
 
 def test_invalid_inputs():
@@ -130,9 +133,17 @@ def reference_answer(text: str) -> str | None:
     if closing is None or closing.start() - opening.end() > MAX_ANSWER_CHARS:
         return None
     inner = _PLAIN_SPECIAL.sub(" ", text[opening.end() : closing.start()])
-    return re.sub(
-        r"\s+", " ", re.sub(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\ufeff]", " ", inner)
-    ).strip()
+    return "".join(" " if _is_control(c) else c for c in inner).strip()
+
+
+def _is_control(c: str) -> bool:
+    """A control or format character that is not a tab or a line break (those stay in an answer)."""
+    code = ord(c)
+    return (
+        (code < 32 and c not in "\t\n\r")
+        or 0x7F <= code <= 0x9F
+        or c in "\u200b\u200c\u200d\u200e\u200f\u2028\u2029\ufeff"
+    )
 
 
 PIECES = [

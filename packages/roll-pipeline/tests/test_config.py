@@ -270,3 +270,20 @@ def test_reference_placement_under_the_exact_kl_is_refused_with_the_fix():
     assert (
         compose(None, None, []).reference.infer_batch_size == 128
     )  # the recipe's own value is not the user's
+
+
+def test_an_antlr_runtime_other_than_hydras_is_a_config_error_with_the_fix(monkeypatch):
+    import importlib.metadata
+
+    from roll_pipeline.config.compose import ConfigError, compose
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata,
+        "version",
+        lambda name: "4.13.2" if name == "antlr4-python3-runtime" else real(name),
+    )
+    with pytest.raises(ConfigError, match=r"antlr4-python3-runtime 4\.13\.2 .* needs 4\.9\.x.*==4\.9\.3"):
+        compose(None, None, ["max_steps=1"])
+    monkeypatch.setattr(importlib.metadata, "version", real)
+    assert compose(None, None, ["max_steps=1"]).max_steps == 1  # the workspace's own runtime is Hydra's

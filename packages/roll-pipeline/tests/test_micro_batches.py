@@ -77,7 +77,7 @@ def test_weighted_micro_batch_losses_add_up_to_the_mini_batch_loss(agg, mode):
     fields = rows()
     whole, _ = loss_fn(fields["new"], None, fields)
     idx = torch.randperm(12, generator=torch.Generator().manual_seed(0))
-    mbs, stats = build_micro_batches(fields, idx, layout(mode, rows=5, max_tokens=96), agg)
+    (mbs,), stats = build_micro_batches(fields, idx, layout(mode, rows=5, max_tokens=96), agg)
     assert len(mbs) > 1
     total = sum(float(mb["loss_scale"]) * float(loss_fn(mb["new"], None, mb)[0]) for mb in mbs)
     assert total == pytest.approx(float(whole), rel=1e-5)
@@ -103,6 +103,49 @@ def test_padding_stats_show_what_dynamic_batching_and_packing_remove():
         and out["dynamic"]["actor/removed_padding_ratio"] > 0.8
     )
     assert out["fixed"]["actor/naive_padding_fraction"] == out["packed"]["actor/naive_padding_fraction"]
+
+
+@pytest.mark.parametrize("mode", ["fixed", "dynamic", "packed"])
+def test_each_rank_gets_its_share_and_the_shares_add_up_to_the_one_rank_loss(mode):
+    cfg = tiny_config(loss_agg_mode="token-mean", skip_confident_tokens=None, sequence_length=64)
+    loss_fn = actor_loss(cfg, 0.0)
+    fields = rows(4, n=12)
+    idx = torch.randperm(12, generator=torch.Generator().manual_seed(0))
+    lay = layout(mode, rows=2, max_tokens=96)
+    (one,), one_stats = build_micro_batches(fields, idx, lay, "token-mean")
+    per_rank, stats = build_micro_batches(fields, idx, lay, "token-mean", ranks=3)
+    assert len(per_rank) == 3 and len({len(mbs) for mbs in per_rank}) == 1  # as many on every rank
+
+    def total(mbs):
+        return sum(float(mb["loss_scale"]) * float(loss_fn(mb["new"], None, mb)[0]) for mb in mbs)
+
+    def real_rows(mbs):
+        return sorted(
+            tuple(ids[mask.bool()].tolist())
+            for mb in mbs
+            for ids, mask in zip(mb["input_ids"], mb["attention_mask"], strict=True)
+        )
+
+    # every row on exactly one rank; the weighted losses of all ranks add up to the one-rank loss
+    assert sorted(r for mbs in per_rank for r in real_rows(mbs)) == real_rows(one)
+    assert sum(total(mbs) for mbs in per_rank) == pytest.approx(total(one), rel=1e-5)
+    assert sum(float(mb["loss_scale"]) for mbs in per_rank for mb in mbs) == pytest.approx(1.0)
+    assert stats.real_tokens == one_stats.real_tokens
+    tokens = [int(mb["attention_mask"].sum()) for mbs in per_rank for mb in mbs]
+    assert sum(tokens) == stats.real_tokens
+    if mode == "packed":  # one capacity, the mini-batch's, on every rank
+        assert {int(mb["pack_capacity"]) for mbs in per_rank for mb in mbs} == {int(one[0]["pack_capacity"])}
+
+
+def test_a_rank_short_of_rows_runs_zero_weight_copies():
+    fields = rows(5, n=3)
+    per_rank, stats = build_micro_batches(
+        fields, torch.arange(3), layout("fixed", rows=1), "token-mean", ranks=4
+    )
+    assert [len(mbs) for mbs in per_rank] == [1, 1, 1, 1]  # ZeRO runs every rank in every forward
+    scales = sorted(float(mbs[0]["loss_scale"]) for mbs in per_rank)
+    assert scales[0] == 0.0 and sum(scales) == pytest.approx(1.0)
+    assert stats.micro_batches == 3  # the copies are no work of the mini-batch's
 
 
 def test_mini_batches_are_equal_and_cover_every_row_once():

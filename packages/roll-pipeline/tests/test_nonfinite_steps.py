@@ -16,6 +16,7 @@ import torch
 from roll_algos import ActorLoss, CriticLoss
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.runtime.cluster import LocalCluster
+from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.trainer import settings
 from roll_pipeline.trainer.epochs import (
     NonFiniteStepsError,
@@ -99,8 +100,7 @@ def test_nan_advantages_skip_the_actor_steps_and_the_run_stops_at_the_limit(mode
     def update(step: int, adv: torch.Tensor) -> dict[str, float]:
         data = {**fields, "advantages": adv}
         run = train_epochs(
-            cluster,
-            worker,
+            RankGroup(cluster, [worker]),
             ActorLoss(),
             data,
             LAYOUT,
@@ -134,7 +134,14 @@ def test_nan_returns_skip_the_critic_step_and_its_metrics_say_so(model_dir):
     data = {**rows, "old_values": torch.zeros(ROWS, WIDTH), "returns": returns}
     schedule = _schedule(limit=2)
     run = train_epochs(
-        cluster, worker, CriticLoss(0.5), data, LAYOUT, schedule, 0, agg_mode="token-mean", prefix="critic"
+        RankGroup(cluster, [worker]),
+        CriticLoss(0.5),
+        data,
+        LAYOUT,
+        schedule,
+        0,
+        agg_mode="token-mean",
+        prefix="critic",
     )
     metrics = asyncio.run(run)[0]
     assert metrics["critic/nonfinite_steps"] == 1 and math.isnan(metrics["critic/loss"])

@@ -32,7 +32,10 @@ BAD_VALUES = {
     ),
     "unknown env_config key": (
         ["+custom_envs.FrozenLake.env_config.no_such_knob=1"],
-        ["unknown field 'no_such_knob'", "Allowed fields: format_penalty, hole_penalty, is_slippery"],
+        [
+            "unknown field 'no_such_knob'",
+            "Allowed fields: answer_format, format_penalty, hole_penalty, is_slippery",
+        ],
     ),
     "typo in an env_config key": (
         ["+custom_envs.FrozenLake.env_config.sise=3"],

@@ -32,7 +32,17 @@ def play(env_type: str, seed: int, responses: list[str], tag: str = "FrozenLake"
     for text in responses:
         next_obs, reward, terminated, truncated, info = env.step(text)
         traj.turns.append(
-            Turn([1], [2], [0.0], float(reward), info["action_is_valid"], True, obs, response_text=text)
+            Turn(
+                [1],
+                [2],
+                [0.0],
+                float(reward),
+                info["action_is_valid"],
+                True,
+                obs,
+                response_text=text,
+                observation=obs,
+            )
         )
         obs, traj.success = next_obs, bool(info["success"])
         if terminated or truncated:
@@ -57,7 +67,7 @@ def test_replay_gives_one_captioned_frame_per_turn_plus_the_start():
     ("change", "message"),
     [
         (lambda t: dataclasses.replace(t, reward=t.reward + 0.5), "reward"),
-        (lambda t: dataclasses.replace(t, state_key="elsewhere"), "observation"),
+        (lambda t: dataclasses.replace(t, observation="elsewhere"), "observation"),
     ],
 )
 def test_replay_that_differs_from_the_record_is_a_mismatch(change, message):

@@ -75,7 +75,13 @@ def test_colocated_roles_share_their_gpus_and_separate_ones_get_whole_gpus():
     split = plan_placement(_roles([0], [1], [0]), "ray")
     assert [split[n].num_gpus for n in ("actor_train", "actor_infer", "reference")] == [0.5, 1.0, 0.5]
     wide = plan_placement(_roles([0, 1], [2, 3]), "ray")
-    assert wide["actor_train"].num_gpus == wide["actor_infer"].num_gpus == 2.0
+    assert wide["actor_infer"].num_gpus == 2.0 and wide["actor_infer"].ranks == 1  # one worker on both
+    # a trained role runs one rank per GPU, each asking for its GPU (shared with the roles mapped to it)
+    assert (wide["actor_train"].ranks, wide["actor_train"].num_gpus) == (2, 1.0)
+    shared = plan_placement(_roles([0, 1], [0]), "ray")
+    assert (shared["actor_train"].ranks, shared["actor_train"].num_gpus) == (2, 0.5)
+    local = plan_placement(_roles([2, 3], [0]), "local")["actor_train"]
+    assert [local.device_of(r) for r in range(local.ranks)] == ["cuda:2", "cuda:3"]
 
 
 def test_num_gpus_per_worker_overrides_the_share():

@@ -14,6 +14,7 @@ import pytest
 import torch
 from roll_pipeline.runtime.cluster import LocalCluster
 from roll_pipeline.runtime.policy_server import PolicyServer
+from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.trainer.weight_update import WeightUpdater
 from roll_rollout import GenerateRequest, SamplingSettings
 from roll_strategies import ActorTrainWorker, build_tiny_model
@@ -51,7 +52,12 @@ def _trainer_log_probs(train: ActorTrainWorker, prompt: list[int], output: list[
 
 def _updater(cluster, train, server, frequency: int = 1, bucket_bytes: int = 30_000) -> WeightUpdater:
     return WeightUpdater(
-        cluster, train, server, dtype="float32", frequency=frequency, bucket_bytes=bucket_bytes
+        cluster,
+        RankGroup(cluster, [train]),
+        server,
+        dtype="float32",
+        frequency=frequency,
+        bucket_bytes=bucket_bytes,
     )
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
+from roll_envs import EnvRandomState
 from roll_rollout import EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.env_calls import DaemonThreadPool
 
@@ -142,3 +144,58 @@ def test_a_hung_env_thread_does_not_keep_the_process_alive():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "timed out"
+
+
+def test_an_env_raising_timeout_error_is_an_env_error_not_a_timeout():
+    calls = EnvCalls(max_concurrent=1, timeout_s=5)
+
+    def socket_timeout():
+        raise TimeoutError("the env's own server did not answer")
+
+    async def scenario():
+        with pytest.raises(EnvCallError, match="raised TimeoutError") as info:
+            await calls.run(socket_timeout, what="step")
+        assert not isinstance(info.value, EnvCallTimeout) and calls.hung == 0
+        with pytest.raises(EnvCallError, match="raised TimeoutError"):
+            await calls.run(socket_timeout, random_state=EnvRandomState())
+
+    asyncio.run(scenario())
+    calls.shutdown()
+
+
+def test_isolated_calls_are_timed_from_the_lock_and_a_hung_one_gives_it_back():
+    """A hung isolated call holds the process-wide lock until its timeout (1 s, in another worker's
+    `EnvCalls`), then gives it back; the calls that waited behind it run then, and are not timed out
+    although they waited longer than their own timeout_s (0.3 s)."""
+    slow = EnvCalls(max_concurrent=1, timeout_s=1.0, max_hung=1)
+    calls = EnvCalls(max_concurrent=4, timeout_s=0.3, max_hung=2)
+    release = threading.Event()
+    entered = threading.Event()
+
+    def hang():
+        entered.set()
+        release.wait()
+
+    async def scenario():
+        hung = asyncio.ensure_future(slow.run(hang, random_state=EnvRandomState(), what="step"))
+        while not entered.is_set():
+            await asyncio.sleep(0.005)
+        started = time.monotonic()
+        waiting = [calls.run(random.random, random_state=EnvRandomState(i)) for i in range(3)]
+        results = await asyncio.gather(*waiting)
+        with pytest.raises(EnvCallTimeout):
+            await hung
+        assert calls.hung == 0 and slow.hung == 1  # only the hung call counts as hung
+        return results, time.monotonic() - started
+
+    random.seed(5)
+    process = random.getstate()
+    try:
+        results, waited = asyncio.run(scenario())
+    finally:
+        release.set()
+        calls.shutdown()
+        slow.shutdown()
+    assert results == [random.Random(i).random() for i in range(3)]  # each under its own state
+    assert 0.8 < waited < 5  # they waited for the hung call's timeout, and were not timed out themselves
+    assert random.getstate() == process  # the process's own state is back

@@ -46,6 +46,7 @@ TURN_FIELDS = (
     "finish_reason",
     "response_text",
 )
+"""A turn's fields in schema version 1; version 2 adds `action_is_refused` and `observation`."""
 TRAJ_FIELDS = (
     "env_id",
     "group_id",
@@ -76,8 +77,11 @@ def _text(x: Any, limit: int) -> bool:
     return type(x) is str and len(x) <= limit
 
 
-def _turn_ok(t: Any) -> bool:
-    if type(t) is not dict or set(t) != set(TURN_FIELDS):
+def _turn_ok(t: Any, version: int) -> bool:
+    fields = set(TURN_FIELDS) | ({"action_is_refused", "observation"} if version == 2 else set())
+    if type(t) is not dict or set(t) != fields:
+        return False
+    if version == 2 and (type(t["action_is_refused"]) is not bool or not _text(t["observation"], TEXT_MAX)):
         return False
     ids_ok = all(
         type(ids) is list and all(type(i) is int and 0 <= i < TOKEN_END for i in ids)
@@ -100,14 +104,14 @@ def _turn_ok(t: Any) -> bool:
 
 
 def reference_accepts(payload: bytes) -> bool:
-    """Whether `payload` is a valid version-1 trajectory payload, judged without msgspec."""
+    """Whether `payload` is a valid version-1 or version-2 trajectory payload, judged without msgspec."""
     try:
         msg = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception:
         return False
     if type(msg) is not dict or set(msg) != {"schema", "version", "trajectory"}:
         return False
-    if msg["schema"] != "roll.trajectory" or type(msg["version"]) is not int or msg["version"] != 1:
+    if msg["schema"] != "roll.trajectory" or type(msg["version"]) is not int or msg["version"] not in (1, 2):
         return False
     b = msg["trajectory"]
     if type(b) is not dict or set(b) != set(TRAJ_FIELDS):
@@ -117,7 +121,7 @@ def reference_accepts(payload: bytes) -> bool:
         all(_count(b[k]) for k in ("env_id", "group_id", "episode_id", "seed"))
         and _text(b["tag"], NAME_MAX)
         and type(b["turns"]) is list
-        and all(_turn_ok(t) for t in b["turns"])
+        and all(_turn_ok(t, msg["version"]) for t in b["turns"])
         and all(type(b[k]) is bool for k in ("success", "terminated", "truncated"))
         and type(metrics) is dict
         and all(_text(k, NAME_MAX) and _number(v) for k, v in metrics.items())
@@ -144,6 +148,7 @@ def assert_exact_types(traj: Trajectory) -> None:
         assert all(type(x) is float and math.isfinite(x) and x <= 0 for x in t.log_probs)
         assert type(t.reward) is float and math.isfinite(t.reward)
         assert type(t.action_is_valid) is bool and type(t.action_is_effective) is bool
+        assert type(t.action_is_refused) is bool and _text(t.observation, TEXT_MAX)
         assert _count(t.policy_version)
         assert _text(t.state_key, TEXT_MAX) and _text(t.response_text, TEXT_MAX)
         assert _text(t.finish_reason, NAME_MAX)
@@ -171,10 +176,13 @@ def check_payload(payload: bytes) -> bool:
 
 
 def _with_floats(body: dict[str, Any]) -> dict[str, Any]:
-    """The reference's reading of a body: float fields hold floats (an int 3 is read as 3.0)."""
+    """The reference's reading of a body: float fields hold floats (an int 3 is read as 3.0), and a version-1
+    turn has `action_is_refused` False and its state key as `observation`."""
     body["metrics"] = {k: float(v) for k, v in body["metrics"].items()}
     for t in body["turns"]:
         t["reward"], t["log_probs"] = float(t["reward"]), [float(x) for x in t["log_probs"]]
+        t.setdefault("action_is_refused", False)
+        t.setdefault("observation", t["state_key"])
     return body
 
 
@@ -211,6 +219,8 @@ def random_trajectory(seed: int) -> Trajectory:
                 text(),
                 rng.choice((0, 1, INT64_MAX)),
                 rng.choice(("stop", "length", "")),
+                text(),
+                rng.random() < 0.5,
                 text(),
             )
         )

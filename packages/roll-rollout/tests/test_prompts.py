@@ -96,3 +96,33 @@ def test_chat_messages_render_to_the_same_prompt(chat_tokenizer, window):
     assert messages[0] == {"role": "system", "content": INSTRUCTION}
     with pytest.raises(ValueError, match="len"):
         builder.messages(observations, texts[:1])
+
+
+def test_a_response_prefix_ends_every_generation_prompt_and_is_read_by_the_env(chat_tokenizer):
+    """Reference: the whole conversation rendered as text (each assistant turn is prefix + sampled text),
+    plus the prefix after the last generation prompt, tokenised once."""
+    tok = chat_tokenizer
+    builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=None, response_prefix="<answer>")
+    observations = ["_P\nOG", "__\nPG", "__\n_√"]
+    sampled = ["Down</answer>", "Right</answer>"]
+    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in sampled]
+    full = [builder.full_response(t) for t in sampled]
+    assert full == ["<answer>Down</answer>", "<answer>Right</answer>"]
+    messages = [{"role": "system", "content": INSTRUCTION}]
+    for obs, text in zip(observations, [*full, None], strict=True):
+        messages.append({"role": "user", "content": obs})
+        if text is not None:
+            messages.append({"role": "assistant", "content": text})
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + "<answer>"
+    assert builder.prompt(observations, responses) == tok.encode(text, add_special_tokens=False)
+    assert builder.first_prompt("_P")[-1] == tok.convert_tokens_to_ids("<answer>")
+
+
+def test_no_prefix_changes_nothing_and_a_chat_policy_refuses_a_prefix(chat_tokenizer):
+    plain, empty = (
+        PromptBuilder(chat_tokenizer, INSTRUCTION),
+        PromptBuilder(chat_tokenizer, INSTRUCTION, response_prefix=""),
+    )
+    assert plain.prompt(["_P"], []) == empty.prompt(["_P"], []) and empty.full_response("x") == "x"
+    with pytest.raises(ValueError, match="token-in policy"):
+        PromptBuilder(chat_tokenizer, INSTRUCTION, response_prefix="<answer>").messages(["_P"], [])

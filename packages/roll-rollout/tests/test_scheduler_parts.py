@@ -77,3 +77,23 @@ def test_rollout_metrics_have_the_same_keys_every_batch_and_reset():
         "rollout/staleness/max",
     }
     assert all(second[k] == 0 for k in COUNTED) and second["rollout/failed_episodes"] == 0
+
+
+def test_rollout_metrics_count_valid_refused_and_unparsable_turns():
+    flags = [(True, False), (True, True), (False, False), (False, True), (True, False), (True, True)]
+    turns = [
+        Turn([1], [2], [-0.5], 0.0, valid, True, "s", action_is_refused=refused) for valid, refused in flags
+    ]
+    trajs = [Trajectory(0, 0, 0, "A", 1, turns[:4]), Trajectory(1, 0, 1, "A", 1, turns[4:])]
+    metrics = RolloutMetrics().take(Ledger(), trajs, policy_version=0, queued_groups=0, running_groups=0)
+    # read and applied: turns 0 and 4; refused: 1 and 5; not read (refused or not): 2 and 3
+    assert metrics["rollout/valid_turns"] == 2.0
+    assert metrics["rollout/refused_turns"] == 2.0
+    assert metrics["rollout/unparsable_turns"] == 2.0
+    empty = RolloutMetrics().take(Ledger(), [], policy_version=0, queued_groups=0, running_groups=0)
+    assert (
+        empty["rollout/valid_turns"]
+        == empty["rollout/refused_turns"]
+        == empty["rollout/unparsable_turns"]
+        == 0
+    )

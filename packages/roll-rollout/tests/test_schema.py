@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from roll_rollout import PayloadError, Trajectory, Turn, decode_trajectory, encode_trajectory, stable_hash
-from roll_rollout.schema import SCHEMA_NAME
+from roll_rollout.schema import SCHEMA_NAME, SCHEMA_VERSION
 from roll_rollout.wire import MAX_NAME_CHARS, MAX_TEXT_CHARS, MAX_TOKEN_ID
 
 
@@ -75,7 +75,9 @@ def _body() -> dict:
 def test_encoding_is_the_msgpack_of_the_dataclasses():
     """The wire format is unchanged: the msgpack of `asdict`, as the previous encoder wrote it."""
     traj = make_traj(3)
-    expected = msgpack.packb({"schema": SCHEMA_NAME, "version": 1, "trajectory": dataclasses.asdict(traj)})
+    expected = msgpack.packb(
+        {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, "trajectory": dataclasses.asdict(traj)}
+    )
     assert encode_trajectory(traj) == expected
 
 
@@ -113,11 +115,13 @@ def test_wrongly_typed_fields_name_the_field(path, value, message):
         decode_trajectory(msgpack.packb(set_at(_body(), path, value)))
 
 
-@pytest.mark.parametrize("version", [1.0, True, "1", None, 2])
+@pytest.mark.parametrize("version", [2.0, True, "2", None, 0, 3])
 def test_version_must_be_the_exact_int(version):
     body = _body()
     body["version"] = version
-    with pytest.raises(PayloadError, match="expected the int 1"):
+    with pytest.raises(
+        PayloadError, match=r"expected the int 2, or 1 for payloads written before Turn\.action_is_refused"
+    ):
         decode_trajectory(msgpack.packb(body))
 
 
@@ -205,3 +209,89 @@ def test_stable_hash_is_pinned():
     # blake2b, not Python's salted hash(): the same value in every process, run and roll version
     assert stable_hash("abc") == 6455300059550759896
     assert Turn([1], [2], [-0.1], 0.0, True, True, "abc").anchor_id == stable_hash("abc")
+
+
+def test_turns_carry_action_is_refused():
+    traj = make_traj(3)
+    traj.turns[1].action_is_refused = True
+    back = decode_trajectory(encode_trajectory(traj))
+    assert [t.action_is_refused for t in back.turns] == [False, True, False]
+    assert msgpack.unpackb(encode_trajectory(traj))["trajectory"]["turns"][1]["action_is_refused"] is True
+
+
+V1_TURN = {
+    "prompt_ids": [1, 2],
+    "response_ids": [3],
+    "log_probs": [-0.5],
+    "reward": 1.0,
+    "action_is_valid": True,
+    "action_is_effective": False,
+    "state_key": "s",
+    "policy_version": 4,
+    "finish_reason": "stop",
+    "response_text": "<answer>Up</answer>",
+}
+"""A turn as roll-rollout wrote it before `Turn.action_is_refused` (schema version 1), written out by hand."""
+
+V1_BODY = {
+    "env_id": 0,
+    "group_id": 1,
+    "episode_id": 2,
+    "tag": "FrozenLake",
+    "seed": 3,
+    "turns": [V1_TURN],
+    "success": False,
+    "terminated": False,
+    "truncated": True,
+    "metrics": {"success": 0.0},
+    "error": None,
+}
+
+
+def test_version_1_payloads_still_decode_with_no_turn_refused():
+    back = decode_trajectory(msgpack.packb({"schema": SCHEMA_NAME, "version": 1, "trajectory": V1_BODY}))
+    expected = Turn([1, 2], [3], [-0.5], 1.0, True, False, "s", 4, "stop", "<answer>Up</answer>", False, "s")
+    assert back.turns == [expected] and back.truncated and back.metrics == {"success": 0.0}
+    assert back.turns[0].observation == "s"  # version 1 recorded the observation as the state key
+
+
+@pytest.mark.parametrize(
+    ("version", "refused", "message"),
+    [
+        (2, None, r"turns\[0\]: has no field action_is_refused for schema version 2"),
+        (1, False, r"turns\[0\]: has an unknown field action_is_refused for schema version 1"),
+        (2, 1, r"turns\[0\]\.action_is_refused: expected bool, got int"),
+    ],
+)
+def test_action_is_refused_is_required_in_version_2_only(version, refused, message):
+    turn = dict(V1_TURN) if refused is None else {**V1_TURN, "action_is_refused": refused}
+    if version == 2:
+        turn["observation"] = "s"
+    body = {**V1_BODY, "turns": [turn]}
+    with pytest.raises(PayloadError, match=message):
+        decode_trajectory(msgpack.packb({"schema": SCHEMA_NAME, "version": version, "trajectory": body}))
+
+
+def test_turns_carry_their_observation_apart_from_the_state_key():
+    traj = make_traj(2)
+    traj.turns[0].observation = "moves so far: none\ngrid0"  # the observation carries more than the state
+    back = decode_trajectory(encode_trajectory(traj))
+    assert back.turns[0].observation == "moves so far: none\ngrid0" and back.turns[0].state_key == "grid0"
+    assert back.turns[0].anchor_id == stable_hash("grid0")
+
+
+@pytest.mark.parametrize(
+    ("version", "observation", "message"),
+    [
+        (2, None, r"turns\[0\]: has no field observation for schema version 2"),
+        (1, "s", r"turns\[0\]: has an unknown field observation for schema version 1"),
+        (2, 3, r"turns\[0\]\.observation: expected str, got int"),
+    ],
+)
+def test_observation_is_required_in_version_2_only(version, observation, message):
+    turn = {**V1_TURN, "action_is_refused": False} if version == 2 else dict(V1_TURN)
+    if observation is not None:
+        turn["observation"] = observation
+    body = {**V1_BODY, "turns": [turn]}
+    with pytest.raises(PayloadError, match=message):
+        decode_trajectory(msgpack.packb({"schema": SCHEMA_NAME, "version": version, "trajectory": body}))

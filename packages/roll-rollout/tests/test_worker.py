@@ -135,3 +135,68 @@ def test_an_env_step_the_trajectory_cannot_carry_fails_only_its_episode(
 
     (traj,), _ = asyncio.run(scenario())
     assert traj.error.startswith("env_error: ") and message in traj.error
+
+
+def test_the_env_reads_the_response_prefix_followed_by_the_sampled_text(chat_tokenizer):
+    """The policy samples 'Left</answer>' only; with response_prefix '<answer>' the env gets a valid answer,
+    the prefix is the last prompt id, and the trained ids are exactly the sampled ones."""
+    sampled = chat_tokenizer.encode("Left</answer>", add_special_tokens=False)
+    seen: list[str] = []
+
+    def factory(_type, _config):
+        env = CountdownEnv(min_turns=1)
+        step = env.step
+
+        def recording_step(action):
+            seen.append(action)
+            return step(action)
+
+        env.step = recording_step
+        return env
+
+    slots = [EnvSlotSpec(0, "A", "countdown", max_turns=1, response_prefix="<answer>")]
+    worker = EnvWorker(slots, chat_tokenizer, ScriptedPolicy(sampled), env_factory=factory)
+
+    async def scenario():
+        await worker.submit(encode_jobs([job(0, 1)]))
+        return await drain(worker, 1)
+
+    (traj,), _ = asyncio.run(scenario())
+    read = "<answer>" + chat_tokenizer.decode(sampled, skip_special_tokens=True)
+    assert (
+        read.replace(" ", "") == "<answer>Left</answer>"
+    )  # this word-level test tokenizer decodes with spaces
+    assert seen == [read]
+    turn = traj.turns[0]
+    assert turn.response_ids == sampled and turn.response_text == read
+    assert turn.prompt_ids[-1] == chat_tokenizer.convert_tokens_to_ids("<answer>")
+
+
+def test_turns_record_whether_the_env_read_refused_or_could_not_read_the_answer(chat_tokenizer, answer_ids):
+    """The env's `action_is_valid` / `action_is_refused` reach each turn and the episode's rates; an env that
+    never says `action_is_refused` (CountdownEnv) refuses nothing."""
+    schedule = [(True, False), (True, True), (False, False), (True, True), (True, False)]  # (valid, refused)
+
+    class JudgingEnv(CountdownEnv):
+        def step(self, action):
+            turn = 5 - self.left
+            obs, reward, terminated, truncated, info = super().step(action)
+            valid, refused = schedule[turn]
+            flags = {"action_is_valid": valid, "action_is_refused": refused}
+            return obs, reward, terminated, truncated, {**info, **flags}
+
+    worker = make_worker(
+        chat_tokenizer, answer_ids, num_slots=1, env_factory=lambda t, c: JudgingEnv(min_turns=5)
+    )
+    plain = make_worker(chat_tokenizer, answer_ids, num_slots=1)
+
+    async def scenario(w):
+        await w.submit(encode_jobs([job(0, 1, seed=0)]))
+        return await drain(w, 1)
+
+    (traj,), _ = asyncio.run(scenario(worker))
+    assert [(t.action_is_valid, t.action_is_refused) for t in traj.turns] == schedule
+    assert traj.metrics["action_is_valid"] == 4 / 5 and traj.metrics["action_is_refused"] == 2 / 5
+    (other,), _ = asyncio.run(scenario(plain))
+    assert other.turns and not any(t.action_is_refused for t in other.turns)
+    assert other.metrics["action_is_refused"] == 0.0

@@ -1,7 +1,9 @@
 """roll-algos: RL maths for LLM agents: advantages, losses, KL, packing, dynamic batching.
 
 Pure functions on tensors (torch, numpy only). Families share one call shape:
-- advantages: `compute_advantages(estimator, AdvantageInputs, AdvantageConfig) -> AdvantageOutput`;
+- advantages: `compute_advantages(estimator, AdvantageInputs, AdvantageConfig) -> AdvantageOutput`, every
+  estimator `fn(AdvantageInputs, AdvantageConfig) -> AdvantageOutput` in an open registry
+  (`register_estimator(name, level=..., group_based=...)`, entry-point group `roll_algos.estimators`);
 - losses: `policy_loss(...) -> PolicyLossOutput`, `value_loss(...) -> ValueLossOutput`, `aggregate_loss`;
 - KL: `kl_penalty`, `apply_kl_penalty`, `token_kl`, fixed / adaptive controllers;
 - objectives the train workers run: `ActorLoss` (PPO family + KL + entropy), `CriticLoss`;
@@ -11,14 +13,10 @@ Pure functions on tensors (torch, numpy only). Families share one call shape:
 from roll_algos import estimators as _estimators  # noqa: F401  (registers the estimators)
 from roll_algos import gigpo as _gigpo  # noqa: F401  (registers gigpo)
 from roll_algos.advantages import (
-    ADVANTAGE_ESTIMATORS,
     AdvantageConfig,
     AdvantageEstimator,
     AdvantageInputs,
     AdvantageOutput,
-    compute_advantages,
-    get_estimator,
-    register_estimator,
 )
 from roll_algos.batching import (
     DynamicBatchPlan,
@@ -43,6 +41,16 @@ from roll_algos.losses import (
 )
 from roll_algos.objectives import FULL_KL_KINDS, ActorLoss, CriticLoss, token_kl
 from roll_algos.packing import PackedBatch, pack_sequences, packed_attention_mask, unpack, unpack_padded
+from roll_algos.registry import (
+    ADVANTAGE_ESTIMATORS,
+    EstimatorSpec,
+    compute_advantages,
+    estimator_spec,
+    get_estimator,
+    load_estimator_plugins,
+    register_estimator,
+    registered_estimators,
+)
 from roll_algos.rewards import (
     NormMode,
     clip_advantages,
@@ -68,6 +76,7 @@ __all__: list[str] = [
     "AlgosError",
     "CriticLoss",
     "DynamicBatchPlan",
+    "EstimatorSpec",
     "FixedKLController",
     "KLEstimator",
     "LossAggMode",
@@ -89,11 +98,13 @@ __all__: list[str] = [
     "contiguous_segments",
     "dynamic_micro_batches",
     "entropy_from_logits",
+    "estimator_spec",
     "get_estimator",
     "group_index",
     "group_normalize",
     "karmarkar_karp",
     "kl_penalty",
+    "load_estimator_plugins",
     "log_probs_from_logits",
     "masked_mean",
     "masked_var",
@@ -103,6 +114,7 @@ __all__: list[str] = [
     "padding_stats",
     "policy_loss",
     "register_estimator",
+    "registered_estimators",
     "starpo_group_filter",
     "token_kl",
     "unpack",

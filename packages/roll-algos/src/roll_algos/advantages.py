@@ -1,17 +1,14 @@
-"""Advantage estimators: one call shape, one registry keyed by `AdvantageEstimator`.
+"""The types of the advantage family: every estimator is
+`fn(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput`.
 
-Every estimator is `fn(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput`; the
-pipeline calls `compute_advantages(name, inputs, config)` and never special-cases one. The estimators
-themselves live in `roll_algos.estimators` and `roll_algos.gigpo` and register here on import.
-
-`compute_advantages` runs, in order: reward clipping (`reward_clip`) -> the estimator -> optional
-whitening over valid tokens (`whiten`) -> advantage clipping (`advantage_clip`) -> zero off the mask.
+The registry and `compute_advantages`, the one caller of estimators, are in `roll_algos.registry`. The
+builtin estimators (the `AdvantageEstimator` names) live in `roll_algos.estimators` and `roll_algos.gigpo`
+and register on import; `register_estimator` adds others under any new name.
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
@@ -19,23 +16,19 @@ from typing import NamedTuple
 import torch
 
 from roll_algos.errors import AlgosError, ShapeError, check_shape
-from roll_algos.rewards import NormMode, clip_advantages, clip_rewards, masked_whiten, unique_first
+from roll_algos.rewards import NormMode, unique_first
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS",
     "AdvantageConfig",
     "AdvantageEstimator",
     "AdvantageInputs",
     "AdvantageOutput",
-    "EstimatorFn",
-    "compute_advantages",
-    "get_estimator",
-    "register_estimator",
+    "validate_inputs",
 ]
 
 
 class AdvantageEstimator(StrEnum):
-    """The `adv_estimator` values of the config. See docs/algos/<name>.md for each formula."""
+    """The builtin estimators' names (others register under any name). See docs/algos/<name>.md."""
 
     GAE = "gae"
     REINFORCE = "reinforce"
@@ -62,6 +55,8 @@ class AdvantageInputs(NamedTuple):
         values: [B, T] critic values (gae only).
         old_log_probs: [B, T] behaviour-policy log-probs (reinforce_plus_plus KL-in-reward).
         ref_log_probs: [B, T] reference-policy log-probs (reinforce_plus_plus KL-in-reward).
+        anchor_texts: B observation texts the anchor_ids were hashed from (GiGPO's similarity anchors,
+            read only with gigpo_anchor_threshold < 1); None when not given.
     """
 
     response_mask: torch.Tensor
@@ -75,6 +70,7 @@ class AdvantageInputs(NamedTuple):
     values: torch.Tensor | None = None
     old_log_probs: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None
+    anchor_texts: Sequence[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,8 +84,11 @@ class AdvantageConfig:
         norm_mode: `mean_std`, `mean` or `none`: how scores are normalised (within the env group for
             grpo / step_reinforce, over the batch's valid tokens for gae / reinforce_plus_plus).
         epsilon: added to std before dividing.
-        gigpo_step_weight: omega, weight of GiGPO's step (anchor-state) advantage.
+        gigpo_step_weight: omega >= 0, weight of GiGPO's step (anchor-state) advantage.
         gigpo_norm_mode: GiGPO normalisation (`mean_std` or `mean`); None uses norm_mode.
+        gigpo_anchor_threshold: in (0, 1]; below 1, GiGPO merges the anchors of similar observation texts
+            (`AdvantageInputs.anchor_texts`) of one env group (`anchor_ids_from_texts`); 1: exact anchors.
+        gigpo_anchor_similarity: `jaccard` (token sets) or `difflib` (SequenceMatcher ratio).
         kl_coef: beta of the KL penalty folded into the reward (reinforce_plus_plus).
         kl_estimator: per-token KL estimator for that penalty (`kl`, `abs`, `mse`, `k3`).
         whiten: whiten the final advantages over the batch's valid tokens.
@@ -103,6 +102,8 @@ class AdvantageConfig:
     epsilon: float = 1e-6
     gigpo_step_weight: float = 1.0
     gigpo_norm_mode: str | None = None
+    gigpo_anchor_threshold: float = 1.0
+    gigpo_anchor_similarity: str = "jaccard"
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     whiten: bool = False
@@ -118,9 +119,19 @@ class AdvantageConfig:
             mode = getattr(self, field)
             if mode is not None and mode not in {m.value for m in NormMode}:
                 raise AlgosError(f"AdvantageConfig.{field}: expected mean_std, mean or none, got {mode!r}.")
-        if self.epsilon < 0 or self.kl_coef < 0:
+        if self.epsilon < 0 or self.kl_coef < 0 or self.gigpo_step_weight < 0:
             raise AlgosError(
-                f"AdvantageConfig: epsilon and kl_coef must be >= 0, got {self.epsilon} and {self.kl_coef}."
+                "AdvantageConfig: epsilon, kl_coef and gigpo_step_weight must be >= 0, got"
+                f" {self.epsilon}, {self.kl_coef} and {self.gigpo_step_weight}."
+            )
+        if not 0.0 < self.gigpo_anchor_threshold <= 1.0:
+            raise AlgosError(
+                f"AdvantageConfig.gigpo_anchor_threshold: expected a value in (0, 1], got {self.gigpo_anchor_threshold}."
+            )
+        if self.gigpo_anchor_similarity not in ("jaccard", "difflib"):
+            raise AlgosError(
+                "AdvantageConfig.gigpo_anchor_similarity: expected jaccard or difflib, got"
+                f" {self.gigpo_anchor_similarity!r}."
             )
 
 
@@ -137,41 +148,6 @@ class AdvantageOutput(NamedTuple):
     returns: torch.Tensor
 
 
-EstimatorFn = Callable[[AdvantageInputs, AdvantageConfig], AdvantageOutput]
-ADVANTAGE_ESTIMATORS: dict[AdvantageEstimator, EstimatorFn] = {}
-
-
-def register_estimator(name: AdvantageEstimator | str) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Decorator: register `fn(inputs, config) -> AdvantageOutput` under an `AdvantageEstimator` value."""
-    key = _estimator_key(name)
-
-    def wrap(fn: EstimatorFn) -> EstimatorFn:
-        ADVANTAGE_ESTIMATORS[key] = fn
-        return fn
-
-    return wrap
-
-
-def _estimator_key(name: AdvantageEstimator | str) -> AdvantageEstimator:
-    try:
-        return AdvantageEstimator(name)
-    except ValueError:
-        valid = [e.value for e in AdvantageEstimator]
-        close = difflib.get_close_matches(str(name), valid, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise AlgosError(f"advantage estimator: expected one of {valid}, got {name!r}.{hint}") from None
-
-
-def get_estimator(name: AdvantageEstimator | str) -> EstimatorFn:
-    """The registered estimator function for `name` (raises `AlgosError` listing valid names)."""
-    key = _estimator_key(name)
-    if key not in ADVANTAGE_ESTIMATORS:
-        raise AlgosError(
-            f"advantage estimator {key.value!r} is declared but not registered; import roll_algos."
-        )
-    return ADVANTAGE_ESTIMATORS[key]
-
-
 def validate_inputs(inputs: AdvantageInputs) -> None:
     """Check shapes and per-trajectory consistency; raise `ShapeError` saying what to fix."""
     check_shape("response_mask", inputs.response_mask, [None, None], hint="One row per turn: [B, T] bool.")
@@ -186,6 +162,11 @@ def validate_inputs(inputs: AdvantageInputs) -> None:
     for name in ("values", "old_log_probs", "ref_log_probs"):
         if getattr(inputs, name) is not None:
             check_shape(name, getattr(inputs, name), [b, t], hint="Same [B, T] as response_mask.")
+    if inputs.anchor_texts is not None and len(inputs.anchor_texts) != b:
+        raise ShapeError(
+            f"anchor_texts: expected {b} texts (one per row), got {len(inputs.anchor_texts)}. Give each row's"
+            " observation text, or None."
+        )
     first, inverse = unique_first(inputs.trajectory_ids)
     for name in ("episode_scores", "group_ids"):
         x = getattr(inputs, name)
@@ -194,36 +175,3 @@ def validate_inputs(inputs: AdvantageInputs) -> None:
                 f"{name}: expected one value per trajectory (repeated on each of its rows), got rows of one "
                 "trajectory_id with different values. Check trajectory_ids, or fill the trajectory's value on every row."
             )
-
-
-def compute_advantages(
-    estimator: AdvantageEstimator | str,
-    inputs: AdvantageInputs,
-    config: AdvantageConfig | None = None,
-) -> AdvantageOutput:
-    """Advantages and returns [B, T] with the named estimator (see module docstring for the steps).
-
-    Args:
-        estimator: an `AdvantageEstimator` or its string value (e.g. "grpo").
-        inputs: `AdvantageInputs` of B rows x T tokens.
-        config: `AdvantageConfig`; None uses the defaults.
-    Returns:
-        `AdvantageOutput(advantages [B, T], returns [B, T])`, both zero off the response mask.
-    """
-    config = config or AdvantageConfig()
-    fn = get_estimator(estimator)
-    validate_inputs(inputs)
-    if config.reward_clip is not None:
-        inputs = inputs._replace(
-            token_rewards=clip_rewards(inputs.token_rewards, config.reward_clip),
-            step_rewards=clip_rewards(inputs.step_rewards, config.reward_clip),
-            episode_scores=clip_rewards(inputs.episode_scores, config.reward_clip),
-        )
-    out = fn(inputs, config)
-    mask = inputs.response_mask
-    adv = out.advantages
-    if config.whiten:
-        adv = masked_whiten(adv, mask, eps=config.epsilon)
-    adv = clip_advantages(adv, config.advantage_clip)
-    fmask = mask.to(adv.dtype)
-    return AdvantageOutput(advantages=adv * fmask, returns=out.returns * fmask)

@@ -1,4 +1,4 @@
-"""The advantage estimators other than GiGPO, registered in `ADVANTAGE_ESTIMATORS`.
+"""The builtin advantage estimators other than GiGPO, registered in `ADVANTAGE_ESTIMATORS` on import.
 
 Every one takes `(AdvantageInputs, AdvantageConfig)` and returns `AdvantageOutput`; see
 docs/algos/<name>.md for formulas and when to use them. Orders used throughout:
@@ -12,15 +12,10 @@ from __future__ import annotations
 import torch
 
 from roll_algos import _layout as L
-from roll_algos.advantages import (
-    AdvantageConfig,
-    AdvantageEstimator,
-    AdvantageInputs,
-    AdvantageOutput,
-    register_estimator,
-)
+from roll_algos.advantages import AdvantageConfig, AdvantageEstimator, AdvantageInputs, AdvantageOutput
 from roll_algos.errors import AlgosError
 from roll_algos.kl import kl_penalty
+from roll_algos.registry import register_estimator
 from roll_algos.rewards import NormMode, group_normalize, masked_mean, masked_whiten, unique_first
 
 __all__ = [
@@ -81,13 +76,13 @@ def _trajectory_level(
     return AdvantageOutput(adv, adv.clone())
 
 
-@register_estimator(AdvantageEstimator.GRPO)
+@register_estimator(AdvantageEstimator.GRPO, level="trajectory", group_based=True)
 def grpo(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:
     """GRPO / StarPO trajectory-wise: A = gamma^(tokens after t) * normalise_group(score) (norm_mode)."""
     return _trajectory_level(inputs, config, config.norm_mode)
 
 
-@register_estimator(AdvantageEstimator.REINFORCE)
+@register_estimator(AdvantageEstimator.REINFORCE, level="trajectory", group_based=True)
 def reinforce(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:
     """REINFORCE with the group-mean baseline: A = gamma^(tokens after t) * (score - mean_group(score)).
 
@@ -106,7 +101,9 @@ def _normalize_tokens(x: torch.Tensor, mask: torch.Tensor, mode: str, eps: float
     return (x - masked_mean(x, mask)) * mask.to(x.dtype)
 
 
-@register_estimator(AdvantageEstimator.GAE)
+@register_estimator(
+    AdvantageEstimator.GAE, level="token", group_based=False, needs_critic=True, options=("lambd",)
+)
 def gae(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:
     """GAE over each trajectory's token sequence; returns = A + V; A then normalised by norm_mode over the batch."""
     if inputs.values is None:
@@ -126,7 +123,12 @@ def gae(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:
     return AdvantageOutput(adv, returns)
 
 
-@register_estimator(AdvantageEstimator.REINFORCE_PLUS_PLUS)
+@register_estimator(
+    AdvantageEstimator.REINFORCE_PLUS_PLUS,
+    level="token",
+    group_based=False,
+    options=("kl_coef", "kl_estimator"),
+)
 def reinforce_plus_plus(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:
     """REINFORCE++: r_t - beta KL_t, token-level discounted returns, normalised over the whole batch."""
     mask = inputs.response_mask
@@ -148,7 +150,7 @@ def reinforce_plus_plus(inputs: AdvantageInputs, config: AdvantageConfig) -> Adv
     return AdvantageOutput(adv, returns)
 
 
-@register_estimator(AdvantageEstimator.STEP_REINFORCE)
+@register_estimator(AdvantageEstimator.STEP_REINFORCE, level="step", group_based=True)
 def step_reinforce(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:
     """Discounted step returns G(k), normalised within the env group (each step row once) by norm_mode."""
     ret = step_returns(inputs, config.gamma)
@@ -157,7 +159,7 @@ def step_reinforce(inputs: AdvantageInputs, config: AdvantageConfig) -> Advantag
     return AdvantageOutput(spread_over_tokens(adv, mask), spread_over_tokens(ret, mask))
 
 
-@register_estimator(AdvantageEstimator.AGENTIC_REINFORCE)
+@register_estimator(AdvantageEstimator.AGENTIC_REINFORCE, level="step", group_based=False)
 def agentic_reinforce(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:
     """Per-turn discounting: every token of turn k gets G(k) = r(k) + gamma * G(k+1); no normalisation."""
     ret = step_returns(inputs, config.gamma)

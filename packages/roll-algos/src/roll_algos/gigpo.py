@@ -11,7 +11,8 @@ Anchors are grouped by exact equality of `anchor_ids`: the caller's ids of the o
 pipeline uses each turn's `anchor_id`, a stable hash of its state key; this module hashes nothing). For
 similarity-based grouping, `cluster_representatives(texts, group_ids, threshold)` gives each text its
 cluster's representative, and `anchor_ids_from_texts(texts, group_ids, threshold, ids=exact_ids)` gives
-it the representative's id.
+it the representative's id; with `config.gigpo_anchor_threshold < 1` the estimator does this itself on
+`inputs.anchor_texts` (`similar_anchor_ids`, similarity `config.gigpo_anchor_similarity`).
 """
 
 from __future__ import annotations
@@ -23,15 +24,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from roll_algos.advantages import (
-    AdvantageConfig,
-    AdvantageEstimator,
-    AdvantageInputs,
-    AdvantageOutput,
-    register_estimator,
-)
+from roll_algos.advantages import AdvantageConfig, AdvantageEstimator, AdvantageInputs, AdvantageOutput
 from roll_algos.errors import AlgosError
 from roll_algos.estimators import spread_over_tokens, step_returns, trajectory_normalized_scores
+from roll_algos.registry import register_estimator
 from roll_algos.rewards import group_index, group_normalize
 
 __all__ = [
@@ -40,6 +36,7 @@ __all__ = [
     "cluster_representatives",
     "gigpo",
     "gigpo_step_advantages",
+    "similar_anchor_ids",
 ]
 
 UNKNOWN_ANCHOR = -1
@@ -58,13 +55,43 @@ def gigpo_step_advantages(
     return out
 
 
-@register_estimator(AdvantageEstimator.GIGPO)
+def similar_anchor_ids(inputs: AdvantageInputs, threshold: float, similarity: str) -> torch.Tensor:
+    """`anchor_ids` [B] with the anchors of similar `anchor_texts` of one env group merged onto their
+    cluster representative's id (`anchor_ids_from_texts`); rows with anchor -1 stay -1 and join nothing."""
+    if inputs.anchor_texts is None:
+        raise AlgosError(
+            f"gigpo with gigpo_anchor_threshold={threshold} < 1: expected AdvantageInputs.anchor_texts (the"
+            " observation text of each row), got None. Pass the texts, or set gigpo_anchor_threshold=1.0."
+        )
+    ids = inputs.anchor_ids
+    known = (ids != UNKNOWN_ANCHOR).nonzero().flatten().tolist()
+    merged = anchor_ids_from_texts(
+        [inputs.anchor_texts[i] for i in known],
+        inputs.group_ids[known].tolist(),
+        threshold,
+        similarity,
+        ids=ids[known].cpu().numpy(),
+    )
+    out = ids.clone()
+    out[known] = torch.from_numpy(merged).to(device=ids.device, dtype=ids.dtype)
+    return out
+
+
+@register_estimator(
+    AdvantageEstimator.GIGPO,
+    level="step",
+    group_based=True,
+    options=("gigpo_step_weight", "gigpo_norm_mode", "gigpo_anchor_threshold", "gigpo_anchor_similarity"),
+)
 def gigpo(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:
     """GiGPO: episode advantage (env group) + omega * step advantage (anchor-state group)."""
     mode = config.gigpo_norm_mode or config.norm_mode
     episode = trajectory_normalized_scores(inputs, mode, config.epsilon)
     ret = step_returns(inputs, config.gamma)
-    step = gigpo_step_advantages(ret, inputs.group_ids, inputs.anchor_ids, mode, config.epsilon)
+    anchors = inputs.anchor_ids
+    if config.gigpo_anchor_threshold < 1.0:
+        anchors = similar_anchor_ids(inputs, config.gigpo_anchor_threshold, config.gigpo_anchor_similarity)
+    step = gigpo_step_advantages(ret, inputs.group_ids, anchors, mode, config.epsilon)
     adv = spread_over_tokens(episode + config.gigpo_step_weight * step, inputs.response_mask)
     return AdvantageOutput(adv, adv.clone())
 

@@ -16,6 +16,7 @@ from roll_envs.errors import (
     CheckEnvError,
     EnvConfigError,
     GarbagePaysWarning,
+    IsolatedCallAbandoned,
     RegistrationError,
     ResetNeeded,
     RollEnvsError,
@@ -27,11 +28,24 @@ from roll_envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv, frozen_lake_n
 from roll_envs.frozen_lake.baselines import frozen_lake_baselines
 from roll_envs.gym_adapter import GymAdapterConfig, GymAdapterEnv
 from roll_envs.metrics import aggregate_metrics
-from roll_envs.parsing import ParsedTurn, extract_answer, parse_turn
-from roll_envs.registry import ENTRY_POINT_GROUP, EnvSpec, list_envs, load_plugins, make, register, spec
+from roll_envs.parsing import AnswerFormat, ParsedTurn, extract_answer, parse_turn, render_answer
+from roll_envs.random_state import EnvRandomState, IsolatedEnv
+from roll_envs.registry import (
+    ENTRY_POINT_GROUP,
+    EnvSpec,
+    NamespaceSpec,
+    list_envs,
+    load_plugins,
+    make,
+    register,
+    register_namespace,
+    registered_namespaces,
+    spec,
+)
 from roll_envs.sokoban import SokobanConfig, SokobanEnv
 from roll_envs.sokoban.baselines import sokoban_baselines
 from roll_envs.tiles import Tile, tile_frame
+from roll_envs.tool_calls import ToolCall
 from roll_envs.webshop import WebShopLiteConfig, WebShopLiteEnv
 
 __version__ = "0.1.4"
@@ -41,11 +55,13 @@ register_builtins()
 __all__ = [
     "ENTRY_POINT_GROUP",
     "ActionOutcome",
+    "AnswerFormat",
     "BaseEnv",
     "CheckEnvError",
     "EnvBaselines",
     "EnvConfig",
     "EnvConfigError",
+    "EnvRandomState",
     "EnvSpec",
     "FourChoiceConfig",
     "FourChoiceEnv",
@@ -54,6 +70,9 @@ __all__ = [
     "GarbagePaysWarning",
     "GymAdapterConfig",
     "GymAdapterEnv",
+    "IsolatedCallAbandoned",
+    "IsolatedEnv",
+    "NamespaceSpec",
     "ParsedTurn",
     "RegistrationError",
     "ResetNeeded",
@@ -61,6 +80,7 @@ __all__ = [
     "SokobanConfig",
     "SokobanEnv",
     "Tile",
+    "ToolCall",
     "UnknownEnvError",
     "WebShopLiteConfig",
     "WebShopLiteEnv",
@@ -81,6 +101,9 @@ __all__ = [
     "make",
     "parse_turn",
     "register",
+    "register_namespace",
+    "registered_namespaces",
+    "render_answer",
     "replay_to_gif",
     "save_gif",
     "sokoban_baselines",

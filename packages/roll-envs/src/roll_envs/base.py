@@ -1,9 +1,10 @@
 """`BaseEnv`: a Gymnasium env whose observations are text and whose actions are raw model output.
 
 An author implements a handful of hooks (`new_episode`, `apply_action`, `text_observation`,
-`is_success`, `valid_actions`, `instruction`); `reset` and `step` are written once here: they parse
-the model's text, run up to `max_actions_per_turn` actions in order, apply the format penalty and
-the step limit, and build an info dict with the keys every consumer relies on.
+`is_success`, `instruction`, and `valid_actions` unless the answer space is open); `reset` and `step` are
+written once here: they read the answer in the env's `answer_format`, run up to `max_actions_per_turn`
+actions in order, apply the format penalty and the step limit, and build an info dict with the keys every
+consumer relies on.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pydantic import BaseModel
 from roll_envs.baseline_types import EnvBaselines
 from roll_envs.config import EnvConfig, build_config
 from roll_envs.errors import EnvConfigError, ResetNeeded
-from roll_envs.parsing import ActionMatcher, ParsedTurn, make_action_matcher, parse_turn
+from roll_envs.parsing import ActionMatcher, ParsedTurn, make_action_matcher, parse_turn, render_answer
 
 Aggregation = Literal["mean", "sum", "last", "max", "min"]
 """How a per-step metric aggregates over an episode."""
@@ -30,6 +31,7 @@ Aggregation = Literal["mean", "sum", "last", "max", "min"]
 BASE_METRICS: Mapping[str, Aggregation] = {
     "success": "last",
     "action_is_valid": "mean",
+    "action_is_refused": "mean",
     "action_is_effective": "mean",
     "num_actions": "sum",
 }
@@ -42,19 +44,40 @@ TEXT_CHARSET = string.printable + "√·—–’“”…•×"
 
 @dataclass(frozen=True, slots=True)
 class ActionOutcome:
-    """The result of applying one action: its reward, whether it ended the episode, whether it changed the state."""
+    """The result of applying one action: its reward, whether it ended the episode, whether it changed the
+    state, and whether the env refused it.
+
+    `refused`: the action was read and is an action of the game, but the rules do not allow it in this
+    state (an occupied TicTacToe cell); the env left the state unchanged. The turn stops at a refused
+    action (the actions after it are not applied), the action is not in `executed_actions`, and the step's
+    info says `action_is_refused`. Its `reward` and `terminated` count (an env may penalise a refused move
+    or end the game on it); its `effective` does not. The format penalty is not applied: the answer was
+    read. A legal move that merely does nothing (walking into a wall) is not refused but ineffective.
+    """
 
     reward: float = 0.0
     terminated: bool = False
     effective: bool = True
+    refused: bool = False
+
+    @classmethod
+    def refuse(cls, reward: float = 0.0, terminated: bool = False) -> ActionOutcome:
+        """The outcome of a refused action (see the class docstring)."""
+        return cls(reward, terminated, False, True)
 
 
 class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     """A multi-turn text env: `reset(seed) -> (obs, info)`, `step(text) -> (obs, reward, terminated, truncated, info)`.
 
-    Every info dict (from `reset` too) carries `action_is_valid`, `action_is_effective`, `success`,
-    `metrics` (floats; see `metric_aggregation`), `state_key` (a string identifying the state, used
-    to group equal states), `executed_actions` and `elapsed_steps`. Everything is msgpack-friendly.
+    Every info dict (from `reset` too) carries `action_is_valid` (the answer was read into actions),
+    `action_is_refused` (the env refused one of them: `ActionOutcome.refused`), `action_is_effective`,
+    `success`, `metrics` (floats; see `metric_aggregation`), `state_key` (a string identifying the state,
+    used to group equal states), `executed_actions` and `elapsed_steps`. Everything is msgpack-friendly.
+
+    Answers are read in the config's `answer_format` (`roll_envs.parsing.AnswerFormat`: `<answer>` tags by
+    default, `\\boxed{}`, a JSON tool call or the raw text); `format_answer(*actions)` writes one, for the
+    instruction. `valid_actions` lists the actions of the current state, or is None for an open answer
+    space (a number, a matrix): then every non-empty answer reaches `apply_action`, which may refuse it.
 
     Construct with a config model, a mapping, keyword overrides or nothing:
     `FrozenLakeEnv(size=5)`, `FrozenLakeEnv(FrozenLakeConfig(size=5))`. `render_mode` is `"text"`
@@ -94,6 +117,7 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         )
         self.action_space = spaces.Text(max_length=256, min_length=0)
         self._matcher: ActionMatcher | None = None
+        self._matcher_vocabulary: tuple[str, ...] = ()
         self._started = False
         self._elapsed = 0
         self._terminated = False
@@ -107,9 +131,11 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         """The system prompt: what the game is, its symbols, the actions and the answer format."""
 
     @property
-    @abstractmethod
-    def valid_actions(self) -> list[str]:
-        """The action vocabulary in canonical spelling (parsed case-insensitively)."""
+    def valid_actions(self) -> list[str] | None:
+        """The actions of the current state in canonical spelling (matched case-insensitively by the default
+        `match_action`), or None (the default) for an open answer space, where any non-empty answer is the
+        action and `apply_action` judges it."""
+        return None
 
     @abstractmethod
     def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
@@ -117,7 +143,8 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
 
     @abstractmethod
     def apply_action(self, action: str) -> ActionOutcome:
-        """Apply one canonical action (an element of `valid_actions` or accepted by `match_action`)."""
+        """Apply one canonical action (an element of `valid_actions` or accepted by `match_action`);
+        return `ActionOutcome.refuse()` for an action the rules do not allow in this state."""
 
     @abstractmethod
     def text_observation(self) -> str:
@@ -130,9 +157,14 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     # ---- optional hooks -------------------------------------------------------------------------
 
     def match_action(self, token: str) -> str | None:
-        """Map one raw action token to a canonical action or None; default: case-insensitive lookup."""
-        if self._matcher is None:
-            self._matcher = make_action_matcher(self.valid_actions)
+        """Map one action text to a canonical action or None. Default: a case-insensitive lookup in the
+        current state's `valid_actions` (rebuilt whenever they change); with None, the text itself."""
+        actions = self.valid_actions
+        if actions is None:
+            return token or None
+        vocabulary = tuple(actions)
+        if self._matcher is None or vocabulary != self._matcher_vocabulary:
+            self._matcher, self._matcher_vocabulary = make_action_matcher(vocabulary), vocabulary
         return self._matcher(token)
 
     def episode_metrics(self) -> dict[str, float]:
@@ -164,18 +196,26 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
 
     @property
     def action_lookup(self) -> dict[int, str]:
-        """`valid_actions` indexed from 0, as in RAGEN/ROLL configs."""
-        return dict(enumerate(self.valid_actions))
+        """`valid_actions` indexed from 0, as in RAGEN/ROLL configs (empty for an open answer space)."""
+        return dict(enumerate(self.valid_actions or ()))
 
     @property
     def elapsed_steps(self) -> int:
         """Calls to `step` since the last `reset`."""
         return self._elapsed
 
+    def format_answer(self, *actions: str) -> str:
+        """The text of a turn answering `actions` in this env's answer format, e.g. `<answer>Left</answer>`
+        (for instructions and scripted play; `step` reads it back)."""
+        return render_answer(actions, self.config.answer_format)
+
     def multi_action_hint(self, noun: str = "actions") -> str:
-        """The instruction sentence allowing `||`-separated actions (leading space), or "" at one per turn."""
+        """The instruction sentence allowing several actions (leading space), or "" at one per turn."""
         cap = self.config.max_actions_per_turn
-        return f" You may give up to {cap} {noun} separated by ||." if cap > 1 else ""
+        if cap <= 1:
+            return ""
+        how = "as a JSON list of calls" if self.config.answer_format == "tool_call" else "separated by ||"
+        return f" You may give up to {cap} {noun} {how}."
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -188,7 +228,7 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         self._terminated = False
         self._truncated = False
         obs = self.text_observation()
-        return obs, self._info(obs, valid=True, effective=False, executed=(), metrics={})
+        return obs, self._info(obs, valid=True, refused=False, effective=False, executed=(), metrics={})
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Parse the model's text, execute its actions in order and report the turn."""
@@ -196,26 +236,29 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
             raise ResetNeeded(
                 f"{type(self).__name__}.step() was called before reset(); call env.reset(seed=...) first."
             )
-        parsed = parse_turn(action, self.match_action, self.config.max_actions_per_turn)
+        cfg = self.config
+        parsed = parse_turn(action, self.match_action, cfg.max_actions_per_turn, cfg.answer_format)
         if self._terminated or self._truncated:
             return self._after_end(parsed)
-        reward, effective, executed = 0.0, False, []
+        reward, effective, refused, executed = 0.0, False, False, []
         for name in parsed.actions:
             outcome = self.apply_action(name)
-            executed.append(name)
             reward += float(outcome.reward)
-            effective = effective or bool(outcome.effective)
+            refused = bool(outcome.refused)
+            if not refused:
+                executed.append(name)
+                effective = effective or bool(outcome.effective)
             if outcome.terminated:
                 self._terminated = True
+            if refused or outcome.terminated:
                 break
         if not parsed.valid:
-            reward -= self.config.format_penalty
+            reward -= cfg.format_penalty
         self._elapsed += 1
-        self._truncated = not self._terminated and self._elapsed >= self.config.max_steps
+        self._truncated = not self._terminated and self._elapsed >= cfg.max_steps
         obs = self.text_observation()
-        info = self._info(
-            obs, parsed.valid, effective, executed, self._step_metrics(parsed, effective, executed)
-        )
+        metrics = self._step_metrics(parsed, refused, effective, executed)
+        info = self._info(obs, parsed.valid, refused, effective, executed, metrics)
         return obs, reward, self._terminated, self._truncated, info
 
     def render(self, mode: str | None = None) -> Any:  # type: ignore[override]
@@ -235,10 +278,13 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
 
     # ---- helpers ---------------------------------------------------------------------------------
 
-    def _step_metrics(self, parsed: ParsedTurn, effective: bool, executed: list[str]) -> dict[str, float]:
+    def _step_metrics(
+        self, parsed: ParsedTurn, refused: bool, effective: bool, executed: list[str]
+    ) -> dict[str, float]:
         metrics = {
             "success": float(self.is_success()),
             "action_is_valid": float(parsed.valid),
+            "action_is_refused": float(refused),
             "action_is_effective": float(effective),
             "num_actions": float(len(executed)),
         }
@@ -248,19 +294,22 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     def _after_end(self, parsed: ParsedTurn) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Stepping a finished episode is a no-op with reward 0 (as Gymnasium's toy-text envs do)."""
         obs = self.text_observation()
-        info = self._info(obs, parsed.valid, False, (), self._step_metrics(parsed, False, []))
+        metrics = self._step_metrics(parsed, False, False, [])
+        info = self._info(obs, parsed.valid, False, False, (), metrics)
         return obs, 0.0, self._terminated, self._truncated, info
 
     def _info(
         self,
         obs: str,
         valid: bool,
+        refused: bool,
         effective: bool,
         executed: tuple[str, ...] | list[str],
         metrics: dict[str, float],
     ) -> dict[str, Any]:
         return {
             "action_is_valid": bool(valid),
+            "action_is_refused": bool(refused),
             "action_is_effective": bool(effective),
             "success": bool(self.is_success()),
             "metrics": metrics,

@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium
 
 from roll_envs.gym_adapter import latest_gym_id
-from roll_envs.registry import register
+from roll_envs.registry import register, register_namespace
 from roll_envs.sokoban.rules import ALTERNATIVE_GRID
 
 GYM_NAMESPACE = "roll_envs"
@@ -59,3 +59,25 @@ def register_builtins() -> None:
         gym_id = f"{GYM_NAMESPACE}/{b.gym_name}-v0"
         if b.gym_name and gym_id not in gymnasium.registry:
             gymnasium.register(gym_id, entry_point=b.entry_point, kwargs=dict(b.defaults))
+    for prefix, entry_point, what in ADAPTER_NAMESPACES:
+        register_namespace(prefix, entry_point, id_field="env_id", description=what, override=True)
+
+
+ADAPTER_NAMESPACES = (
+    (
+        "gem",
+        "roll_envs.adapters.gem:GemEnv",
+        "any GEM env, e.g. gem:game:Minesweeper-v0-easy (roll-envs[gem])",
+    ),
+    (
+        "textarena",
+        "roll_envs.adapters.textarena:TextArenaEnv",
+        "any TextArena env, e.g. textarena:TicTacToe-v0 (roll-envs[textarena])",
+    ),
+    (
+        "reasoning_gym",
+        "roll_envs.adapters.reasoning_gym:ReasoningGymEnv",
+        "any reasoning-gym dataset, e.g. reasoning_gym:basic_arithmetic (roll-envs[reasoning-gym])",
+    ),
+)
+"""(prefix, entry point, description) of the library adapters; each imports its library on first make."""

@@ -3,21 +3,36 @@
 Each `check_*` function returns a list of problems; every problem says what was expected, what
 came, and how to fix it. `check_env` runs them all and raises one `CheckEnvError` listing every
 problem (or returns the empty list).
+
+`check_env` calls the env as roll's env manager does: each instance with its own state of Python's
+`random` and numpy's `np.random`, reseeded by `reset(seed=...)` (`roll_envs.random_state`). So an env
+that draws from those global generators passes; one that depends on time, an unseeded generator or
+state shared between instances fails `check_interleaved`.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 import numpy as np
 
 from roll_envs.errors import CheckEnvError, GarbagePaysWarning
+from roll_envs.parsing import AnswerFormat, extract_answer, render_answer
+from roll_envs.random_state import IsolatedEnv
 
 REQUIRED_INFO = {"action_is_valid": bool, "action_is_effective": bool, "success": bool, "metrics": dict}
 """Info keys every reset and step must return, with their types."""
+
+OPTIONAL_INFO = {"action_is_refused": bool}
+"""Info keys a reset or step may return, with their types (`BaseEnv` always returns them)."""
+
+PROBE_ANSWERS = ("0", "1", "2", "42", "-1", "yes", "no", "A")
+"""Answers played in an open answer space (`valid_actions` None): each may be valid or not."""
 
 GARBAGE_TURNS = ("", "no tags at all", "<answer></answer>", "<answer>\x00\x07</answer>", "x" * 100_000)
 """Turns that must be invalid actions, not exceptions."""
@@ -26,8 +41,28 @@ NO_ACTION_TURNS = ("", "no tags at all", "<answer></answer>")
 """Answers with no valid action, scored against the valid actions by `check_reward_rule`."""
 
 
+def answer_format(env: Any) -> AnswerFormat:
+    """The env's `config.answer_format` (`tags` for an env without one)."""
+    value = getattr(getattr(env, "config", None), "answer_format", AnswerFormat.TAGS)
+    try:
+        return AnswerFormat(value)
+    except ValueError:
+        return AnswerFormat.TAGS
+
+
+def answer_text(env: Any, action: str) -> str:
+    """A turn answering `action` in the env's answer format (`<answer>action</answer>` by default)."""
+    return render_answer([action], answer_format(env))
+
+
+def current_actions(env: Any) -> list[str] | None:
+    """The env's `valid_actions` in its current state, or None for an open answer space (or none given)."""
+    actions = getattr(env, "valid_actions", None)
+    return None if actions is None else list(actions)
+
+
 def check_interface(env: Any) -> list[str]:
-    """The env has reset/step/render/close, a non-empty `instruction` and a list of `valid_actions`."""
+    """The env has reset/step/render/close and a non-empty `instruction` (`valid_actions` is optional)."""
     problems = [
         f"env has no callable {name}(); fix: subclass roll_envs.BaseEnv, which provides it."
         for name in ("reset", "step", "render", "close")
@@ -37,7 +72,7 @@ def check_interface(env: Any) -> list[str]:
     if not isinstance(instruction, str) or not instruction.strip():
         problems.append(
             f"env.instruction should be a non-empty str (the system prompt); got {instruction!r}. "
-            "Fix: describe the task, the symbols, the actions and the <answer>...</answer> format."
+            "Fix: describe the task, the symbols, the actions and the answer format (e.g. <answer>...</answer>)."
         )
     return problems
 
@@ -54,6 +89,12 @@ def check_info(info: Any, where: str) -> list[str]:
             problems.append(
                 f"{where}: info[{key!r}] should be {kind.__name__}; got {type(info[key]).__name__} "
                 f"({info[key]!r}). Fix: convert it, e.g. bool(...) for numpy booleans."
+            )
+    for key, kind in OPTIONAL_INFO.items():
+        if key in info and type(info[key]) is not kind:
+            problems.append(
+                f"{where}: info[{key!r}] should be {kind.__name__}; got {type(info[key]).__name__} "
+                f"({info[key]!r}). Fix: convert it, e.g. bool(...), or leave the key out."
             )
     for name, value in (info.get("metrics") or {}).items():
         if not isinstance(name, str) or type(value) not in (float, int):
@@ -123,24 +164,26 @@ def _as_lists(value: Any) -> Any:
 
 
 def play(env: Any, seed: int, turns: int) -> tuple[list[Any], list[str]]:
-    """Reset with `seed` and play `turns` random valid actions; returns the transcript and problems."""
+    """Reset with `seed` and play `turns` random valid actions (`PROBE_ANSWERS` in an open answer space),
+    each written in the env's answer format; returns the transcript and problems."""
     rng = random.Random(seed)
     obs, _ = env.reset(seed=seed)
     transcript: list[Any] = [obs]
     problems: list[str] = []
     for turn in range(turns):
-        actions = list(env.valid_actions)
-        if not actions:
+        actions = current_actions(env)
+        if actions is not None and not actions:
             problems.append(
-                f"step {turn}: valid_actions is empty in a running episode; fix: list the actions."
+                f"step {turn}: valid_actions is empty in a running episode; fix: list the actions "
+                "(or return None for an open answer space)."
             )
             break
-        out = env.step(f"<answer>{rng.choice(actions)}</answer>")
+        out = env.step(answer_text(env, rng.choice(actions or PROBE_ANSWERS)))
         problems += check_step_result(out, f"seed {seed} step {turn}")
         if problems:
             break
         obs, reward, terminated, truncated, info = out
-        if not info["action_is_valid"]:
+        if actions is not None and not info["action_is_valid"]:
             problems.append(
                 f"seed {seed} step {turn}: a name from valid_actions was rejected as invalid; "
                 "fix: make match_action accept every name valid_actions lists."
@@ -167,6 +210,67 @@ def check_determinism(env: Any, seeds: tuple[int, ...], turns: int) -> list[str]
     return problems
 
 
+def check_interleaved(
+    env: Any, seeds: tuple[int, ...], turns: int, make_env: Callable[[], Any] | None = None
+) -> list[str]:
+    """Two more instances, reset with one seed and stepped alternately with the same actions, each with its
+    own state of `random` and `np.random` (as roll runs env slots), play the same episode. Returns at most
+    one problem: the first seed whose two episodes differ.
+
+    The instances are `make_env()` (each built under its own random state), else copies of `env`.
+    """
+    source = "make_env()" if make_env is not None else "copy.deepcopy(env)"
+    try:
+        pair = [
+            IsolatedEnv.make(make_env) if make_env is not None else IsolatedEnv(copy.deepcopy(env))
+            for _ in range(2)
+        ]
+    except Exception as exc:
+        return [
+            f"could not build two instances for the interleaving check: {source} raised {exc!r}. "
+            "Fix: pass make_env=<a function that builds the env> to check_env."
+        ]
+    try:
+        for seed in seeds:  # the first seed that differs is enough to say what to fix
+            if found := _interleave(pair, seed, turns):
+                return found
+        return []
+    finally:
+        for instance in pair:
+            _close_quietly(instance)
+
+
+def _interleave(pair: list[IsolatedEnv], seed: int, turns: int) -> list[str]:
+    """Reset both with `seed`, then step them alternately; the first difference as a problem."""
+    rng = random.Random(seed)
+    first, second = pair[0].reset(seed=seed)[0], pair[1].reset(seed=seed)[0]
+    for turn in range(turns + 1):
+        if first != second:
+            where = "after reset" if turn == 0 else f"at turn {turn}"
+            return [
+                f"seed {seed}: two instances reset with this seed and stepped alternately with the same "
+                f"actions differ {where} ({first!r:.60} vs {second!r:.60}), although each ran with its own "
+                "state of `random` and `np.random` (as roll runs env slots). The env depends on something "
+                "outside its seed: state shared between instances (a module- or class-level counter or "
+                "cache), the time, os.urandom/uuid, or an unseeded np.random.default_rng(). Fix: draw all "
+                "randomness from the rng passed to new_episode (or self.np_random) and keep the episode's "
+                "state on the instance."
+            ]
+        actions = current_actions(pair[0]) if turn < turns else []
+        if actions == [] or (turn and (first[2] or first[3])):
+            return []
+        text = answer_text(pair[0], rng.choice(actions or PROBE_ANSWERS))
+        first, second = pair[0].step(text)[:4], pair[1].step(text)[:4]
+    return []
+
+
+def _close_quietly(env: Any) -> None:
+    try:
+        env.close()
+    except Exception:
+        return
+
+
 def check_time_limit(env: Any, seed: int) -> list[str]:
     """With a `config.max_steps`, an episode ends (terminated or truncated) within that many turns."""
     limit = getattr(getattr(env, "config", None), "max_steps", None)
@@ -184,9 +288,12 @@ def check_time_limit(env: Any, seed: int) -> list[str]:
 
 
 def check_garbage(env: Any, seed: int) -> list[str]:
-    """Malformed turns are invalid actions with `action_is_valid` False, never exceptions."""
+    """Malformed turns are never exceptions; those with no answer in the env's answer format are invalid
+    actions (`action_is_valid` False). In the `raw` format some are answers, which an open answer space
+    may accept."""
     env.reset(seed=seed)
     problems = []
+    fmt = answer_format(env)
     for text in GARBAGE_TURNS:
         try:
             out = env.step(text)
@@ -196,7 +303,8 @@ def check_garbage(env: Any, seed: int) -> list[str]:
             )
             continue
         if (
-            isinstance(out, tuple)
+            extract_answer(text, fmt) in (None, "")
+            and isinstance(out, tuple)
             and len(out) == 5
             and isinstance(out[4], dict)
             and out[4].get("action_is_valid")
@@ -225,7 +333,8 @@ def _reward_after(env: Any, seed: int, prefix: list[str], text: str) -> tuple[fl
 
 def check_reward_rule(env: Any, seed: int, turns: int = 8, max_actions: int = 16) -> list[str]:
     """Garbage never pays: from each state of a random episode, an answer with no valid action scores
-    no more than the worst valid action (at most `max_actions` of them tried per state).
+    no more than the worst valid action (at most `max_actions` of them tried per state). Not checked in
+    an open answer space (`valid_actions` None): there is no list of valid actions to compare with.
 
     States are revisited by resetting with `seed` and replaying the turns so far (the env must be
     deterministic, which `check_determinism` checks). Returns at most one problem: the state where
@@ -236,17 +345,17 @@ def check_reward_rule(env: Any, seed: int, turns: int = 8, max_actions: int = 16
     worst_case: tuple[float, int, float, float, str] | None = None  # (excess, turn, garbage, reward, action)
     for turn in range(turns):
         _replay(env, seed, prefix)
-        actions = list(env.valid_actions)
+        actions = current_actions(env)
         if not actions:
             break
         tried = actions if len(actions) <= max_actions else rng.sample(actions, max_actions)
         garbage = max(_reward_after(env, seed, prefix, text)[0] for text in NO_ACTION_TURNS)
-        scored = [(_reward_after(env, seed, prefix, f"<answer>{a}</answer>"), a) for a in tried]
+        scored = [(_reward_after(env, seed, prefix, answer_text(env, a)), a) for a in tried]
         valid = [(reward, a) for (reward, ok), a in scored if ok]
         if valid and garbage - min(valid)[0] > max(1e-9, worst_case[0] if worst_case else 0.0):
             reward, action = min(valid)
             worst_case = (garbage - reward, turn, garbage, reward, action)
-        prefix.append(f"<answer>{rng.choice(actions)}</answer>")
+        prefix.append(answer_text(env, rng.choice(actions)))
         _, _, terminated, truncated, _ = _replay(env, seed, prefix)
         if terminated or truncated:
             break
@@ -281,9 +390,17 @@ def check_render(env: Any, seed: int) -> list[str]:
 
 
 def check_env(
-    env: Any, seeds: tuple[int, ...] = (0, 1, 2), turns: int = 30, raise_on_error: bool = True
+    env: Any,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    turns: int = 30,
+    raise_on_error: bool = True,
+    make_env: Callable[[], Any] | None = None,
 ) -> list[str]:
     """Run every check on `env`; raise `CheckEnvError` listing all problems (or return them).
+
+    The env is called as roll calls it: with its own state of `random` and `np.random`, reseeded by each
+    `reset(seed=...)`. `check_interleaved` steps two more instances alternately: `make_env()` when given
+    (a function that builds the env), else copies of `env`.
 
     An env that passes is also checked for the reward rule (`check_reward_rule`); where an answer with
     no valid action scores more than a valid action, a `GarbagePaysWarning` says which penalty fixes it.
@@ -293,20 +410,22 @@ def check_env(
     []
     """
     problems = check_interface(env)
+    isolated = IsolatedEnv(env)
     if not problems:
         for check in (
-            lambda: check_reset(env, seeds[0]),
-            lambda: check_determinism(env, seeds, turns),
-            lambda: check_time_limit(env, seeds[0]),
-            lambda: check_garbage(env, seeds[0]),
-            lambda: check_render(env, seeds[0]),
+            lambda: check_reset(isolated, seeds[0]),
+            lambda: check_determinism(isolated, seeds, turns),
+            lambda: check_interleaved(env, seeds, turns, make_env),
+            lambda: check_time_limit(isolated, seeds[0]),
+            lambda: check_garbage(isolated, seeds[0]),
+            lambda: check_render(isolated, seeds[0]),
         ):
             try:
                 problems += check()
             except Exception as exc:
                 problems.append(f"the env raised {exc!r} during the checks; fix the env so that it does not.")
         if not problems:
-            for warning in check_reward_rule(env, seeds[0]):
+            for warning in check_reward_rule(isolated, seeds[0]):
                 warnings.warn(f"{type(env).__name__}: {warning}", GarbagePaysWarning, stacklevel=2)
     if problems and raise_on_error:
         listing = "\n".join(f"  - {p}" for p in problems)

@@ -42,7 +42,7 @@ def build_env(target: str, config: dict[str, Any]) -> Any:
 
 
 def _summary(info: dict[str, Any]) -> str:
-    keys = ("action_is_valid", "action_is_effective", "success", "executed_actions")
+    keys = ("action_is_valid", "action_is_refused", "action_is_effective", "success", "executed_actions")
     shown = {k: info[k] for k in keys if k in info}
     return json.dumps({**shown, "metrics": info.get("metrics", {})}, ensure_ascii=False)
 
@@ -52,8 +52,12 @@ def play(
 ) -> float:
     """Play turns typed by a person until the episode ends or they type `:q`; returns the episode return.
 
-    A line without `<answer>` is wrapped in one, so `left` plays `<answer>left</answer>`.
+    A line that is not yet an answer in the env's answer format is written as one: with `<answer>` tags
+    `left` plays `<answer>left</answer>`, with `boxed` `\\boxed{left}`; with `raw` every line is played as typed.
     """
+    from roll_envs.checker import answer_format, answer_text
+
+    marker = {"tags": "<answer>", "boxed": "\\boxed", "tool_call": "{", "raw": ""}[answer_format(env)]
     write(f"--- instruction ---\n{env.instruction}")
     obs, _ = env.reset(seed=seed)
     write(f"--- seed {seed} ---\n{obs}")
@@ -65,7 +69,7 @@ def play(
             break
         if line in (":q", ":quit"):
             break
-        text = line if "<answer>" in line.lower() else f"<answer>{line}</answer>"
+        text = line if marker in line.lower() else answer_text(env, line)
         obs, reward, terminated, truncated, info = env.step(text)
         total += reward
         write(
@@ -107,11 +111,12 @@ def _run(args: argparse.Namespace) -> int:
         for spec in roll_envs.registry.registered_specs():
             print(f"{spec.id:32s} {spec.description}")
         return 0
-    env = build_env(args.env if args.command == "play" else args.target, parse_settings(args.set))
+    target, settings = args.env if args.command == "play" else args.target, parse_settings(args.set)
+    env = build_env(target, settings)
     if args.command == "play":
         play(env, args.seed)
         return 0
-    problems = roll_envs.check_env(env, raise_on_error=False)
+    problems = roll_envs.check_env(env, raise_on_error=False, make_env=lambda: build_env(target, settings))
     if problems:
         print(f"{type(env).__name__} fails {len(problems)} check(s):")
         for problem in problems:

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from roll_envs.errors import EnvConfigError, did_you_mean
+from roll_envs.parsing import AnswerFormat
 
 
 class EnvConfig(BaseModel):
@@ -22,7 +23,16 @@ class EnvConfig(BaseModel):
         0.0, ge=0.0, description="subtracted from the reward of a turn whose answer is not a valid action"
     )
     max_actions_per_turn: int = Field(
-        1, ge=1, le=64, description="actions a turn may chain with '||'; extra ones are dropped"
+        1,
+        ge=1,
+        le=64,
+        description="actions a turn may chain with '||' (a tool call: a JSON list); extra ones are dropped."
+        " At 1, '||' is part of the answer",
+    )
+    answer_format: AnswerFormat = Field(
+        AnswerFormat.TAGS,
+        description="how the answer is read from a turn: 'tags' (<answer>...</answer>), 'boxed' (\\boxed{...}),"
+        " 'tool_call' (a JSON tool call) or 'raw' (the whole text after </think>)",
     )
 
 

@@ -33,6 +33,10 @@ class CheckEnvError(RollEnvsError, AssertionError):
     """`check_env` found a violation of the env contract (the message says what to change)."""
 
 
+class IsolatedCallAbandoned(RollEnvsError, RuntimeError):
+    """An isolated env call (`roll_envs.random_state`) was abandoned before it started, or run twice."""
+
+
 class GarbagePaysWarning(UserWarning):
     """`check_env` found a state where an answer with no valid action scores more than a valid action."""
 

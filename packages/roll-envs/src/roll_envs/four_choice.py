@@ -71,7 +71,7 @@ class FourChoiceEnv(BaseEnv):
         return (
             "A light shows one of four colours: red, green, blue or yellow. Each colour has one right "
             "answer among A, B, C and D, always the same one, which you have to find out. "
-            "Answer with one letter, like <answer>A</answer>."
+            f"Answer with one letter, like {self.format_answer('A')}."
         )
 
     @property

@@ -213,7 +213,7 @@ class GymAdapterEnv(BaseEnv):
         multi = self.multi_action_hint("actions")
         return (
             f"{self._game_text} Actions: {', '.join(self._names)}.{multi} "
-            f"Answer with one action, like <answer>{self._names[0]}</answer>."
+            f"Answer with one action, like {self.format_answer(self._names[0])}."
         )
 
     @property

@@ -7,6 +7,10 @@ register envs on install through the entry-point group `roll_envs.envs`:
     [project.entry-points."roll_envs.envs"]
     my_game = "my_pkg.env:MyGameEnv"          # a BaseEnv subclass, registered under the name
     more = "my_pkg:register_envs"            # or a function that calls roll_envs.register(...)
+
+A namespace maps every id `prefix:rest` to one env class, so that a library's envs need no listing:
+`register_namespace("gem", "roll_envs.adapters.gem:GemEnv", id_field="env_id")` makes
+`make("gem:game:Minesweeper-v0-easy")` build `GemEnv(env_id="game:Minesweeper-v0-easy")`.
 """
 
 from __future__ import annotations
@@ -72,7 +76,25 @@ class EnvSpec:
         return factory(build_config(model, merged, {}, env_name=self.id), render_mode=render_mode)
 
 
+@dataclass(frozen=True)
+class NamespaceSpec:
+    """A registered id prefix: `prefix:rest` builds `entry_point` with config field `id_field` set to `rest`."""
+
+    prefix: str
+    entry_point: str | Callable[..., Any]
+    id_field: str
+    config: type[BaseModel] | None = None
+    description: str = ""
+
+    def resolve(self, rest: str) -> EnvSpec:
+        """The `EnvSpec` of `prefix:rest`."""
+        return EnvSpec(
+            f"{self.prefix}:{rest}", self.entry_point, self.config, {self.id_field: rest}, self.description
+        )
+
+
 _REGISTRY: dict[str, EnvSpec] = {}
+_NAMESPACES: dict[str, NamespaceSpec] = {}
 _plugins_loaded = False
 _plugin_errors: dict[str, str] = {}
 
@@ -123,6 +145,51 @@ def register(
     return spec_
 
 
+def register_namespace(
+    prefix: str,
+    entry_point: str | Callable[..., Any],
+    *,
+    id_field: str,
+    config: type[BaseModel] | None = None,
+    description: str = "",
+    override: bool = False,
+) -> NamespaceSpec:
+    """Register every id `prefix:rest` at once: `make("prefix:rest", **cfg)` builds `entry_point` with
+    config `{id_field: rest, **cfg}` (an adapter naming a library's env by the library's own id).
+
+    Args:
+        prefix: the part before the first ':', e.g. "textarena"; same rules as an env id.
+        entry_point: "package.module:ClassName" (imported on first `make`) or the class itself.
+        id_field: the config field that receives `rest`, e.g. "env_id".
+        config: the pydantic config model; default: the class's `config_cls`.
+        description: one line shown by `roll-envs list`.
+        override: replace an existing namespace instead of raising.
+    """
+    if not isinstance(prefix, str) or not _ID.match(prefix):
+        raise RegistrationError(
+            f"namespace {prefix!r} is not valid; expected letters, digits, '_', '-', '.', '/' starting with a letter."
+        )
+    if isinstance(entry_point, str) and (":" not in entry_point or entry_point.startswith(":")):
+        raise RegistrationError(
+            f"namespace {prefix!r}: entry point {entry_point!r} is malformed; expected 'package.module:ClassName'."
+        )
+    known = _NAMESPACES.get(prefix)
+    if known is not None and not override and known.entry_point != entry_point:
+        raise RegistrationError(
+            f"namespace {prefix!r} is already registered to {known.entry_point!r}; "
+            "pick another prefix or pass override=True."
+        )
+    ns = NamespaceSpec(prefix, entry_point, id_field, config, description)
+    _NAMESPACES[prefix] = ns
+    return ns
+
+
+def registered_namespaces() -> list[NamespaceSpec]:
+    """Every registered id prefix (plugins included), sorted by prefix."""
+    load_plugins()
+    return [_NAMESPACES[k] for k in sorted(_NAMESPACES)]
+
+
 def load_plugins(force: bool = False) -> dict[str, str]:
     """Register the envs of every installed package in the `roll_envs.envs` entry-point group.
 
@@ -155,7 +222,7 @@ def spec(id: str) -> EnvSpec:
         load_plugins()
         found = _find(id)
     if found is None:
-        known = list_envs()
+        known = list_envs() + [f"{n.prefix}:*" for n in registered_namespaces()]
         broken = f" Plugins that failed to load: {sorted(_plugin_errors)}." if _plugin_errors else ""
         raise UnknownEnvError(
             f"no env registered as {id!r}.{did_you_mean(str(id), known)} Registered: {', '.join(known)}."
@@ -169,6 +236,12 @@ def _find(env_id: object) -> EnvSpec | None:
         return None
     if env_id in _REGISTRY:
         return _REGISTRY[env_id]
+    prefix, colon, rest = env_id.partition(":")
+    if colon and rest:
+        ns = _NAMESPACES.get(prefix) or next(
+            (n for n in _NAMESPACES.values() if _key(n.prefix) == _key(prefix)), None
+        )
+        return ns.resolve(rest) if ns is not None else None
     matches = [s for s in _REGISTRY.values() if _key(s.id) == _key(env_id)]
     return matches[0] if len(matches) == 1 else None
 

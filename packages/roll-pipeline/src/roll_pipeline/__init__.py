@@ -3,6 +3,7 @@
 from roll_pipeline.config.compose import ConfigError, compose, tiny_config
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.pipeline import AgenticPipeline, RunSummary
+from roll_pipeline.runtime.cluster import ClusterError
 from roll_pipeline.state.checkpoint import CheckpointError, CheckpointManager
 
 __version__ = "0.3.0"
@@ -12,6 +13,7 @@ __all__ = [
     "AgenticPipeline",  # AgenticPipeline(config).run() -> RunSummary
     "CheckpointError",  # a checkpoint folder is missing, incomplete or damaged (names the file)
     "CheckpointManager",  # atomic checkpoints under run_dir/checkpoints
+    "ClusterError",  # the cluster cannot host the run: Ray missing, unshared storage (names the node), CPUs
     "ConfigError",  # a config file or override is wrong (message names the key and the fix)
     "RunSummary",  # steps, wall time, validation history, last checkpoint
     "__version__",

@@ -1,12 +1,13 @@
 """`AgenticPipeline(config).run()`: the agentic RL loop.
 
 One step: rollout (whole env groups, `rollout_setup`) -> experience (`experience`: samples, old /
-reference log-probs, values, KL, advantages) -> critic update (`critic_update`, gae only) -> actor update
-(`actor_update`: PPO mini-batches; skipped during `critic_warmup`) -> KL controller update -> weights
-synced to the inference worker -> metrics; validation (greedy, fixed held-out seeds) every `eval_steps`
-and at the end (with `render_save_dir`, a few of its episodes drawn as GIFs: `render`); a checkpoint every
-`save_steps`. With `async_generation_ratio` r > 0 the env loops keep generating while the actor trains, so
-the rollout of step k + 1 overlaps the update of step k (docs/rollout.md).
+reference log-probs, values, KL, advantages) -> critic update (`critic_update`, only for an estimator that
+declares needs_critic, e.g. gae) -> actor update (`actor_update`: PPO mini-batches; skipped during
+`critic_warmup`) -> KL controller update -> weights synced to the inference worker -> metrics; validation
+(greedy, fixed held-out seeds) every `eval_steps` and at the end (with `render_save_dir`, a few of its
+episodes drawn as GIFs: `render`); a checkpoint every `save_steps`. With `async_generation_ratio` r > 0
+the env loops keep generating while the actor trains, so the rollout of step k + 1 overlaps the update of
+step k (docs/rollout.md).
 """
 
 from __future__ import annotations
@@ -21,16 +22,26 @@ from pathlib import Path
 from typing import Any
 
 from roll_rollout import RemotePolicy, validation_seeds
+from roll_strategies.deepspeed_config import zero_stage
 
 from roll_pipeline.config.schema import AgenticConfig, WorkerConfig
 from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.observe.metrics import mean, rollout_metrics, val_metrics
 from roll_pipeline.observe.render import env_sources, renderer_of
 from roll_pipeline.observe.tracking import Tracker
-from roll_pipeline.runtime.cluster import Cluster, make_cluster
-from roll_pipeline.runtime.placement import model_folder, optimiser_kwargs, plan_placement, strategy_kwargs
+from roll_pipeline.runtime.cluster import Cluster, ClusterError, make_cluster
+from roll_pipeline.runtime.placement import (
+    CpuPlan,
+    model_folder,
+    optimiser_kwargs,
+    plan_cpus,
+    plan_placement,
+    strategy_kwargs,
+)
 from roll_pipeline.runtime.policy_server import PolicyServer
-from roll_pipeline.runtime.rollout import build_scheduler, sampling_of
+from roll_pipeline.runtime.ranks import RankGroup
+from roll_pipeline.runtime.rollout import build_scheduler, layout_of, sampling_of
+from roll_pipeline.runtime.storage import confirm_shared_storage
 from roll_pipeline.state.checkpoint import CheckpointError, CheckpointManager
 from roll_pipeline.state.run_state import (
     pipeline_state,
@@ -91,6 +102,8 @@ class AgenticPipeline:
         self.cluster: Cluster = make_cluster(
             config.cluster.backend, config.cluster.address, config.cluster.num_cpus
         )
+        # every node sees the run folder and the model, or one error names the node (before any worker)
+        confirm_shared_storage(self.cluster, self.run_dir, self.model_path)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", config.keep_last_n)
         self.resume_from, self._resume_state = read_resume_state(
             config.resume_from_checkpoint, self.checkpoints
@@ -120,13 +133,16 @@ class AgenticPipeline:
         from roll_strategies import ActorTrainWorker, CriticWorker, ReferenceWorker
 
         cfg = self.config
+        names = self._worker_roles()
+        self.cpus = self._plan_cpus(names)
         # The exact KL needs both models' logits in one process: the train worker holds a frozen reference copy.
         reference_copy = (
             {"reference_model_path": str(self.model_path), "reference_dtype": cfg.reference.model_args.dtype}
             if cfg.reference_in_trainer
             else {}
         )
-        self.actor_train = self._spawn_role(
+        # the trained roles: N data-parallel ranks each (`RankGroup` fans the calls out)
+        self.actor_train = self._spawn_ranks(
             ActorTrainWorker,
             cfg.actor_train,
             "actor_train",
@@ -134,9 +150,9 @@ class AgenticPipeline:
             seed=cfg.seed,
             **reference_copy,
         )
-        self.critic = None
-        if cfg.adv_estimator == "gae":
-            self.critic = self._spawn_role(
+        self.critic: RankGroup | None = None
+        if "critic" in names:
+            self.critic = self._spawn_ranks(
                 CriticWorker,
                 cfg.critic,
                 "critic",
@@ -151,11 +167,12 @@ class AgenticPipeline:
             stop_strings=cfg.actor_infer.generating_args.stop_strings,
             max_batch_size=cfg.actor_infer.infer_batch_size,
         )
-        self.reference = None  # the worker holding the reference model (see `ExperienceMaker`)
+        self.reference: RankGroup | None = None  # the worker holding the reference model (`ExperienceMaker`)
         if cfg.reference_in_trainer:
             self.reference = self.actor_train
-        elif cfg.uses_reference:
-            self.reference = self._spawn_role(ReferenceWorker, cfg.reference, "reference")
+        elif "reference" in names:
+            handle = self._spawn_role(ReferenceWorker, cfg.reference, "reference")
+            self.reference = RankGroup(self.cluster, [handle])
         self.kl = KLControl(
             cfg.init_kl_coef, cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, cfg.target_kl, cfg.kl_horizon
         )
@@ -172,7 +189,6 @@ class AgenticPipeline:
         self.val_rollout = rollout(cfg.val_env_manager, validation=True, seed=cfg.seed + 1, name="val")
         self.make_experience = ExperienceMaker(
             settings.experience_settings(cfg),
-            self.cluster,
             self.actor_train,
             self.reference,
             self.critic,
@@ -197,10 +213,10 @@ class AgenticPipeline:
         if self.critic is not None:
             roles.append(("critic", self.critic, cfg.critic))
         layouts = {}
-        for name, handle, role in roles:
+        for name, group, role in roles:
             ok = True
             if role.use_sequence_packing:
-                ok = bool(await self.cluster.call(handle, "packing_supported"))
+                ok = bool(await group.call_main("packing_supported"))
                 if not ok:
                     from tqdm.auto import tqdm
 
@@ -212,41 +228,92 @@ class AgenticPipeline:
             layouts[name] = TrainLayout.of(role, packing_ok=ok)
         schedule, loss = settings.update_schedule(cfg, "actor_train"), settings.actor_loss_template(cfg)
         self.update_actor = ActorUpdater(
-            self.cluster, self.actor_train, self.kl, layouts["actor_train"], schedule, loss, cfg.use_kl_loss
+            self.actor_train, self.kl, layouts["actor_train"], schedule, loss, cfg.use_kl_loss
         )
         if self.critic is not None:
             critic_schedule, critic_loss = settings.update_schedule(cfg, "critic"), settings.critic_loss(cfg)
-            self.update_critic = CriticUpdater(
-                self.cluster, self.critic, layouts["critic"], critic_schedule, critic_loss
-            )
+            self.update_critic = CriticUpdater(self.critic, layouts["critic"], critic_schedule, critic_loss)
 
     def _roles(self) -> dict[str, WorkerConfig]:
         """The worker roles of the config by section name."""
         cfg = self.config
         roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer, "reference": cfg.reference}
-        if cfg.adv_estimator == "gae":
+        if cfg.uses_critic:
             roles["critic"] = cfg.critic
         return roles
 
+    def _worker_roles(self) -> list[str]:
+        """The roles with a worker of their own (an exact KL's reference lives in the train worker)."""
+        cfg = self.config
+        names = ["actor_train", "actor_infer"]
+        names += ["critic"] if cfg.uses_critic else []
+        names += ["reference"] if cfg.uses_reference and not cfg.reference_in_trainer else []
+        return names
+
+    def _threads(self, role: WorkerConfig, device: str, ranks: int = 1) -> int | None:
+        # While the actor trains, an asynchronous rollout keeps the inference role busy: split the cores
+        # (and a role's ranks split its share).
+        share = 0.5 if self.config.async_generation_ratio > 0 else 1.0
+        return cpu_threads(role.num_threads, device, share / ranks)
+
+    def _plan_cpus(self, names: Sequence[str]) -> CpuPlan:
+        """The Ray CPU request of each worker (`plan_cpus`); requests a local Ray instance cannot hold stop the
+        run here, with the fix (an existing cluster may grow or free CPUs: a warning)."""
+        cfg, roles = self.config, self._roles()
+        placements = plan_placement(roles, cfg.cluster.backend)
+        threads = {n: self._threads(roles[n], placements[n].device, placements[n].ranks) for n in names}
+        env_workers = sum(layout_of(m).num_workers for m in (cfg.train_env_manager, cfg.val_env_manager))
+        capacity = self.cluster.cpu_capacity()
+        plan = plan_cpus({n: roles[n] for n in names}, placements, threads, env_workers, capacity)
+        if plan.problem and capacity is not None and not capacity.can_grow:
+            raise ClusterError(plan.problem)
+        if plan.problem:
+            from tqdm.auto import tqdm
+
+            tqdm.write(f"[roll] WARNING: {plan.problem}")
+        return plan
+
     def _spawn_role(self, cls: type, role: WorkerConfig, name: str, **kwargs: Any) -> Any:
         """A worker of `cls` on the role's devices, loading the run's model with the role's backend, dtype and
-        threads."""
+        threads, asking Ray for the CPUs of the plan."""
         placement = plan_placement(self._roles(), self.config.cluster.backend)[name]
-        device, gpus = placement.device, placement.num_gpus
-        # While the actor trains, an asynchronous rollout keeps the inference role busy: split the cores.
-        share = 0.5 if self.config.async_generation_ratio > 0 else 1.0
         return self.cluster.spawn(
             cls,
             str(self.model_path),
             name=name,
-            num_cpus=0,
-            num_gpus=gpus,
-            device=device,
+            num_cpus=self.cpus.roles[name],
+            num_gpus=placement.num_gpus,
+            device=placement.device,
             dtype=role.model_args.dtype,
-            num_threads=cpu_threads(role.num_threads, device, share),
+            num_threads=self._threads(role, placement.device),
             **strategy_kwargs(role),
             **kwargs,
         )
+
+    def _spawn_ranks(self, cls: type, role: WorkerConfig, name: str, **kwargs: Any) -> RankGroup:
+        """A trained role's workers: `_spawn_role`'s one worker, or its data-parallel ranks (`plan_placement`),
+        each on its device with its share of the role's threads, meeting in one group (`Cluster.spawn_ranks`)."""
+        placement = plan_placement(self._roles(), self.config.cluster.backend)[name]
+        strategy = strategy_kwargs(role)
+        # ZeRO-3 partitions the weights: exporting them is a collective every rank joins (2 is DeepSpeed's default)
+        gathers = (
+            strategy["strategy_name"] == "deepspeed_train" and zero_stage(strategy["strategy_config"]) == 3
+        )
+        if placement.ranks == 1:
+            return RankGroup(self.cluster, [self._spawn_role(cls, role, name, **kwargs)])
+        ranks = self.cluster.spawn_ranks(
+            cls,
+            str(self.model_path),
+            name=name,
+            rank_kwargs=[{"device": placement.device_of(r)} for r in range(placement.ranks)],
+            num_cpus=self.cpus.roles[name],
+            num_gpus=placement.num_gpus,
+            dtype=role.model_args.dtype,
+            num_threads=self._threads(role, placement.device, placement.ranks),
+            **strategy,
+            **kwargs,
+        )
+        return RankGroup(self.cluster, ranks, gathers_weights=gathers)
 
     # ----------------------------------------------------------------- loop
     def run(self) -> RunSummary:
@@ -382,10 +449,10 @@ class AgenticPipeline:
             self.step, self._skipped_in_a_row, self.train_rollout, self.val_rollout, self.kl, self.tracker
         )
 
-        async def save_models(path: Path) -> None:
-            await self.cluster.call(self.actor_train, "save_checkpoint", str(path))
+        async def save_models(path: Path) -> None:  # every rank: DeepSpeed writes each rank's shards
+            await self.actor_train.call_all("save_checkpoint", str(path))
             if self.critic is not None:
-                await self.cluster.call(self.critic, "save_checkpoint", str(path.parent / CRITIC_DIR))
+                await self.critic.call_all("save_checkpoint", str(path.parent / CRITIC_DIR))
 
         return await self.checkpoints.save(self.step, state, save_models)
 
@@ -394,15 +461,16 @@ class AgenticPipeline:
         set just before the first step)."""
         path = self.resume_from
         assert path is not None
-        await self.cluster.call(self.actor_train, "load_checkpoint", str(self.checkpoints.model_dir(path)))
+        await self.actor_train.call_all("load_checkpoint", str(self.checkpoints.model_dir(path)))
         if self.critic is not None:
             critic_dir = Path(path) / CRITIC_DIR
             if not critic_dir.is_dir():
                 raise CheckpointError(
                     f"{path} has no {CRITIC_DIR}/ folder: it was written by a run without a critic, and"
-                    " adv_estimator=gae would resume with an untrained one; resume a gae checkpoint or start afresh"
+                    f" adv_estimator={self.config.adv_estimator} would resume with an untrained one; resume a"
+                    " checkpoint of a run with a critic (e.g. gae) or start afresh"
                 )
-            await self.cluster.call(self.critic, "load_checkpoint", str(critic_dir))
+            await self.critic.call_all("load_checkpoint", str(critic_dir))
         self.step, self._skipped_in_a_row = restore_pipeline_state(
             state, self.train_rollout, self.val_rollout, self.kl
         )

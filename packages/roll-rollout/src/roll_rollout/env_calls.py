@@ -13,6 +13,12 @@ worker is made and the stuck threads live on until their calls return, see docs/
 The pool's threads are daemon threads (`DaemonThreadPool`): `concurrent.futures.ThreadPoolExecutor` joins
 its threads at interpreter exit, so one env call that never returns would keep the process alive forever
 after the run ended or failed.
+
+A call given a `random_state` (`roll_envs.EnvRandomState`, one per env slot) runs with that env's own state
+of `random` and `np.random`. Such calls are serialised by one process-wide lock; the timeout counts from
+when a call holds it (waiting behind other envs' calls is not the env's fault), and a call that times out
+or is cancelled gives it back (`IsolatedCall.abandon`), so a hung env holds up the others of its process
+for at most `timeout_s`.
 """
 
 from __future__ import annotations
@@ -21,8 +27,11 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from roll_envs.random_state import EnvRandomState, IsolatedCall
 
 from roll_rollout.errors import RolloutError
 
@@ -126,22 +135,31 @@ class EnvCalls:
         """Whether hung calls hold every spare thread: the worker process should be replaced."""
         return self.hung >= self.max_hung
 
-    async def run(self, fn: Callable[..., T], *args: Any, what: str = "env call") -> T:
+    async def run(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        what: str = "env call",
+        random_state: EnvRandomState | None = None,
+    ) -> T:
         """`fn(*args)` in a pool thread; `EnvCallError` if it raises, `EnvCallTimeout` after `timeout_s`.
 
+        With `random_state`, the call runs under that env's state of `random` and `np.random`, and the
+        timeout starts once it holds the process-wide lock of such calls (see the module docstring).
         Cancelling the awaiting task does not stop the thread: the call is counted as hung until it ends,
         and the caller must not use the env again (it may be mid-step).
         """
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_concurrent)
         async with self._slots:
-            future = self._pool.submit(fn, *args)
+            call = None if random_state is None else random_state.call(fn, *args)
+            future = self._pool.submit(fn, *args) if call is None else self._pool.submit(call)
+            abandon = _nothing if call is None else call.abandon
             waiter = asyncio.wrap_future(future)
             try:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel racing its timeout
-                async with asyncio.timeout(self.timeout_s):
-                    return await waiter  # cancelling it leaves a running thread alone
-            except TimeoutError:
+                return await self._wait(waiter, call)
+            except _Expired:
+                abandon()
                 self._detach(future, waiter)
                 raise EnvCallTimeout(
                     f"{what} did not return within env_step_timeout_s={self.timeout_s:g} s; the env is "
@@ -149,10 +167,35 @@ class EnvCalls:
                 ) from None
             except asyncio.CancelledError:
                 if not future.done():
+                    abandon()
                     self._detach(future, waiter)
                 raise
             except Exception as exc:
                 raise EnvCallError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+    async def _wait(self, waiter: asyncio.Future[T], call: IsolatedCall[T] | None) -> T:
+        """`waiter`'s result; `_Expired` once the call has run `timeout_s`: from now, or for an isolated
+        `call` from when it got the lock (waiting for it is not timed). Leaves a running call alone."""
+        if call is None:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel racing its timeout
+            timeout = asyncio.timeout(self.timeout_s)
+            try:
+                async with timeout:
+                    return await waiter  # cancelling it leaves a running thread alone
+            except TimeoutError:
+                if timeout.expired():
+                    raise _Expired from None
+                raise  # the env's own TimeoutError
+        remaining = self.timeout_s
+        while True:
+            # asyncio.wait, not wait_for: it neither cancels the waiter nor swallows a cancel of this task
+            done, _ = await asyncio.wait((waiter,), timeout=remaining)
+            if done:
+                return waiter.result()
+            began = call.started_at
+            remaining = self.timeout_s if began is None else began + self.timeout_s - time.monotonic()
+            if remaining <= 0:
+                raise _Expired
 
     def _detach(self, future: concurrent.futures.Future[Any], waiter: asyncio.Future[Any]) -> None:
         """Count `future`'s thread as hung until the call returns (whose outcome nobody reads)."""
@@ -168,6 +211,14 @@ class EnvCalls:
     def shutdown(self) -> None:
         """Stop accepting calls; idle threads exit, hung ones when their call returns."""
         self._pool.shutdown()
+
+
+class _Expired(Exception):
+    """An env call ran past its timeout (not `TimeoutError`: an env may raise that itself)."""
+
+
+def _nothing() -> None:
+    """What abandoning a call that holds no lock does."""
 
 
 def _ignore_outcome(future: asyncio.Future[Any]) -> None:

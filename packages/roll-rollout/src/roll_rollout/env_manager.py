@@ -6,6 +6,13 @@ thread pool with a timeout), so a slow or hung env stalls only its own episode. 
 episode with `error` set (`failure_kind` tells env errors, env timeouts and policy errors apart) and
 never escapes into the rollout; after an env failure the env is dropped and a fresh one is made for the
 next episode.
+
+Each slot has its own state of `random` and `np.random` (`roll_envs.EnvRandomState`), swapped in around
+every env call: reseeded from `DEFAULT_SEED` before the constructor and from the episode seed before
+`reset`, so a group's slots, given one seed, play the same episode even when the env draws from those
+process-wide generators. Each turn records the observation it acted on and the env's `state_key` of
+that state (`info["state_key"]` of the reset or step that led there; the observation when the env gives
+none), GiGPO's anchor.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
 from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.policy import GenerateRequest, PolicyClient, SamplingSettings
@@ -52,7 +61,8 @@ class TrajEnvManager:
     """Plays episodes on one env slot; `max_turns` caps the agent turns of an episode.
 
     `make_env()` builds the env (called again after an env failure); `env` may pass a first, already
-    built instance. Env calls go through `calls`, shared by the slots of a worker.
+    built instance (built under `random_state`). Env calls go through `calls`, shared by the slots of a
+    worker, each under the slot's `random_state` (a new one when not given).
     """
 
     def __init__(
@@ -64,6 +74,7 @@ class TrajEnvManager:
         max_context_tokens: int,
         calls: EnvCalls,
         env: Any | None = None,
+        random_state: EnvRandomState | None = None,
     ) -> None:
         self._make_env = make_env
         self.env = env
@@ -72,6 +83,7 @@ class TrajEnvManager:
         self.max_turns = max_turns
         self.max_context_tokens = max_context_tokens
         self.calls = calls
+        self.random_state = random_state if random_state is not None else EnvRandomState()
         self._in_env_call = False
 
     async def run_episode(self, job: EpisodeJob, policy: PolicyClient) -> Trajectory:
@@ -93,7 +105,9 @@ class TrajEnvManager:
     async def _env_call(self, fn: Callable[..., Any], *args: Any, what: str) -> Any:
         self._in_env_call = True
         try:
-            return await self.calls.run(fn, *args, what=f"env {self.tag!r} {what}")
+            return await self.calls.run(
+                fn, *args, what=f"env {self.tag!r} {what}", random_state=self.random_state
+            )
         except asyncio.CancelledError:
             self._drop_env(close=False)  # its thread is still inside the env: never reuse it
             raise
@@ -102,9 +116,12 @@ class TrajEnvManager:
 
     async def _play(self, traj: Trajectory, job: EpisodeJob, policy: PolicyClient) -> None:
         if self.env is None:
+            self.random_state.reseed(DEFAULT_SEED)
             self.env = await self._env_call(self._make_env, what="constructor")
+        self.random_state.reseed(job.seed)
         obs, info = await self._env_call(functools.partial(self.env.reset, seed=job.seed), what="reset")
         _check_observation(obs, "reset")
+        state_key = _state_key(obs, info, "reset")
         observations, responses, texts = [obs], [], []
         wants_messages = bool(getattr(policy, "needs_messages", False))
         metric_log: list[dict[str, float]] = []
@@ -120,11 +137,14 @@ class TrajEnvManager:
             messages = self.prompts.messages(observations, texts) if wants_messages else None
             key = sample_key(job.seed, job.env_id, job.episode_id, turn)
             result = await policy.generate(GenerateRequest(prompt_ids, sampling, messages, key))
-            text = self.prompts.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+            text = self.prompts.full_response(
+                self.prompts.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+            )
             next_obs, reward, terminated, truncated, info = await self._env_call(
                 self.env.step, text, what="step"
             )
             reward, step_metrics = _checked_step(next_obs, reward, info)
+            next_key = _state_key(next_obs, info, "step")
             traj.turns.append(
                 Turn(
                     prompt_ids=prompt_ids,
@@ -133,14 +153,17 @@ class TrajEnvManager:
                     reward=reward,
                     action_is_valid=bool(info.get("action_is_valid", True)),
                     action_is_effective=bool(info.get("action_is_effective", True)),
-                    state_key=str(observations[-1]),
+                    state_key=state_key,
                     policy_version=result.policy_version,
                     finish_reason=result.finish_reason,
                     response_text=text,
+                    action_is_refused=bool(info.get("action_is_refused", False)),
+                    observation=observations[-1],
                 )
             )
             metric_log.append(step_metrics)
             observations.append(next_obs)
+            state_key = next_key
             responses.append(result.output_ids)
             texts.append(text)
             traj.success = bool(info.get("success", False))
@@ -162,7 +185,9 @@ class TrajEnvManager:
         env, self.env = self.env, None
         if env is not None:
             try:
-                await self.calls.run(_close_quietly, env, what=f"env {self.tag!r} close")
+                await self.calls.run(
+                    _close_quietly, env, what=f"env {self.tag!r} close", random_state=self.random_state
+                )
             except EnvCallError:
                 return
 
@@ -179,6 +204,24 @@ def _check_observation(obs: Any, what: str) -> None:
         raise EnvCallError(
             f"env {what} returned an observation of {len(obs)} characters; at most {MAX_TEXT_CHARS} travel"
         )
+
+
+def _state_key(obs: str, info: Any, what: str) -> str:
+    """The env's key of the state `obs` shows (GiGPO's anchor): `info["state_key"]`, else the observation."""
+    key = info.get("state_key") if isinstance(info, Mapping) else None
+    if key is None:
+        return obs
+    if not isinstance(key, str):
+        raise EnvCallError(
+            f"env {what} returned info['state_key'] of type {type(key).__name__}; it must be a str "
+            "(equal for equal states), or left out to use the observation"
+        )
+    if len(key) > MAX_TEXT_CHARS:
+        raise EnvCallError(
+            f"env {what} returned a state_key of {len(key)} characters; at most {MAX_TEXT_CHARS} travel "
+            "(a hash of the state is enough)"
+        )
+    return key
 
 
 def _checked_step(obs: Any, reward: Any, info: Any) -> tuple[float, dict[str, float]]:
@@ -225,7 +268,9 @@ def _episode_metrics(
     traj: Trajectory, step_metrics: list[dict[str, float]], aggregation: Mapping[str, str]
 ) -> dict[str, float]:
     """Per-episode metrics: the env's own, each aggregated as the env declares (default mean),
-    then the manager's (success, num_actions, validity rates, score, response length)."""
+    then the manager's (success, num_actions, the rates of valid, refused and effective turns, score,
+    response length). `action_is_valid` is the rate of turns whose answer the env read (refused ones
+    included), `action_is_refused` the rate of turns where the env refused an action."""
     out: dict[str, float] = {}
     for name in {k for m in step_metrics for k in m}:
         values = [m[name] for m in step_metrics if name in m]
@@ -236,6 +281,7 @@ def _episode_metrics(
             "success": float(traj.success),
             "num_actions": float(len(turns)),
             "action_is_valid": sum(t.action_is_valid for t in turns) / max(len(turns), 1),
+            "action_is_refused": sum(t.action_is_refused for t in turns) / max(len(turns), 1),
             "action_is_effective": sum(t.action_is_effective for t in turns) / max(len(turns), 1),
             "score": traj.score,
             "response_length": traj.num_response_tokens / max(len(turns), 1),

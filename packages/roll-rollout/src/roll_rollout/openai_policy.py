@@ -40,6 +40,8 @@ from roll_rollout.prompts import ChatTokenizer
 RETRIED_HTTP_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 TOKEN_ID_PREFIX = "token_id:"
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+_JITTER = random.Random()
+"""The retry backoff's jitter: its own generator, not the process-wide one that env calls swap per env."""
 
 
 class PolicyServerError(RolloutError):
@@ -117,7 +119,7 @@ class OpenAIPolicy:
         for attempt in range(s.max_retries + 1):
             if attempt:
                 self.stats["retries"] += 1
-                await asyncio.sleep(s.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
+                await asyncio.sleep(s.backoff_s * 2 ** (attempt - 1) * (0.5 + _JITTER.random()))
             try:
                 reply = await loop.run_in_executor(self._executor(), self._post, url, body)
                 return self._result(reply, request)

@@ -6,6 +6,10 @@ sampled, then only the template's text *between* that response and the next gene
 (end-of-turn, the next user message, the assistant header). Earlier text is never re-tokenised, so the
 ids trained on are the ids that were sampled.
 
+`response_prefix` is text every assistant turn starts with (e.g. `<answer>`): its ids end each
+generation prompt, so the model continues it; they are prompt ids, never sampled nor trained, and the env
+reads the prefix followed by the sampled text (`full_response`).
+
 `max_history_turns` bounds the context: 0 shows only the current observation; None keeps the whole
 episode; k keeps the last k (observation, response) pairs before the current observation.
 
@@ -46,17 +50,22 @@ class PromptBuilder:
         instruction: str,
         max_history_turns: int | None = 0,
         cache_size: int = 4096,
+        response_prefix: str = "",
     ) -> None:
         if max_history_turns is not None and max_history_turns < 0:
             raise ValueError(f"max_history_turns must be None or >= 0, got {max_history_turns}")
         self.tokenizer = tokenizer
         self.instruction = instruction
         self.max_history_turns = max_history_turns
+        self.response_prefix = response_prefix
+        self._prefix_ids = (
+            list(tokenizer.encode(response_prefix, add_special_tokens=False)) if response_prefix else []
+        )
         self._first = _LRU(cache_size)
         self._glue = _LRU(cache_size)
 
     def first_prompt(self, observation: str) -> list[int]:
-        """Chat template of (instruction, observation) with the generation prompt."""
+        """Chat template of (instruction, observation) with the generation prompt (and the response prefix)."""
         return list(self._first.get(observation, lambda: self._render_first(observation)))
 
     def _render_first(self, observation: str) -> list[int]:
@@ -64,10 +73,13 @@ class PromptBuilder:
         if self.instruction:
             messages.insert(0, {"role": "system", "content": self.instruction})
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        return (
+            list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+            + self._prefix_ids
+        )
 
     def continuation(self, response_ids: Sequence[int], observation: str) -> list[int]:
-        """The ids that follow a sampled response: end of turn, next observation, assistant header."""
+        """The ids that follow a sampled response: end of turn, next observation, assistant header (and prefix)."""
         eos = self.tokenizer.eos_token_id
         ends_with_eos = bool(response_ids) and eos is not None and response_ids[-1] == eos
         key = (ends_with_eos, observation)
@@ -86,7 +98,11 @@ class PromptBuilder:
             eos_text = self.tokenizer.decode([eos], skip_special_tokens=False)
             if suffix.startswith(eos_text):
                 suffix = suffix[len(eos_text) :]
-        return list(self.tokenizer.encode(suffix, add_special_tokens=False))
+        return list(self.tokenizer.encode(suffix, add_special_tokens=False)) + self._prefix_ids
+
+    def full_response(self, sampled_text: str) -> str:
+        """What the env reads for a turn: the response prefix followed by the sampled text."""
+        return self.response_prefix + sampled_text
 
     def prompt(self, observations: Sequence[str], responses: Sequence[Sequence[int]]) -> list[int]:
         """Prompt ids for the turn that answers `observations[-1]`, given the earlier responses.
@@ -102,7 +118,16 @@ class PromptBuilder:
         return ids
 
     def messages(self, observations: Sequence[str], responses: Sequence[str]) -> tuple[dict[str, str], ...]:
-        """The same prompt as `prompt`, as chat messages with the responses' text (for text-in APIs)."""
+        """The same prompt as `prompt`, as chat messages with the responses' text (for text-in APIs).
+
+        A chat API has no standard way to start the assistant's turn with a prefix, so a builder with a
+        `response_prefix` refuses (a token-in policy, e.g. a completions endpoint, handles it).
+        """
+        if self.response_prefix:
+            raise ValueError(
+                f"response_prefix {self.response_prefix!r} needs a token-in policy: a chat endpoint cannot start "
+                "the assistant's turn with it; use the completions endpoint or drop response_prefix"
+            )
         start = self._history_start(observations, responses)
         messages = [{"role": "system", "content": self.instruction}] if self.instruction else []
         for k in range(start, len(responses)):

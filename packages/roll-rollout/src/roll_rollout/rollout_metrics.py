@@ -2,8 +2,14 @@
 
 Between two batches it counts events (failed episodes by kind, given-up, stale and filtered groups,
 worker restarts and recycles), keeps the failed episodes and the last stats each env worker reported.
-`take` turns them, with the ledger's outcomes since the previous batch and the staleness of the batch's
-turns, into one flat dict with the same keys in every batch (0 when nothing happened).
+`take` turns them, with the ledger's outcomes since the previous batch, the staleness of the batch's
+turns and how its turns' answers fared, into one flat dict with the same keys in every batch (0 when
+nothing happened).
+
+Turns by answer (they add up to the batch's turns): `rollout/valid_turns` (the env read the answer and
+applied it), `rollout/refused_turns` (read, but the env refused an action: `Turn.action_is_refused`),
+`rollout/unparsable_turns` (the answer was not read, or not in full: `Turn.action_is_valid` False, whether
+or not an action was refused).
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class RolloutMetrics:
         delta = ledger.take_delta()
         counts, self._counts = self._counts, {}
         behind = [policy_version - turn.policy_version for t in trajs for turn in t.turns]
+        answers = turn_answers(trajs)
         stats = self._worker_stats.values()
         metrics = {  # stable names: every key in every batch, 0 when nothing happened
             **dict.fromkeys(COUNTED, 0.0),
@@ -83,8 +90,24 @@ class RolloutMetrics:
             "rollout/running_groups": float(running_groups),
             "rollout/hung_env_calls": float(sum(s.get("hung_env_calls", 0) for s in stats)),
             "rollout/env_worker_threads_max": float(max((s.get("threads", 0) for s in stats), default=0)),
+            "rollout/valid_turns": float(answers["valid"]),
+            "rollout/refused_turns": float(answers["refused"]),
+            "rollout/unparsable_turns": float(answers["unparsable"]),
         }
         if behind:
             metrics["rollout/staleness/mean"] = sum(behind) / len(behind)
             metrics["rollout/staleness/max"] = float(max(behind))
         return metrics
+
+
+def turn_answers(trajs: Sequence[Trajectory]) -> dict[str, int]:
+    """How many turns of `trajs` were `valid` (read and applied), `refused` (read, an action refused) and
+    `unparsable` (no action read); every turn is exactly one of them."""
+    counts = {"valid": 0, "refused": 0, "unparsable": 0}
+    for traj in trajs:
+        for turn in traj.turns:
+            kind = (
+                "unparsable" if not turn.action_is_valid else "refused" if turn.action_is_refused else "valid"
+            )
+            counts[kind] += 1
+    return counts

@@ -2,13 +2,17 @@
 
 A trajectory is one episode of one env: per-turn prompt and response token ids exactly as the model
 saw and sampled them (token-in/token-out), the inference log-probs, the env's reward and flags per
-turn, a state key per turn (GiGPO anchors) and the policy version that produced each turn.
+turn, the observation each turn acted on and the env's key of that state (GiGPO anchors), and the
+policy version that produced each turn.
 
 Payloads carry a schema name and version. `decode_trajectory` checks both, then decodes the body with
 msgspec into typed structs that mirror `Turn` and `Trajectory` field for field, so every value is
 checked down to its element type and range (the rules are in `roll_rollout.wire`): a corrupt, foreign
 or out-of-range payload fails with a `PayloadError` naming the field path, never deep inside training.
-Unknown and missing fields are errors too: the version says which fields a payload has.
+Unknown and missing fields are errors too: the version says which fields a payload has. Version 2 added
+`Turn.action_is_refused` and `Turn.observation`; version 1 payloads (written before them, e.g. saved
+trajectory dumps) still decode, with `action_is_refused` False and `observation` equal to `state_key` (version
+1 recorded the observation as the state key).
 """
 
 from __future__ import annotations
@@ -33,12 +37,28 @@ from roll_rollout.wire import (
 )
 
 SCHEMA_NAME = "roll.trajectory"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""The version `encode_trajectory` writes: 2, turns carry `action_is_refused` and `observation`."""
+
+READ_VERSIONS = (1, 2)
+"""The versions `decode_trajectory` reads: 1 is version 2 without `Turn.action_is_refused` and
+`Turn.observation`."""
+
+_ADDED_IN_2 = ("action_is_refused", "observation")
+"""Turn fields a version 2 payload has and a version 1 payload has not."""
 
 
 @dataclass
 class Turn:
-    """One agent turn: the prompt the model saw, what it sampled, and what the env answered."""
+    """One agent turn: the prompt the model saw, what it sampled, and what the env answered.
+
+    `action_is_valid`: the env read the answer into actions; `action_is_refused`: it refused one of them
+    (a read action its rules do not allow in that state); a turn is valid and applied, refused, or unparsable.
+
+    `observation` is the env's observation the turn acted on (the last one its prompt shows); `state_key`
+    the env's key of that state (`info["state_key"]`, the observation when the env gives none): equal for
+    equal states, it is the turn's GiGPO anchor (`anchor_id`) even where the observation carries more.
+    """
 
     prompt_ids: list[int]
     response_ids: list[int]
@@ -50,6 +70,8 @@ class Turn:
     policy_version: int = 0
     finish_reason: str = "stop"
     response_text: str = ""
+    action_is_refused: bool = False
+    observation: str = ""
 
     @property
     def anchor_id(self) -> int:
@@ -106,6 +128,8 @@ class _TurnWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     policy_version: Count
     finish_reason: Name
     response_text: Text
+    action_is_refused: bool | msgspec.UnsetType = msgspec.UNSET  # required in version 2, absent in 1
+    observation: Text | msgspec.UnsetType = msgspec.UNSET  # required in version 2, absent in 1
 
 
 class _TrajectoryWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -161,7 +185,7 @@ def decode_trajectory(payload: bytes) -> Trajectory:
         decoded = _PAYLOAD.decode(payload)
     except Exception:  # say what is wrong, in order: envelope, schema, version, then the body
         decoded = None
-    if decoded is None or decoded.schema != SCHEMA_NAME or decoded.version != SCHEMA_VERSION:
+    if decoded is None or decoded.schema != SCHEMA_NAME or decoded.version not in READ_VERSIONS:
         _raise_payload_error(payload)
     body = decoded.trajectory
     turns = []
@@ -171,6 +195,14 @@ def decode_trajectory(payload: bytes) -> Trajectory:
                 f"trajectory.turns[{i}]: {len(t.log_probs)} log_probs for {len(t.response_ids)} response "
                 "ids; they must have the same length (one log-prob per sampled token)"
             )
+        for name in _ADDED_IN_2:
+            if (getattr(t, name) is msgspec.UNSET) != (decoded.version == 1):
+                state = "has no field" if getattr(t, name) is msgspec.UNSET else "has an unknown field"
+                raise PayloadError(
+                    f"trajectory.turns[{i}]: {state} {name} for schema version {decoded.version} "
+                    "(version 2 turns carry it, version 1 turns do not). The payload breaks the trajectory "
+                    "schema: fix the code that built it (only encode values the dataclass types allow)"
+                )
         turns.append(
             Turn(
                 t.prompt_ids,
@@ -183,6 +215,8 @@ def decode_trajectory(payload: bytes) -> Trajectory:
                 t.policy_version,
                 t.finish_reason,
                 t.response_text,
+                t.action_is_refused is True,
+                t.state_key if t.observation is msgspec.UNSET else t.observation,
             )
         )
     return Trajectory(
@@ -208,11 +242,11 @@ def _raise_payload_error(payload: bytes) -> NoReturn:
             f"expected a {SCHEMA_NAME!r} payload, got schema {envelope.schema!r:.80}: "
             "this payload was not made by encode_trajectory"
         )
-    if type(envelope.version) is not int or envelope.version != SCHEMA_VERSION:
+    if type(envelope.version) is not int or envelope.version not in READ_VERSIONS:
         raise PayloadError(
             f"trajectory schema version {envelope.version!r:.80} is not supported (expected the int "
-            f"{SCHEMA_VERSION}); producer and consumer run different roll-rollout versions: install the "
-            "same version on both"
+            f"{SCHEMA_VERSION}, or 1 for payloads written before Turn.action_is_refused); producer and "
+            "consumer run different roll-rollout versions: install the same version on both"
         )
     if not len(envelope.trajectory):
         raise PayloadError(

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgpack
+from roll_envs.random_state import EnvRandomState
 
 from roll_rollout.env_calls import EnvCalls
 from roll_rollout.env_manager import EpisodeJob, TrajEnvManager, failure_kind
@@ -44,6 +45,7 @@ class EnvSlotSpec:
     max_history_turns: int | None = 0
     max_context_tokens: int = 2048
     instruction: str | None = None  # None: the env's own `instruction`
+    response_prefix: str = ""  # text every assistant turn starts with (prompt ids, read by the env)
 
 
 @dataclass(frozen=True)
@@ -127,13 +129,18 @@ class EnvWorker:
             limits.max_env_step_concurrent, limits.env_step_timeout_s, limits.max_hung_env_calls
         )
         self._slots: dict[int, _Slot] = {}
-        builders: dict[tuple[str, int | None], PromptBuilder] = {}  # shared: their caches serve every slot
+        # shared: their caches serve every slot
+        builders: dict[tuple[str, int | None, str], PromptBuilder] = {}
         for spec in slots:
-            env = env_factory(spec.env_type, dict(spec.env_config))  # fails fast on a bad env config
+            # the slot's own `random` and `np.random`; building here fails fast on a bad env config
+            random_state = EnvRandomState()
+            env = random_state.run(env_factory, spec.env_type, dict(spec.env_config))
             instruction = env.instruction if spec.instruction is None else spec.instruction
-            key = (instruction, spec.max_history_turns)
+            key = (instruction, spec.max_history_turns, spec.response_prefix)
             if key not in builders:
-                builders[key] = PromptBuilder(tokenizer, instruction, spec.max_history_turns)
+                builders[key] = PromptBuilder(
+                    tokenizer, instruction, spec.max_history_turns, response_prefix=spec.response_prefix
+                )
             manager = TrajEnvManager(
                 _bind_factory(env_factory, spec),
                 spec.tag,
@@ -142,6 +149,7 @@ class EnvWorker:
                 spec.max_context_tokens,
                 self.calls,
                 env=env,
+                random_state=random_state,
             )
             self._slots[spec.env_id] = _Slot(manager)
         self._done: list[bytes] = []

@@ -7,6 +7,7 @@ built by `build_tiny_model` (CLI: `uv run python tools/build_tiny_model.py --out
 """
 
 from roll_strategies.critic import HFCriticStrategy, ValueLossFn
+from roll_strategies.data_parallel import DataParallel, DataParallelSpec, free_port, join_group
 from roll_strategies.deepspeed_config import build_deepspeed_config
 from roll_strategies.deepspeed_train import DeepSpeedTrainStrategy
 from roll_strategies.errors import (
@@ -22,7 +23,7 @@ from roll_strategies.gguf import ensure_model_folder
 from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
 from roll_strategies.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
-from roll_strategies.master_weights import LAST_VALUE_METRICS, MasterWeightOptimizer
+from roll_strategies.master_weights import MasterWeightOptimizer
 from roll_strategies.protocols import InferStrategy, LogProbStrategy, SleepableStrategy, TrainStrategy
 from roll_strategies.qwen_shaped import build_qwen_shaped_model, build_qwen_style_tokenizer
 from roll_strategies.registry import (
@@ -41,6 +42,14 @@ from roll_strategies.tiny_model import (
     encode_chat_example,
 )
 from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
+from roll_strategies.train_loop import (
+    LAST_VALUE_METRICS,
+    GradientBackend,
+    NonFiniteCount,
+    StepOutcome,
+    StepSums,
+    run_train_step,
+)
 from roll_strategies.value_model import load_value_model
 from roll_strategies.vllm_infer import VLLMInferStrategy
 from roll_strategies.weight_receiver import WeightReceiver
@@ -69,9 +78,12 @@ __all__ = [
     "ActorTrainWorker",
     "CheckpointError",
     "CriticWorker",
+    "DataParallel",
+    "DataParallelSpec",
     "DeepSpeedTrainStrategy",
     "GenerationOutput",
     "GenerationParams",
+    "GradientBackend",
     "HFCriticStrategy",
     "HFInferStrategy",
     "HFTrainStrategy",
@@ -80,9 +92,12 @@ __all__ = [
     "LossFn",
     "MasterWeightOptimizer",
     "ModelNotFoundError",
+    "NonFiniteCount",
     "ReferenceWorker",
     "SleepableStrategy",
     "StaleWeightsError",
+    "StepOutcome",
+    "StepSums",
     "StrategyError",
     "StrategyNotAvailableError",
     "StrategySpec",
@@ -111,6 +126,8 @@ __all__ = [
     "encode_chat_example",
     "ensure_model_folder",
     "export_named_weights",
+    "free_port",
+    "join_group",
     "lm_outputs",
     "load_named_weights",
     "load_value_model",
@@ -118,6 +135,7 @@ __all__ = [
     "packing_supported",
     "plan_buckets",
     "position_ids_from_mask",
+    "run_train_step",
     "strategy_class",
     "sync_weights",
     "token_log_probs",

@@ -15,10 +15,12 @@ from typing import Protocol
 import torch
 from safetensors.torch import load_file
 
+from roll_strategies.data_parallel import DataParallelSpec, join_group
 from roll_strategies.errors import StrategyError
 from roll_strategies.forward import PACK_CAPACITY_KEY, packing_supported, value_outputs
 from roll_strategies.hf_train import TRAINER_STATE_FILE, _read, checkpoint_files, save_model
 from roll_strategies.master_weights import MasterWeightOptimizer
+from roll_strategies.train_loop import run_train_step
 from roll_strategies.value_model import load_value_model
 
 __all__ = ["HFCriticStrategy", "ValueLossFn"]
@@ -36,7 +38,8 @@ class ValueLossFn(Protocol):
 class HFCriticStrategy:
     """A Hugging Face value model trained with AdamW (linear warm-up, grad-norm clipping), CPU or one GPU;
     float32 master weights under a bfloat16/float16 `dtype`, non-finite steps skipped (as `HFTrainStrategy`,
-    both through `master_weights.MasterWeightOptimizer`)."""
+    both through `master_weights.MasterWeightOptimizer` and `train_loop.run_train_step`); `data_parallel`: this
+    process's rank of the critic's ranks (as `HFTrainStrategy`)."""
 
     def __init__(
         self,
@@ -51,9 +54,11 @@ class HFCriticStrategy:
         max_grad_norm: float = 1.0,
         warmup_steps: int = 0,
         seed: int = 0,
+        data_parallel: DataParallelSpec | None = None,
     ) -> None:
         torch.manual_seed(seed)
         self.device = torch.device(device)
+        self.data_parallel = join_group(data_parallel, self.device)
         self.model, self.tokenizer = load_value_model(model_path, device=device, dtype=dtype)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
         self.max_grad_norm = max_grad_norm
@@ -67,6 +72,7 @@ class HFCriticStrategy:
             eps=eps,
             warmup_steps=warmup_steps,
             max_grad_norm=max_grad_norm,
+            data_parallel=self.data_parallel,
         )
         self.optimizer, self.scheduler = self.trainer.optimizer, self.trainer.scheduler
 
@@ -107,17 +113,11 @@ class HFCriticStrategy:
         lr_scale: float = 1.0,
     ) -> dict[str, float]:
         """One optimiser step accumulated over `micro_batches` (input_ids, attention_mask, response_mask and
-        whatever `loss_fn` reads); each loss weighted by mb["loss_scale"] (default 1 / count). Returns the
-        weighted metrics plus grad_norm, lr and the non-finite counters; a NaN/inf loss skips the step."""
-        if not 0.0 <= lr_scale <= 1.0:
-            raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
-        if not micro_batches:
-            raise StrategyError("Expected at least one micro-batch in train_step, got none.")
-        self.model.train()
-        sums = self.trainer.start()
-        for raw in micro_batches:
-            mb = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
-            weight = float(mb.get("loss_scale", 1.0 / len(micro_batches)))
+        whatever `loss_fn` reads); each loss weighted by mb["loss_scale"] (its share of the mini-batch over all
+        ranks; default 1 / (count x ranks)). Returns the weighted metrics plus grad_norm, lr and the non-finite
+        counters; a NaN/inf loss skips the step (`train_loop.run_train_step`)."""
+
+        def loss_of(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
             capacity = mb.get(PACK_CAPACITY_KEY)
             values = value_outputs(
                 self.model,
@@ -128,25 +128,36 @@ class HFCriticStrategy:
                 pad_id=self.pad_id,
             )
             loss, metrics = loss_fn(values, mb)
-            if not self.trainer.backward(sums, loss, metrics, weight):
-                break  # a non-finite loss skips the step
-        result = self.trainer.step(sums, lr_scale)
+            return loss, metrics, values
+
+        self.model.train()
+        result, _ = run_train_step(
+            self.trainer,
+            micro_batches,
+            loss_of,
+            lr_scale=lr_scale,
+            data_parallel=self.data_parallel,
+            counter=self.trainer.nonfinite,
+            device=self.device,
+        )
         self.step += 1
         return result
 
     def save_checkpoint(self, path: Path) -> None:
         """Value model (safetensors, loadable by `load_value_model`; the float32 masters in mixed precision)
-        + tokenizer + optimiser state."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_model(self.model, path, self.trainer)
-        self.tokenizer.save_pretrained(path)
-        state = {
-            "step": self.step,
-            "rng": torch.get_rng_state(),  # dropout draws from it; a resumed run continues the same stream
-            **self.trainer.state_dict(),
-        }
-        torch.save(state, path / TRAINER_STATE_FILE)
+        + tokenizer + optimiser state, written by rank 0."""
+        if self.data_parallel.is_main:  # every rank holds the same weights and optimiser state
+            path = Path(path)
+            path.mkdir(parents=True, exist_ok=True)
+            save_model(self.model, path, self.trainer)
+            self.tokenizer.save_pretrained(path)
+            state = {
+                "step": self.step,
+                "rng": torch.get_rng_state(),  # dropout draws from it; a resumed run continues the same stream
+                **self.trainer.state_dict(),
+            }
+            torch.save(state, path / TRAINER_STATE_FILE)
+        self.data_parallel.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore what `save_checkpoint` wrote."""

@@ -4,17 +4,32 @@ Same contract as `HFTrainStrategy`: `train_step(micro_batches, loss_fn, *, with_
 optimiser step over the given micro-batches (each weighted by its "loss_scale", else 1/n), AdamW with a
 linear warm-up over `warmup_steps` optimiser steps, `lr_scale` multiplying that step's scheduled lr,
 grad-norm clipping at `max_grad_norm`. DeepSpeed itself is imported only when a strategy is built (the
-`deepspeed` extra); it runs on the CPU with gloo (one process gets rank 0 of 1 and a free port).
+`deepspeed` extra); it runs on the CPU with gloo (alone: rank 0 of 1 on a free port).
 
-Non-finite steps are skipped and counted as in hf_train (`master_weights`: `nonfinite_steps`,
-`nonfinite_in_a_row`), within what DeepSpeed allows. DeepSpeed computes the gradient norm inside
-`engine.step()` and skips a step whose norm is not finite itself (its bf16 optimiser and ZeRO 1-3: no
-update, no scheduler step, `engine.skipped_steps` + 1); the plain torch AdamW it runs at ZeRO-0 in float32
-checks nothing, so there the strategy checks the norm before the step. A non-finite loss is checked before
-its backward, but the step cannot simply be left out: the earlier micro-batches' gradients already sit in
-ZeRO's partitioned buffers, which only DeepSpeed's own overflow path clears. So that micro-batch
-back-propagates a NaN instead of its loss, and the step takes the non-finite-gradient path above (one
-backward's cost, on a step that is lost anyway).
+The loop is the one every train strategy runs (`train_loop.run_train_step`); what DeepSpeed keeps is the
+gradient backend (`DeepSpeedGradients`): its engine owns backward (ZeRO-2/3 reduce and partition the
+gradients inside it), the gradient norm, clipping and the overflow check, so the fp32 masters of hf_train's
+`MasterWeightOptimizer` are DeepSpeed's own here (bf16: its bf16 / ZeRO optimisers keep fp32 masters).
+
+Data parallelism (`data_parallel`, N ranks in one group): ZeRO-1/2 partition the optimiser state (and the
+gradients), ZeRO-3 the weights too, 1/N per rank. DeepSpeed averages the ranks' gradients, so each rank
+back-propagates N x its weight: the step equals the DP=1 step on the same rows (`train_loop`'s weights). ZeRO's
+collectives run inside forward (ZeRO-3) and backward (ZeRO-2/3), so with N ranks every rank must run the same
+number of micro-batches (checked, an error on all ranks rather than a hang), and every rank must call
+`compute_log_probs` (with as many micro-batches), `export_weights` / `weight_bucket`, and `save_checkpoint` /
+`load_checkpoint` together. At ZeRO-0 in float32 DeepSpeed steps a plain torch AdamW that checks nothing, so the
+strategy sums the gradients itself (DeepSpeed's own all-reduce turned off) and checks their norm before the
+step.
+
+Non-finite steps are skipped and counted as in hf_train (`nonfinite_steps`, `nonfinite_in_a_row`), within what
+DeepSpeed allows. DeepSpeed computes the gradient norm inside `engine.step()` and skips a step whose norm is
+not finite itself (its bf16 optimiser and ZeRO 1-3: no update, no scheduler step, `engine.skipped_steps` + 1);
+the plain torch AdamW it runs at ZeRO-0 in float32 checks nothing, so there the strategy checks the norm
+before the step. A non-finite loss is checked before its backward, but the step cannot simply be left out:
+the earlier micro-batches' gradients already sit in ZeRO's partitioned buffers, which only DeepSpeed's own
+overflow path clears. So that micro-batch back-propagates a NaN instead of its loss, and the step takes the
+non-finite-gradient path above (one backward's cost, on a step that is lost anyway; with N ranks every rank
+runs its remaining micro-batches too).
 """
 
 from __future__ import annotations
@@ -28,25 +43,100 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_strategies._distributed import ensure_process_group
 from roll_strategies._loading import load_model_and_tokenizer
+from roll_strategies.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.deepspeed_config import build_deepspeed_config, zero_stage
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.forward import REFERENCE_KEY, micro_batch_outputs
 from roll_strategies.hf_train import LossFn
 from roll_strategies.logprobs import batched_log_probs, token_log_probs
-from roll_strategies.master_weights import NonFiniteCount, StepSums
 from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
+from roll_strategies.train_loop import NonFiniteCount, StepOutcome, run_train_step
 from roll_strategies.weight_sync import WeightBucket, WeightExporter, WeightSyncPlan
 from roll_strategies.weights import unique_named_tensors
 
-__all__ = ["DeepSpeedTrainStrategy"]
+__all__ = ["DeepSpeedGradients", "DeepSpeedTrainStrategy"]
 
 DEEPSPEED_DIR, DEEPSPEED_TAG = "deepspeed", "state"
 
 
+class DeepSpeedGradients:
+    """The `train_loop.GradientBackend` of a DeepSpeed engine (see the module docstring)."""
+
+    def __init__(
+        self,
+        engine: Any,
+        optimizer: torch.optim.Optimizer,
+        ds_config: Mapping[str, Any],
+        data_parallel: DataParallel,
+    ) -> None:
+        self.engine, self.optimizer, self.data_parallel = engine, optimizer, data_parallel
+        self.zero_stage = zero_stage(ds_config)
+        # only the plain torch AdamW of ZeRO-0 in float32 lets a non-finite gradient through to the weights
+        self.checks_grad_norm = self.zero_stage > 0 or bool(ds_config["bf16"]["enabled"])
+        self.lockstep = data_parallel.size > 1
+        # DeepSpeed averages the ranks' gradients; at ZeRO-0 float32 the strategy sums them itself instead
+        self.sums_itself = not self.checks_grad_norm and data_parallel.size > 1
+        if self.sums_itself:
+            engine.enable_backward_allreduce = False
+        self.multiplier = 1.0 if self.sums_itself else float(data_parallel.size)
+
+    def zero_grad(self) -> None:
+        """Nothing to do: DeepSpeed clears its buffers in every `engine.step()`, applied or skipped."""
+
+    def backward(self, loss: torch.Tensor, weight: float) -> None:
+        """`engine.backward` of `loss * weight` (x N ranks: DeepSpeed averages them)."""
+        self.engine.backward(loss * (weight * self.multiplier), scale_wrt_gas=False)
+
+    def discard(self, outputs: torch.Tensor) -> None:
+        """Make this step's gradients NaN (see the module docstring): DeepSpeed then skips the step and
+        clears every buffer it accumulated the earlier micro-batches in."""
+        if not outputs.requires_grad:
+            raise StrategyError(
+                "Expected log-probs that depend on the weights in a micro-batch with a non-finite loss, got "
+                "constant ones; the step cannot be skipped safely. Give every micro-batch response tokens."
+            )
+        self.engine.backward(outputs.float().sum() * math.nan, scale_wrt_gas=False)
+
+    def step(self, lr_scale: float, nonfinite_loss: bool) -> StepOutcome:
+        """engine.step() unless the gradients are non-finite (ZeRO-0 float32 checks them here)."""
+        local_norm = math.nan
+        if self.zero_stage == 0:
+            params = [p for p in self.engine.module.parameters() if p.requires_grad]
+            if self.sums_itself:
+                self.data_parallel.sum_gradients(params)
+            local_norm = _grad_norm(params)
+        if not self.checks_grad_norm and not math.isfinite(local_norm):
+            self.engine.zero_grad()  # ZeRO-0 float32: the gradients live on the parameters only
+            return StepOutcome(local_norm, float(self.optimizer.param_groups[0]["lr"]) * lr_scale, False)
+        scheduled = [group["lr"] for group in self.optimizer.param_groups]
+        lr = apply_lr_scale(self.optimizer, lr_scale)
+        skipped_before = self.engine.skipped_steps
+        self.engine.step()
+        reported = self.engine.get_global_grad_norm()
+        grad_norm = float(reported) if reported is not None else local_norm
+        applied = self.engine.skipped_steps == skipped_before
+        if not applied:  # no scheduler step came to reset the scaled lr: undo the scale
+            for group, value in zip(self.optimizer.param_groups, scheduled, strict=True):
+                group["lr"] = value
+        elif reported is not None and not math.isfinite(grad_norm):
+            raise StrategyError(
+                f"Expected DeepSpeed to skip a step whose gradient norm is {grad_norm}, but it applied it: the "
+                "weights are no longer finite. Remove bf16.check_grad_overflow: false from strategy_config "
+                "and resume from the last checkpoint."
+            )
+        return StepOutcome(grad_norm, float(lr), applied)
+
+
+def _grad_norm(params: list[torch.nn.Parameter]) -> float:
+    """ZeRO-0 reports no norm: the 2-norm of the gradients before clipping (summed over the ranks first)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+
 class DeepSpeedTrainStrategy:
-    """Train backend on DeepSpeed (ZeRO stage, offload, bf16 from `strategy_config`, see `deepspeed_config`)."""
+    """Train backend on DeepSpeed (ZeRO stage, offload, bf16 from `strategy_config`, see `deepspeed_config`);
+    `data_parallel`: this process's rank of the role (see the module docstring)."""
 
     def __init__(
         self,
@@ -63,6 +153,7 @@ class DeepSpeedTrainStrategy:
         seed: int = 0,
         trainable: bool = True,
         strategy_config: Mapping[str, Any] | None = None,
+        data_parallel: DataParallelSpec | None = None,
     ) -> None:
         if not trainable:
             raise StrategyError(
@@ -73,12 +164,13 @@ class DeepSpeedTrainStrategy:
 
         torch.manual_seed(seed)
         self.device = torch.device(device)
-        ensure_process_group(self.device)
+        self.data_parallel = join_group(data_parallel, self.device, need_group=True)
+        deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
         self.ds_config = build_deepspeed_config(
             strategy_config or {},
             dtype=dtype,
             max_grad_norm=max_grad_norm,
-            world_size=torch.distributed.get_world_size(),
+            world_size=self.data_parallel.size,
         )
         self.zero_stage = zero_stage(self.ds_config)
         # float32 master weights: DeepSpeed casts the module to bf16 itself when bf16 is enabled.
@@ -96,10 +188,9 @@ class DeepSpeedTrainStrategy:
             model=model, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=self.ds_config
         )
         self.model = self.engine.module
+        self.gradients = DeepSpeedGradients(self.engine, self.optimizer, self.ds_config, self.data_parallel)
         self.step = 0  # train steps run, skipped non-finite ones included (the warm-up counts applied ones)
         self.nonfinite = NonFiniteCount()
-        # only the plain torch AdamW of ZeRO-0 in float32 lets a non-finite gradient through to the weights
-        self.checks_grad_norm = self.zero_stage > 0 or bool(self.ds_config["bf16"]["enabled"])
         self.exporter = WeightExporter(self.model, gather=self._gather)
 
     def _gather(self, tensors: list[torch.Tensor]) -> AbstractContextManager[object]:
@@ -116,8 +207,19 @@ class DeepSpeedTrainStrategy:
         with torch.no_grad(), self._gather(list(tensors.values())):
             yield tensors
 
+    def partition_fraction(self) -> float:
+        """The share of the model's parameter elements this rank holds (ZeRO-3: about 1 / ranks; else 1)."""
+        params = list(self.model.parameters())
+        if self.zero_stage < 3:
+            return 1.0
+        return sum(p.ds_tensor.numel() for p in params) / sum(p.ds_numel for p in params)
+
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
-        """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU."""
+        """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU. Under
+        ZeRO-3 with N ranks every rank calls it with as many micro-batches (checked: its forwards gather)."""
+        if self.zero_stage == 3 and self.gradients.lockstep:
+            forwards = -(-int(batch["input_ids"].shape[0]) // max(micro_batch_size, 1))
+            self.data_parallel.check_same(forwards, "number of log-prob micro-batches")
         return batched_log_probs(self.engine, batch, micro_batch_size, device=self.device)
 
     def train_step(
@@ -130,15 +232,8 @@ class DeepSpeedTrainStrategy:
     ) -> dict[str, float]:
         """One optimiser step accumulated over `micro_batches` (see `HFTrainStrategy.train_step`); a
         non-finite loss or gradient norm skips it (see the module docstring)."""
-        if not 0.0 <= lr_scale <= 1.0:
-            raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
-        if not micro_batches:
-            raise StrategyError("Expected at least one micro-batch in train_step, got none.")
-        self.engine.train()
-        sums = StepSums()
-        for raw in micro_batches:
-            mb = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
-            weight = float(mb.get("loss_scale", 1.0 / len(micro_batches)))
+
+        def loss_of(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
             if REFERENCE_KEY in mb:  # the exact KL to the worker's frozen reference, with grad (padded rows)
                 out = micro_batch_outputs(self.engine, mb, with_entropy=with_entropy)
                 log_probs, entropy = out.log_probs, out.entropy
@@ -152,60 +247,22 @@ class DeepSpeedTrainStrategy:
                     needed=mb.get("response_mask"),
                 )
             loss, metrics = loss_fn(log_probs, entropy, mb)
-            if not sums.add(weight, loss, metrics):
-                self._poison_gradients(log_probs)
-                break
-            self.engine.backward(loss * weight, scale_wrt_gas=False)
-        grad_norm, lr, applied = self._step(lr_scale)
+            return loss, metrics, log_probs
+
+        self.engine.train()
+        result, applied = run_train_step(
+            self.gradients,
+            micro_batches,
+            loss_of,
+            lr_scale=lr_scale,
+            data_parallel=self.data_parallel,
+            counter=self.nonfinite,
+            device=self.device,
+        )
         self.step += 1
-        self.nonfinite.record(skipped=not applied)
         if applied:
             self.exporter.bump()
-        return {
-            **sums.means(),
-            "grad_norm": math.nan if sums.nonfinite_loss else grad_norm,
-            "lr": lr,
-            **self.nonfinite.metrics(),
-        }
-
-    def _poison_gradients(self, log_probs: torch.Tensor) -> None:
-        """Make this step's gradients NaN (see the module docstring): DeepSpeed then skips the step and
-        clears every buffer it accumulated the earlier micro-batches in."""
-        if not log_probs.requires_grad:
-            raise StrategyError(
-                "Expected log-probs that depend on the weights in a micro-batch with a non-finite loss, got "
-                "constant ones; the step cannot be skipped safely. Give every micro-batch response tokens."
-            )
-        self.engine.backward(log_probs.float().sum() * math.nan, scale_wrt_gas=False)
-
-    def _step(self, lr_scale: float) -> tuple[float, float, bool]:
-        """engine.step() unless the gradients are non-finite: (grad norm, lr, whether weights changed)."""
-        local_norm = self._local_grad_norm() if self.zero_stage == 0 else math.nan
-        if not self.checks_grad_norm and not math.isfinite(local_norm):
-            self.engine.zero_grad()  # ZeRO-0 float32: the gradients live on the parameters only
-            return local_norm, float(self.optimizer.param_groups[0]["lr"]) * lr_scale, False
-        scheduled = [group["lr"] for group in self.optimizer.param_groups]
-        lr = apply_lr_scale(self.optimizer, lr_scale)
-        skipped_before = self.engine.skipped_steps
-        self.engine.step()
-        reported = self.engine.get_global_grad_norm()
-        grad_norm = float(reported) if reported is not None else local_norm
-        applied = self.engine.skipped_steps == skipped_before
-        if not applied:  # no scheduler step came to reset the scaled lr: undo the scale
-            for group, value in zip(self.optimizer.param_groups, scheduled, strict=True):
-                group["lr"] = value
-        elif reported is not None and not math.isfinite(grad_norm):
-            raise StrategyError(
-                f"Expected DeepSpeed to skip a step whose gradient norm is {grad_norm}, but it applied it: the "
-                "weights are no longer finite. Remove bf16.check_grad_overflow: false from strategy_config "
-                "and resume from the last checkpoint."
-            )
-        return grad_norm, float(lr), applied
-
-    def _local_grad_norm(self) -> float:
-        """ZeRO-0 reports no norm: the 2-norm of this rank's gradients before clipping (exact on one rank)."""
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+        return result
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """CPU float32 numpy copies of all weights (tied ones once), gathered under ZeRO-3."""
@@ -234,10 +291,12 @@ class DeepSpeedTrainStrategy:
             tag=DEEPSPEED_TAG,
             client_state={"step": self.step, "rng": torch.get_rng_state(), **self.nonfinite.state_dict()},
         )
-        with self._full_weights() as tensors:
+        with self._full_weights() as tensors:  # a collective under ZeRO-3: every rank gathers
             state = {n: t.detach().to("cpu").clone() for n, t in tensors.items()}
-        self.model.save_pretrained(path, state_dict=state, safe_serialization=True)
-        self.tokenizer.save_pretrained(path)
+        if self.data_parallel.is_main:
+            self.model.save_pretrained(path, state_dict=state, safe_serialization=True)
+            self.tokenizer.save_pretrained(path)
+        self.data_parallel.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore what `save_checkpoint` wrote: weights, optimizer and scheduler states, step, RNG."""

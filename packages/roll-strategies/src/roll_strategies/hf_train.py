@@ -11,10 +11,12 @@ import torch
 from safetensors.torch import load_file
 
 from roll_strategies._loading import load_model_and_tokenizer
+from roll_strategies.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.forward import micro_batch_outputs
 from roll_strategies.logprobs import batched_log_probs, token_log_probs
 from roll_strategies.master_weights import MasterWeightOptimizer
+from roll_strategies.train_loop import run_train_step
 from roll_strategies.weight_sync import WeightBucket, WeightExporter, WeightSyncPlan
 from roll_strategies.weights import export_named_weights, load_named_weights, unique_named_tensors
 
@@ -47,6 +49,10 @@ class HFTrainStrategy:
     With a bfloat16/float16 `dtype` the model computes in it while AdamW steps float32 master weights
     (fp16 with dynamic loss scaling); a step with a non-finite loss or gradient norm is skipped and
     counted (see `master_weights`).
+
+    `data_parallel`: this process's rank of the role (`data_parallel.DataParallelSpec`); each rank trains on its
+    share of every mini-batch and the gradients are summed over the ranks (`train_loop`). Every rank calls
+    `train_step` for every step; `save_checkpoint` is written by rank 0 (all ranks call it).
     """
 
     def __init__(
@@ -63,6 +69,7 @@ class HFTrainStrategy:
         warmup_steps: int = 0,
         seed: int = 0,
         trainable: bool = True,
+        data_parallel: DataParallelSpec | None = None,
     ) -> None:
         torch.manual_seed(seed)
         self.device = torch.device(device)
@@ -73,10 +80,12 @@ class HFTrainStrategy:
         self.trainer: MasterWeightOptimizer | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+        self.data_parallel = DataParallel(0, 1, self.device)
         if not trainable:
             self.model.eval().requires_grad_(False)
             self.exporter = WeightExporter(self.model)
             return
+        self.data_parallel = join_group(data_parallel, self.device)
         self.model.train()
         self.trainer = MasterWeightOptimizer(
             self.model,
@@ -86,6 +95,7 @@ class HFTrainStrategy:
             eps=eps,
             warmup_steps=warmup_steps,
             max_grad_norm=max_grad_norm,
+            data_parallel=self.data_parallel,
         )
         self.optimizer, self.scheduler = self.trainer.optimizer, self.trainer.scheduler
         self.exporter = WeightExporter(self.model, tensors=self._named_weights)
@@ -93,9 +103,6 @@ class HFTrainStrategy:
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU."""
         return batched_log_probs(self.model, batch, micro_batch_size, device=self.device)
-
-    def _to_device(self, mb: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in mb.items()}
 
     def train_step(
         self,
@@ -105,34 +112,26 @@ class HFTrainStrategy:
         with_entropy: bool,
         lr_scale: float = 1.0,
     ) -> dict[str, float]:
-        """One optimizer step accumulated over `micro_batches`.
+        """One optimizer step accumulated over `micro_batches` (this rank's, with N data-parallel ranks).
 
-        Each micro-batch needs input_ids and attention_mask [B, T] plus whatever `loss_fn` reads; its
-        loss is weighted by mb["loss_scale"] (float or 0-dim tensor) when given, else 1 / len(micro_batches).
-        `lr_scale` multiplies the warm-up schedule's learning rate for this step only (the caller's decay
-        schedule, e.g. over pipeline steps). Returns the metrics averaged with the same weights
-        (normalised), plus grad_norm, the lr the step used and the non-finite counters
-        (`MasterWeightOptimizer.step`). A micro-batch with a NaN/inf loss ends the loop: the step is
-        skipped and its metrics hold the non-finite loss.
+        Each micro-batch needs input_ids and attention_mask [B, T] plus whatever `loss_fn` reads; its loss is
+        weighted by mb["loss_scale"] (float or 0-dim tensor: its share of the mini-batch over all ranks) when
+        given, else 1 / (len(micro_batches) x ranks). `lr_scale` multiplies the warm-up schedule's learning
+        rate for this step only (the caller's decay schedule, e.g. over pipeline steps). Returns the metrics
+        averaged with the same weights (normalised, over all ranks), plus grad_norm, the lr the step used and
+        the non-finite counters (`train_loop.run_train_step`). A micro-batch with a NaN/inf loss ends the
+        loop: the step is skipped on every rank and its metrics hold the non-finite loss.
         """
-        if not 0.0 <= lr_scale <= 1.0:
-            raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
         if self.trainer is None:
             raise StrategyError(
                 "Expected a trainable strategy for train_step, got one built with trainable=False "
                 "(a reference model); build HFTrainStrategy(..., trainable=True) for the actor."
             )
-        if not micro_batches:
-            raise StrategyError("Expected at least one micro-batch in train_step, got none.")
-        self.model.train()
-        sums = self.trainer.start()
-        for raw in micro_batches:
-            mb = self._to_device(raw)
-            weight = float(mb.get("loss_scale", 1.0 / len(micro_batches)))
+        pad_id = int(self.tokenizer.pad_token_id or 0)
+
+        def loss_of(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
             if "response_mask" in mb:  # padded or packed (`pack_capacity`), exact KL with `reference_model`
-                out = micro_batch_outputs(
-                    self.model, mb, with_entropy=with_entropy, pad_id=int(self.tokenizer.pad_token_id or 0)
-                )
+                out = micro_batch_outputs(self.model, mb, with_entropy=with_entropy, pad_id=pad_id)
                 log_probs, entropy = out.log_probs, out.entropy
                 if out.full_kl is not None:
                     mb["full_kl"] = out.full_kl
@@ -142,11 +141,20 @@ class HFTrainStrategy:
                     self.model, mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy
                 )
             loss, metrics = loss_fn(log_probs, entropy, mb)
-            if not self.trainer.backward(sums, loss, metrics, weight):
-                break  # a non-finite loss skips the step: the remaining micro-batches cannot change that
-        result = self.trainer.step(sums, lr_scale)
+            return loss, metrics, log_probs
+
+        self.model.train()
+        result, applied = run_train_step(
+            self.trainer,
+            micro_batches,
+            loss_of,
+            lr_scale=lr_scale,
+            data_parallel=self.data_parallel,
+            counter=self.trainer.nonfinite,
+            device=self.device,
+        )
         self.step += 1
-        if self.trainer.last_applied:  # a skipped step keeps the weights: nothing new to sync
+        if applied:  # a skipped step keeps the weights: nothing new to sync
             self.exporter.bump()
         return result
 
@@ -179,15 +187,17 @@ class HFTrainStrategy:
 
     def save_checkpoint(self, path: Path) -> None:
         """Model (safetensors; the float32 masters in mixed precision) + tokenizer + optimizer/scheduler/
-        loss scale/non-finite counters/step (torch.save, tensors-only) into `path`."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_model(self.model, path, self.trainer)
-        self.tokenizer.save_pretrained(path)
-        state: dict[str, object] = {"step": self.step, "rng": torch.get_rng_state()}
-        if self.trainer is not None:
-            state.update(self.trainer.state_dict())
-        torch.save(state, path / TRAINER_STATE_FILE)
+        loss scale/non-finite counters/step (torch.save, tensors-only) into `path`, written by rank 0."""
+        if self.data_parallel.is_main:  # every rank holds the same weights and optimiser state
+            path = Path(path)
+            path.mkdir(parents=True, exist_ok=True)
+            save_model(self.model, path, self.trainer)
+            self.tokenizer.save_pretrained(path)
+            state: dict[str, object] = {"step": self.step, "rng": torch.get_rng_state()}
+            if self.trainer is not None:
+                state.update(self.trainer.state_dict())
+            torch.save(state, path / TRAINER_STATE_FILE)
+        self.data_parallel.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore what `save_checkpoint` wrote (weights strictly, and exactly into the float32 masters;

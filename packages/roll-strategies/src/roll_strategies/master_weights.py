@@ -1,5 +1,6 @@
-"""The optimiser step the Hugging Face train strategies share (`hf_train`, `hf_critic`): fp32 master weights,
-AdamW with linear warm-up, grad-norm clipping, fp16 dynamic loss scaling, and skipping non-finite steps.
+"""The gradient backend of the Hugging Face train strategies (`hf_train`, `hf_critic`): fp32 master weights,
+AdamW with linear warm-up, grad-norm clipping, fp16 dynamic loss scaling, skipping non-finite steps, and the
+sum of the gradients over data-parallel ranks. The loop around it is `train_loop.run_train_step`.
 
 Mixed precision (as DeepSpeed's bf16 / fp16 optimisers do): the model computes in its own dtype; every
 parameter that is not float32 gets a float32 master copy, which AdamW steps (its moments are float32
@@ -9,6 +10,10 @@ the model's weights are then set from them (rounded to the model's dtype). An up
 resolution of bf16 (lr 1e-6 on weights of size 1e-2) accumulates in the masters instead of vanishing. A
 float32 parameter is its own master: no copy, no memory, the plain AdamW step. float16 adds dynamic loss
 scaling (`LossScaler`).
+
+Data parallelism: with N ranks every rank holds all weights and optimiser state; at the step the masters'
+float32 gradients are summed over the ranks (`DataParallel.sum_gradients`) before the norm, so the norm,
+the clip, an fp16 overflow and the update are the same on every rank and equal to one rank's on all rows.
 
 Non-finite steps: a micro-batch whose loss is NaN or inf is not back-propagated, and a step whose
 gradient norm is not finite is not applied. A skipped step leaves the weights, the AdamW moments and the
@@ -22,55 +27,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from roll_strategies.data_parallel import DataParallel
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
+from roll_strategies.train_loop import NonFiniteCount, StepOutcome
 from roll_strategies.weights import load_named_weights, unique_named_tensors
 
-__all__ = [
-    "LAST_VALUE_METRICS",
-    "LossScaler",
-    "MasterWeightOptimizer",
-    "NonFiniteCount",
-    "NonFiniteReason",
-    "StepSums",
-]
-
-NonFiniteReason = Literal["loss", "grad_norm"]
-
-LAST_VALUE_METRICS = frozenset({"nonfinite_steps", "nonfinite_in_a_row", "overflow_steps", "grad_scale"})
-"""Train-step metrics that are a running state, not a value of the step: a merge over steps keeps the last."""
-
-
-@dataclass
-class NonFiniteCount:
-    """Optimiser steps skipped for a non-finite loss or gradient norm: all of them, and the current run."""
-
-    total: int = 0
-    in_a_row: int = 0
-
-    def record(self, skipped: bool) -> None:
-        """Count one step (skipped or applied: an applied one ends the run of skipped ones)."""
-        self.total += int(skipped)
-        self.in_a_row = self.in_a_row + 1 if skipped else 0
-
-    def metrics(self) -> dict[str, float]:
-        """nonfinite_steps (cumulative) and nonfinite_in_a_row."""
-        return {"nonfinite_steps": float(self.total), "nonfinite_in_a_row": float(self.in_a_row)}
-
-    def state_dict(self) -> dict[str, int]:
-        """What a checkpoint keeps (so a resumed run keeps counting)."""
-        return {"nonfinite_steps": self.total, "nonfinite_in_a_row": self.in_a_row}
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Restore `state_dict` (zeros for checkpoints written before it was kept)."""
-        self.total = int(state.get("nonfinite_steps", 0))  # type: ignore[call-overload]
-        self.in_a_row = int(state.get("nonfinite_in_a_row", 0))  # type: ignore[call-overload]
+__all__ = ["LossScaler", "MasterWeightOptimizer"]
 
 
 @dataclass
@@ -116,36 +84,11 @@ class LossScaler:
         self.overflows = int(state["overflows"])
 
 
-@dataclass
-class StepSums:
-    """The weighted metrics of one optimiser step's micro-batches, and whether a loss was non-finite."""
-
-    sums: dict[str, float] = field(default_factory=dict)
-    total_weight: float = 0.0
-    nonfinite_loss: bool = False
-
-    def add(self, weight: float, loss: torch.Tensor, metrics: Mapping[str, float]) -> bool:
-        """Add one micro-batch's loss and metrics (weighted); False when its loss is NaN or inf."""
-        value = float(loss.detach())
-        self.total_weight += weight
-        for key, item in {"loss": value, **metrics}.items():
-            self.sums[key] = self.sums.get(key, 0.0) + weight * float(item)
-        finite = math.isfinite(value)
-        self.nonfinite_loss = self.nonfinite_loss or not finite
-        return finite
-
-    def means(self) -> dict[str, float]:
-        """The weighted means (normalised by the weights seen): a NaN loss gives a NaN mean, as it should."""
-        norm = self.total_weight or 1.0
-        return {k: v / norm for k, v in self.sums.items()}
-
-
 class MasterWeightOptimizer:
-    """AdamW (+ warm-up, clipping, loss scaling) over fp32 masters of `model`'s trainable parameters.
+    """AdamW (+ warm-up, clipping, loss scaling) over fp32 masters of `model`'s trainable parameters; a
+    `train_loop.GradientBackend` (`zero_grad`, `backward` per micro-batch, `step`)."""
 
-    Per optimiser step: `sums = start()`, then `backward(sums, loss, metrics, weight)` per micro-batch
-    (stop when it returns False: the loss was not finite), then `step(sums, lr_scale)`.
-    """
+    lockstep = False  # backward runs no collective: a rank may stop early or have fewer micro-batches
 
     def __init__(
         self,
@@ -157,6 +100,7 @@ class MasterWeightOptimizer:
         eps: float,
         warmup_steps: int,
         max_grad_norm: float,
+        data_parallel: DataParallel | None = None,
     ) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
@@ -171,8 +115,8 @@ class MasterWeightOptimizer:
         fp16 = any(p.dtype == torch.float16 for p in self.params)
         self.scaler: LossScaler | None = LossScaler() if fp16 else None
         self.max_grad_norm = max_grad_norm
+        self.data_parallel = data_parallel or DataParallel(0, 1, self.params[0].device)
         self.nonfinite = NonFiniteCount()
-        self.last_applied = False  # whether the last `step` changed the weights
         self.optimizer, self.scheduler = adamw_with_warmup(
             self.masters,
             learning_rate=learning_rate,
@@ -185,23 +129,14 @@ class MasterWeightOptimizer:
     def _pairs(self) -> Iterator[tuple[nn.Parameter, torch.Tensor]]:
         return zip(self.params, self.masters, strict=True)
 
-    def _zero_grads(self) -> None:
+    def zero_grad(self) -> None:
+        """No gradients, on the model or the masters."""
         for p, m in self._pairs():
             p.grad = None
             m.grad = None
 
-    def start(self) -> StepSums:
-        """Begin an optimiser step: no gradients, empty sums."""
-        self._zero_grads()
-        return StepSums()
-
-    def backward(
-        self, sums: StepSums, loss: torch.Tensor, metrics: Mapping[str, float], weight: float
-    ) -> bool:
-        """Record one micro-batch and back-propagate `loss * weight` (times the fp16 loss scale) into the
-        masters' float32 gradients; a non-finite loss is recorded but not back-propagated (returns False)."""
-        if not sums.add(weight, loss, metrics):
-            return False
+    def backward(self, loss: torch.Tensor, weight: float) -> None:
+        """Back-propagate `loss * weight` (times the fp16 loss scale) into the masters' float32 gradients."""
         scale = self.scaler.scale if self.scaler is not None else 1.0
         (loss.float() * (weight * scale)).backward()  # float32: a scaled fp16/bf16 loss could overflow
         if self.has_copies:  # fold now: float32 accumulation, and the low-precision grads are freed
@@ -210,45 +145,43 @@ class MasterWeightOptimizer:
                     grad = p.grad.float()
                     m.grad = grad if m.grad is None else m.grad.add_(grad)
                     p.grad = None
-        return True
 
-    def step(self, sums: StepSums, lr_scale: float) -> dict[str, float]:
-        """Clip, step the masters and set the model from them, unless the step is non-finite (then nothing
-        changes but the counters). Returns the micro-batches' weighted metrics plus grad_norm (NaN when no
-        backward ran), the lr the step used (or would have), the non-finite counters and, for fp16,
-        grad_scale (the scale this step's backward used) and overflow_steps."""
+    def discard(self, outputs: torch.Tensor) -> None:
+        """A non-finite loss is simply not back-propagated: `step` is told and skips."""
+
+    def step(self, lr_scale: float, nonfinite_loss: bool) -> StepOutcome:
+        """Sum the gradients over the ranks, clip, step the masters and set the model from them, unless the
+        step is non-finite (then nothing changes but the counters the loop keeps). The outcome's extras, for
+        fp16: grad_scale (the scale this step's backward used) and overflow_steps."""
         lr = float(self.optimizer.param_groups[0]["lr"]) * lr_scale
         scale = self.scaler.scale if self.scaler is not None else 1.0
-        reason: NonFiniteReason | None = "loss" if sums.nonfinite_loss else None
-        overflow = self.last_applied = False
+        overflow = applied = False
         grad_norm = math.nan
-        if reason is None:
+        if not nonfinite_loss:
+            self.data_parallel.sum_gradients(self.masters)
             grads = [m.grad for m in self.masters if m.grad is not None]
             for grad in grads if scale != 1.0 else ():
                 grad.mul_(1.0 / scale)
             norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
             grad_norm = float(norm)
-            if not math.isfinite(grad_norm):
-                if self.scaler is not None and self.scaler.can_back_off():
-                    overflow = True  # fp16 overflow: the scale's fault, not the run's
-                else:
-                    reason = "grad_norm"
+            if not math.isfinite(grad_norm):  # an fp16 overflow is the scale's fault while it can back off
+                overflow = self.scaler is not None and self.scaler.can_back_off()
             else:
                 torch.nn.utils.clip_grads_with_norm_(self.masters, self.max_grad_norm, norm)
                 apply_lr_scale(self.optimizer, lr_scale)
                 self.optimizer.step()
                 self.scheduler.step()
                 self._copy_masters_to_model()
-                self.last_applied = True
-        self._zero_grads()
-        if self.scaler is not None and reason != "loss":  # no backward ran on a non-finite loss
+                applied = True
+        self.zero_grad()
+        if self.scaler is not None and not nonfinite_loss:  # no backward ran on a non-finite loss
             self.scaler.update(overflow)
-        if not overflow:
-            self.nonfinite.record(skipped=reason is not None)
-        metrics = {**sums.means(), "grad_norm": grad_norm, "lr": lr, **self.nonfinite.metrics()}
-        if self.scaler is not None:
-            metrics.update(grad_scale=scale, overflow_steps=float(self.scaler.overflows))
-        return metrics
+        extra = (
+            {}
+            if self.scaler is None
+            else {"grad_scale": scale, "overflow_steps": float(self.scaler.overflows)}
+        )
+        return StepOutcome(grad_norm, lr, applied, counted=not overflow, extra=extra)
 
     @torch.no_grad()
     def _copy_masters_to_model(self) -> None:

@@ -26,7 +26,7 @@ class FrozenLakeEnv(BaseEnv):
     >>> obs, info = env.reset(seed=0)
     >>> obs, reward, terminated, truncated, info = env.step("<answer>Left</answer>")
     >>> sorted(k for k in info if k.startswith("action_is"))
-    ['action_is_effective', 'action_is_valid']
+    ['action_is_effective', 'action_is_refused', 'action_is_valid']
     """
 
     config_cls = FrozenLakeConfig
@@ -46,7 +46,7 @@ class FrozenLakeEnv(BaseEnv):
             "You are walking on a frozen lake. Reach the goal G and do not fall into a hole O. "
             "The map: P is you, _ is ice, O is a hole, G is the goal. "
             f"Moves: Left, Down, Right, Up. A move into the edge does nothing.{slip}{multi} "
-            "Answer with one move, like <answer>Left</answer>."
+            f"Answer with one move, like {self.format_answer('Left')}."
         )
 
     @property

@@ -73,7 +73,7 @@ class SokobanEnv(BaseEnv):
             f"The map: {g['wall']} is a wall, {g['empty']} is floor, {g['target']} is a target, "
             f"{g['box']} is a box, {g['box_on_target']} is a box on a target, {g['player']} is you, "
             f"{g['player_on_target']} is you on a target. Moves: Up, Down, Left, Right.{multi} "
-            "Answer with one move, like <answer>Left</answer>."
+            f"Answer with one move, like {self.format_answer('Left')}."
         )
 
     @property

@@ -67,7 +67,8 @@ class WebShopLiteEnv(BaseEnv):
             "You are shopping online. Find the product the instruction asks for and buy it. "
             "On the search page use search[keywords]. Then use click[...] on a product id, on its options "
             "(such as size or color), on Next >, < Prev or Back to Search, and finally on Buy Now. "
-            "Answer with one action, like <answer>search[red shoes]</answer> or <answer>click[Buy Now]</answer>."
+            f"Answer with one action, like {self.format_answer('search[red shoes]')} or "
+            f"{self.format_answer('click[Buy Now]')}."
         )
 
     @property
@@ -90,8 +91,9 @@ class WebShopLiteEnv(BaseEnv):
         self.score, self.purchased = 0.0, False
 
     def match_action(self, token: str) -> str | None:
-        """`search[...]` on the search page, `click[x]` for x clickable on the current page (any case)."""
-        m = _ACTION.match(token)
+        """`search[...]` on the search page, `click[x]` for x clickable on the current page (any case, runs
+        of whitespace read as one space)."""
+        m = _ACTION.match(" ".join(token.split()))
         if not m:
             return None
         verb, arg = m.group(1).lower(), m.group(2)

@@ -1,4 +1,4 @@
-"""The `roll` command: train, sweep, eval, rollout, show, serve, config, baselines, plot."""
+"""The `roll` command: train, sweep, eval, rollout, show, serve, config, migrate, baselines, plot."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from roll_pipeline.cli.args import compose_checked
+from roll_pipeline.cli.migrate import migrate_command
 from roll_pipeline.cli.play import evaluate_command, rollout_command, serve, show
 from roll_pipeline.config.compose import parse_args
 
@@ -27,8 +28,13 @@ def train(argv: list[str]) -> int:
 
     print_run_header(config)
     from roll_pipeline.pipeline import AgenticPipeline
+    from roll_pipeline.runtime.cluster import ClusterError
 
-    pipeline = AgenticPipeline(config, progress=not args.no_progress, verbose=args.verbose)
+    try:  # the cluster checks before any worker starts: Ray installed, shared storage, CPUs that fit
+        pipeline = AgenticPipeline(config, progress=not args.no_progress, verbose=args.verbose)
+    except ClusterError as exc:
+        print(f"roll train: {exc}", file=sys.stderr)
+        return 2
     try:
         summary = pipeline.run()
     finally:
@@ -237,6 +243,7 @@ COMMANDS = {
     "rollout": rollout_command,
     "show": show,
     "config": show_config,
+    "migrate": migrate_command,
     "baselines": baselines,
     "plot": plot,
 }
@@ -246,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `roll` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: roll {train,sweep,eval,rollout,show,serve,config,baselines,plot} [...]\n")
+        print("usage: roll {train,sweep,eval,rollout,show,serve,config,migrate,baselines,plot} [...]\n")
         print("  train      train an agent (no config file: the tiny model learning FrozenLake on the CPU)")
         print("  sweep      train over several seeds; table and plot of every seed's validation curve")
         print("  eval       validation episodes of a model, checkpoint or OpenAI-compatible server")
@@ -254,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  show       print dumped episodes turn by turn")
         print("  serve      an OpenAI-compatible HTTP server of the model or a checkpoint")
         print("  config     print the composed config")
+        print("  migrate    translate a ROLL agentic YAML into a roll config, with a report of every key")
         print("  baselines  an env's baselines (--env ID): e.g. random policy, best fixed sequence, optimal")
         print("  plot       learning curve PNG of a run directory")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2

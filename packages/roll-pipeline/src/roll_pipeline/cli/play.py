@@ -116,6 +116,12 @@ def _openai_policy(args: argparse.Namespace, model_dir: Path | None, config: Any
 
     if args.checkpoint is not None:
         raise ValueError("--checkpoint and --openai-base-url exclude each other: the server holds the model")
+    prefixed = sorted(tag for tag, env in config.custom_envs.items() if env.response_prefix)
+    if prefixed and args.openai_endpoint == "chat":
+        raise ValueError(
+            f"env tags {prefixed} set response_prefix, which a chat endpoint cannot start the assistant's turn"
+            " with: use --openai-endpoint completions (token-in)"
+        )
     settings = OpenAISettings(
         base_url=args.openai_base_url,
         model=args.openai_model or "default",

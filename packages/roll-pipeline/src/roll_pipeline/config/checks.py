@@ -4,12 +4,15 @@ A value that the run would silently ignore (a role's optimiser settings on a rol
 trained, critic settings without a critic, an adaptive-KL horizon without a target) is reported as a
 problem with the fix. `AgenticConfig`'s validator raises them all at once; `roll config` / `roll train`
 print them one per line. Backend names are checked against the installed extras in
-`roll_pipeline.config.strategies.strategy_problems`.
+`roll_pipeline.config.strategies.strategy_problems`. What depends on the advantage estimator is read from
+its registered declaration (`roll_algos.EstimatorSpec`: needs_critic, options), never from its name.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from roll_algos import AlgosError, estimator_spec, registered_estimators
 
 from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs
 from roll_pipeline.config.tiny_recipe import TINY_RECIPE
@@ -18,15 +21,19 @@ if TYPE_CHECKING:
     from roll_pipeline.config.roles import WorkerConfig
     from roll_pipeline.config.schema import AgenticConfig
 
-__all__ = ["config_problems"]
+__all__ = ["CRITIC_FIELDS", "ESTIMATOR_OPTION_FIELDS", "config_problems", "estimator_problem"]
 
 TRAIN_BATCHING_FIELDS = (
     "use_dynamic_batching_in_train",
     "use_sequence_packing",
     "max_tokens_per_microbatch_in_train",
     "sequence_length_round_in_train",
+    "world_size",
 )
 """WorkerConfig fields that only a trained role (actor_train, critic) reads."""
+
+DATA_PARALLEL_STRATEGIES = ("hf_train", "deepspeed_train", "hf_critic")
+"""The train strategies that run as N data-parallel ranks (`roll_strategies.DataParallelSpec`)."""
 
 
 def _roles(cfg: AgenticConfig) -> dict[str, WorkerConfig]:
@@ -96,15 +103,108 @@ def _exact_kl_reference_problems(cfg: AgenticConfig) -> list[str]:
     ]
 
 
+def _rank_problems(cfg: AgenticConfig) -> list[str]:
+    """Data-parallel ranks a trained role cannot run: a rank count other than its GPUs', a backend without
+    ranks, a GPU asked for twice, or a mini-batch with fewer rows than ranks."""
+    problems = []
+    roles = {"actor_train": cfg.actor_train, **({"critic": cfg.critic} if cfg.uses_critic else {})}
+    for name, role in roles.items():
+        gpus, ranks = role.device_mapping, role.data_parallel_size
+        if gpus and role.world_size is not None and role.world_size != len(gpus):
+            problems.append(
+                f"{name}.world_size={role.world_size} with device_mapping={gpus}: on GPUs a trained role runs one"
+                f" rank per device_mapping GPU ({len(gpus)} here); drop world_size, or list {role.world_size}"
+                " GPUs in device_mapping"
+            )
+            continue
+        if ranks == 1:
+            continue
+        strategy = role.strategy_args.strategy_name
+        if strategy not in DATA_PARALLEL_STRATEGIES:
+            problems.append(
+                f"{name} runs {ranks} data-parallel ranks, but strategy_name={strategy!r} has none; use one of"
+                f" {', '.join(DATA_PARALLEL_STRATEGIES)}, or one rank (world_size: null, one device_mapping GPU)"
+            )
+        if len(set(gpus)) < len(gpus):
+            problems.append(
+                f"{name}.device_mapping={gpus} lists a GPU twice: each rank trains on a GPU of its own; list"
+                " distinct GPUs"
+            )
+        if role.num_gpus_per_worker is not None and role.num_gpus_per_worker > 1:
+            problems.append(
+                f"{name}.num_gpus_per_worker={role.num_gpus_per_worker:g} asks each of its {ranks} ranks for more"
+                " than one GPU, but a rank trains on one; set it <= 1, or null"
+            )
+        targs = role.training_args
+        rows = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
+        if rows < ranks:
+            problems.append(
+                f"{name} runs {ranks} data-parallel ranks, but a mini-batch is per_device_train_batch_size x"
+                f" gradient_accumulation_steps = {targs.per_device_train_batch_size} x"
+                f" {targs.gradient_accumulation_steps} = {rows} rows, fewer than one per rank; raise"
+                f" {name}.training_args.gradient_accumulation_steps (or per_device_train_batch_size) so the"
+                f" product is >= {ranks}, or run fewer ranks"
+            )
+    return problems
+
+
+CRITIC_FIELDS = ("critic", "critic_warmup", "value_clip")
+"""Top-level fields that only an estimator declaring `needs_critic` reads."""
+
+ESTIMATOR_OPTION_FIELDS = (
+    "lambd",
+    "gigpo_step_weight",
+    "gigpo_norm_mode",
+    "gigpo_anchor_threshold",
+    "gigpo_anchor_similarity",
+)
+"""Top-level fields passed to the estimator as the `AdvantageConfig` field of the same name; only an estimator
+declaring it in its `options` reads it."""
+
+
+def estimator_problem(name: str) -> str | None:
+    """Why `name` is no usable `adv_estimator` (None when it is registered): the registered names and how to
+    register one."""
+    try:
+        estimator_spec(name)
+    except AlgosError as exc:
+        return str(exc)
+    return None
+
+
+def _readers(wanted: str) -> str:
+    """`adv_estimator=a/b` for the registered estimators that declare `wanted` ('critic' or an option)."""
+    names = [
+        n
+        for n in registered_estimators()
+        if (estimator_spec(n).needs_critic if wanted == "critic" else wanted in estimator_spec(n).options)
+    ]
+    return f"adv_estimator={'/'.join(names)}" if names else "no registered adv_estimator"
+
+
 def _estimator_problems(cfg: AgenticConfig) -> list[str]:
     problems = []
-    if cfg.adv_estimator != "gae":
-        unused = [name for name in ("critic", "critic_warmup", "value_clip", "lambd") if _is_set(cfg, name)]
-        if unused:
+    spec = estimator_spec(cfg.adv_estimator)
+    unused = [] if spec.needs_critic else [name for name in CRITIC_FIELDS if _is_set(cfg, name)]
+    if unused:
+        readers = _readers("critic")
+        problems.append(
+            f"{', '.join(unused)} set, but only {readers} uses a critic (got {cfg.adv_estimator!r}); set"
+            f" {readers} or remove them"
+        )
+    for name in ESTIMATOR_OPTION_FIELDS:
+        if name not in spec.options and _is_set(cfg, name):
+            readers = _readers(name)
             problems.append(
-                f"{', '.join(unused)} set, but only adv_estimator=gae uses a critic (got {cfg.adv_estimator!r});"
-                " set adv_estimator=gae or remove them"
+                f"{name} set, but only {readers} reads it (got {cfg.adv_estimator!r}); set {readers} or"
+                f" remove {name}"
             )
+    exact = cfg.gigpo_anchor_threshold >= 1.0
+    if "gigpo_anchor_similarity" in spec.options and exact and _is_set(cfg, "gigpo_anchor_similarity"):
+        problems.append(
+            "gigpo_anchor_similarity set with gigpo_anchor_threshold=1 (exact anchors): no similarity is"
+            " computed; set gigpo_anchor_threshold < 1 (e.g. 0.9) or drop gigpo_anchor_similarity"
+        )
     if cfg.sample_shape == "trajectory":
         cut = [t for t in cfg.train_env_manager.tags if cfg.custom_envs[t].max_history_turns is not None]
         if cut:
@@ -169,6 +269,7 @@ def config_problems(cfg: AgenticConfig) -> list[str]:
         problems
         + _role_problems(cfg)
         + _exact_kl_reference_problems(cfg)
+        + _rank_problems(cfg)
         + _estimator_problems(cfg)
         + _loss_problems(cfg)
     )

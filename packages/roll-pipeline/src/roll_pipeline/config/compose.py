@@ -101,8 +101,9 @@ def compose(
     from hydra import initialize_config_dir
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
 
+    _refuse_roll_config(config_path, config_name, search_from)
+    _check_antlr_runtime()
     bad_keys = override_key_problems(overrides)
     if bad_keys:  # before Hydra, whose own message ("Could not override ...") names no valid key
         raise ConfigError("\n".join([f"{len(bad_keys)} problem(s) in the config:", *bad_keys]))
@@ -119,8 +120,77 @@ def compose(
             )
     except Exception as exc:  # hydra raises several types; all mean "your config/overrides are wrong"
         raise ConfigError(f"could not compose the config: {exc}") from exc
-    data = OmegaConf.to_container(cfg, resolve=True)
+    data = _resolved(cfg)
     return validate(data, preflight=preflight)
+
+
+HYDRA_ANTLR = "4.9"
+"""The antlr4 runtime series Hydra's override grammar was generated with (Hydra 1.3)."""
+
+
+def _check_antlr_runtime() -> None:
+    """A `ConfigError` with the fix when another package (gem-llm, through math-verify) replaced Hydra's antlr4
+    runtime: Hydra's override parser would fail with "Could not deserialize ATN with version 3 (expected 4)"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("antlr4-python3-runtime")
+    except PackageNotFoundError:
+        return  # Hydra's own import reports a missing runtime
+    if not found.startswith(HYDRA_ANTLR + "."):
+        raise ConfigError(
+            f"antlr4-python3-runtime {found} is installed, but Hydra (roll's config parser) needs {HYDRA_ANTLR}.x;"
+            " another package pulled it in (gem-llm does, through math-verify). Fix: pip install"
+            f" 'antlr4-python3-runtime=={HYDRA_ANTLR}.3' (math-verify's LaTeX parser works with it too; in a uv"
+            ' project: [tool.uv] override-dependencies = ["antlr4-python3-runtime==4.9.3"], docs/envs/gem.md)'
+        )
+
+
+def _resolved(cfg: Any) -> Any:
+    """The composed config as plain data; an interpolation that does not resolve (an unset `${oc.env:VAR}`)
+    is a ConfigError naming the key and the variable."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from roll_pipeline.migrate.load import describe_resolution_error
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        where = f"{key}: " if key else ""
+        raise ConfigError(
+            f"1 problem(s) in the config:\n  - {where}{describe_resolution_error(exc)}"
+        ) from None
+
+
+def _refuse_roll_config(config_path: str | None, config_name: str | None, search_from: Path | None) -> None:
+    """A ConfigError with the `roll migrate` command when the named config file is one of ROLL's."""
+    if config_path is None or config_name is None:
+        return
+    from roll_pipeline.migrate.detect import roll_config_message, roll_markers
+
+    file = _find_config_dir(config_path, search_from) / f"{config_name.removesuffix('.yaml')}.yaml"
+    markers = roll_markers(file) if file.is_file() else []
+    if markers:
+        raise ConfigError(roll_config_message(file, markers))
+
+
+CLOSE_MATCH = 0.75
+"""How similar (difflib ratio) a valid key must be to an unknown one to be suggested: 0.75 offers
+`max_step` -> `max_steps`, not `logging_dir` -> `logging_steps` (0.67) or `model_type` -> `dtype` (0.67)."""
+
+
+def key_suggestion(path: tuple[str, ...], valid: list[str]) -> str:
+    """What to say after `unknown key PATH`: roll's name when PATH is a ROLL key (roll_pipeline.migrate.rules),
+    else `; did you mean ...?` with the valid keys close to it, else nothing."""
+    from roll_pipeline.migrate.hints import hint_for
+
+    hint = hint_for(path)
+    if hint:
+        return f" ({hint})"
+    close = difflib.get_close_matches(path[-1], valid, n=3, cutoff=CLOSE_MATCH)
+    return f"; did you mean {', '.join(repr(h) for h in close)}?" if close else ""
 
 
 def validate(data: Any, *, preflight: bool = False) -> AgenticConfig:
@@ -158,10 +228,9 @@ def override_key_problems(overrides: list[str]) -> list[str]:
                 field = annotation.model_fields.get(part)
                 if field is None:
                     valid = sorted(annotation.model_fields)
-                    hint = difflib.get_close_matches(part, valid, n=3)
                     lines.append(
                         f"  - unknown key '{'.'.join(parts[: i + 1])}' (override {override!r})"
-                        + (f"; did you mean {', '.join(repr(h) for h in hint)}?" if hint else "")
+                        + key_suggestion(tuple(parts[: i + 1]), valid)
                         + f" Valid keys here: {', '.join(valid)}"
                     )
                     break
@@ -185,12 +254,11 @@ def validation_problems(exc: ValidationError) -> list[str]:
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
-            parent, key = err["loc"][:-1], str(err["loc"][-1])
+            parent = err["loc"][:-1]
             valid = sorted(_fields_at(parent))
-            hint = difflib.get_close_matches(key, valid, n=3)
             lines.append(
                 f"  - unknown key '{loc}'"
-                + (f"; did you mean {', '.join(repr(h) for h in hint)}?" if hint else "")
+                + key_suggestion(tuple(str(p) for p in err["loc"]), valid)
                 + (f" Valid keys here: {', '.join(valid)}" if valid else "")
             )
         elif (

@@ -9,7 +9,8 @@ worker, model or Ray instance starts, so a bad value fails in a second instead o
 - each of `actor_infer.generating_args.stop_strings` is non-empty and producible by the model's own
   tokenizer (only the tokenizer is loaded);
 - each role's `strategy_name` is a registered backend for that role whose extra is installed
-  (`roll_pipeline.config.strategies.strategy_problems`).
+  (`roll_pipeline.config.strategies.strategy_problems`);
+- `cluster.backend=ray` (the default) has Ray installed (the `roll-pipeline[ray]` extra).
 
 The checks read the raw composed config (a mapping), so they run even when the schema rejects other
 values, and `roll` reports every problem in one error.
@@ -24,6 +25,7 @@ from typing import Any
 from roll_pipeline.config.schema import AgenticConfig, CustomEnvConfig
 
 __all__ = [
+    "check_cluster_backend",  # cluster.backend=ray needs Ray installed
     "check_env_configs",  # env_type registered, env_config valid for that env
     "check_pretrain",  # builtin:NAME, a local model folder, or a cached/fetchable hub id
     "check_resume",  # the checkpoint exists and verifies
@@ -188,6 +190,17 @@ def _converted_gguf(source: Path) -> Path | None:
     return folder if (folder / GGUF_INFO_FILE).is_file() else None
 
 
+def check_cluster_backend(cluster: Any) -> list[str]:
+    """A problem if the run would start Ray workers (`cluster.backend=ray`, the default) and Ray is not installed."""
+    from roll_pipeline.runtime.cluster import MISSING_RAY, ray_installed
+
+    cluster = cluster if isinstance(cluster, Mapping) else {}
+    default = AgenticConfig.model_fields["cluster"].get_default(call_default_factory=True).backend
+    if cluster.get("backend", default) != "ray" or ray_installed():
+        return []
+    return [MISSING_RAY]
+
+
 def preflight_problems(data: Mapping[str, Any]) -> list[str]:
     """Every problem the checks above find in a raw config mapping (missing keys take the defaults)."""
     actor_train = data.get("actor_train")
@@ -201,6 +214,7 @@ def preflight_problems(data: Mapping[str, Any]) -> list[str]:
         *check_pretrain(data.get("pretrain", AgenticConfig.model_fields["pretrain"].default), gguf),
         *_stop_string_problems(data, gguf),
         *strategy_problems(data),
+        *check_cluster_backend(data.get("cluster")),
     ]
 
 

@@ -149,8 +149,16 @@ class WorkerConfig(StrictModel):
     num_gpus_per_worker: float | None = Field(
         None,
         gt=0,
-        description="GPUs the role's Ray actor asks for; null: its device_mapping GPUs divided among the roles"
-        " mapped to them (colocated roles share)",
+        description="GPUs the role's Ray actor asks for (each rank's, for a trained role with several); null:"
+        " its device_mapping GPUs divided among the roles mapped to them (colocated roles share)",
+    )
+    world_size: int | None = Field(
+        None,
+        ge=1,
+        description="data-parallel ranks of a trained role (actor_train, critic; hf_train, deepspeed_train,"
+        " hf_critic): N processes in one torch.distributed group, each training on its share of every"
+        " mini-batch (one optimiser step per mini-batch whatever N is). On GPUs the ranks are the"
+        " device_mapping GPUs, one each (leave it null); on the CPU set it (null: 1)",
     )
     infer_batch_size: int = Field(
         32,
@@ -183,6 +191,13 @@ class WorkerConfig(StrictModel):
     num_threads: int | None = Field(
         None,
         ge=1,
-        description="torch CPU threads of this role; null: every core of the machine on the CPU (the roles"
-        " take turns within a step), torch's default on a GPU",
+        description="torch CPU threads of this role (of each rank, with world_size); null: every core of the"
+        " machine on the CPU (the roles take turns within a step; a role's ranks split its share), torch's"
+        " default on a GPU",
     )
+
+    @property
+    def data_parallel_size(self) -> int:
+        """The ranks this role trains with: `world_size`, else one per `device_mapping` GPU, else 1 (read for
+        the trained roles only)."""
+        return self.world_size or len(self.device_mapping) or 1

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
-from roll_algos import FULL_KL_KINDS
+from pydantic import Field, field_validator, model_validator
+from roll_algos import FULL_KL_KINDS, estimator_spec
 
-from roll_pipeline.config.checks import config_problems
+from roll_pipeline.config.checks import config_problems, estimator_problem
 from roll_pipeline.config.roles import (
     GeneratingArgs,
     ModelArgs,
@@ -40,9 +40,6 @@ __all__ = [
     "default_values",
 ]
 
-AdvEstimatorName = Literal[
-    "grpo", "reinforce", "gae", "reinforce_plus_plus", "gigpo", "step_reinforce", "agentic_reinforce"
-]
 LossAggModeName = Literal[
     "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
 ]
@@ -119,6 +116,11 @@ class CustomEnvConfig(StrictModel):
     env_instruction: str | None = Field(
         None,
         description="system prompt; null = the env's own instruction; empty = none (the observation alone)",
+    )
+    response_prefix: str = Field(
+        "",
+        description="text every assistant turn starts with, e.g. '<answer>': part of the prompt (neither sampled"
+        " nor trained); the env reads it followed by the sampled text",
     )
     env_config: dict[str, Any] = Field(
         default_factory=dict, description="keyword config of the env (validated by the env)"
@@ -199,7 +201,11 @@ class AgenticConfig(StrictModel):
         " (each counted in actor/nonfinite_steps, critic/nonfinite_steps) before the run stops with an error"
         " naming the step and the first non-finite quantity",
     )
-    adv_estimator: AdvEstimatorName = Field("gigpo", description="advantage estimator (docs/algos)")
+    adv_estimator: str = Field(
+        "gigpo",
+        description="advantage estimator: a name registered in roll_algos (the builtins grpo, reinforce, gae,"
+        " reinforce_plus_plus, gigpo, step_reinforce, agentic_reinforce, or a plugin's: docs/algos/registry.md)",
+    )
     ppo_epochs: int = Field(1, ge=1, description="passes over each rollout")
     model_update_frequency: int = Field(
         1,
@@ -297,6 +303,25 @@ class AgenticConfig(StrictModel):
     norm_mean_type: Literal["mean_std", "mean", "none"] = Field(
         "mean_std", description="group normalisation of scores"
     )
+    gigpo_step_weight: float = Field(
+        1.0, ge=0, description="gigpo: omega, the weight of the step (anchor-state) advantage"
+    )
+    gigpo_norm_mode: Literal["mean_std", "mean"] | None = Field(
+        None,
+        description="gigpo: normalisation of both its levels, std-normalised or mean-only; null: norm_mean_type",
+    )
+    gigpo_anchor_threshold: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="gigpo: merge the anchor states of similar observations of an env group (similarity >="
+        " this, docs/algos/gigpo.md#anchors); 1: exact anchors (equal observations only)",
+    )
+    gigpo_anchor_similarity: Literal["jaccard", "difflib"] = Field(
+        "jaccard",
+        description="gigpo: observation similarity of gigpo_anchor_threshold: jaccard (word/punctuation sets)"
+        " or difflib (SequenceMatcher ratio)",
+    )
     advantage_clip: float | None = Field(None, gt=0, description="clamp advantages to [-c, c]")
     reward_clip: float | None = Field(None, gt=0, description="clamp rewards to [-c, c]")
     loss_agg_mode: LossAggModeName = Field("seq-mean-token-mean", description="how token losses aggregate")
@@ -373,6 +398,14 @@ class AgenticConfig(StrictModel):
         True, description="print the baselines of each played tag whose env has some (FrozenLake, Sokoban)"
     )
 
+    @field_validator("adv_estimator")
+    @classmethod
+    def _registered_estimator(cls, name: str) -> str:
+        problem = estimator_problem(name)
+        if problem:
+            raise ValueError(problem)
+        return name
+
     @model_validator(mode="after")
     def _consistent(self) -> AgenticConfig:
         for name, manager in (
@@ -415,6 +448,11 @@ class AgenticConfig(StrictModel):
     def uses_reference(self) -> bool:
         """Whether a KL term (the loss's or the reward penalty's) reads the reference model."""
         return (self.use_kl_loss and self.kl_loss_coef > 0) or self.init_kl_coef > 0
+
+    @property
+    def uses_critic(self) -> bool:
+        """Whether `adv_estimator` declares that it needs a critic (its registered `needs_critic`)."""
+        return estimator_spec(self.adv_estimator).needs_critic
 
     @property
     def reference_in_trainer(self) -> bool:

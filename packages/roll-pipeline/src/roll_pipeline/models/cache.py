@@ -40,10 +40,9 @@ def resolve_pretrain(pretrain: str, seed: int = 0, *, gguf_file: str | None = No
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    import fcntl  # POSIX only; imported where the lock is taken
+    from filelock import FileLock  # flock on POSIX, msvcrt on Windows
 
-    with (target.parent / f".{target.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same model
+    with FileLock(str(target.parent / f".{target.name}.lock")):  # another process may be building it
         if not (target / "config.json").exists():
             _build(spec, target)
     return target

@@ -8,8 +8,11 @@ with the model's recorded response texts, drawing `env.render()` (`rgb_array`) a
 Why replay rather than capture frames in the env workers: the env loop, the trajectory schema and the
 wire stay untouched (no frames crossing processes, no rendering cost inside any episode, nothing at all
 when rendering is off), and only the few drawn episodes pay. The price is determinism: the replay must
-reproduce the episode. It is checked turn by turn (the observation before each turn, the reward, the
-final success); an episode that replays differently is skipped with a warning and counted
+reproduce the episode. The replay runs the env as the env workers do, under its own state of `random`
+and `np.random` (`roll_envs.IsolatedEnv`: built from `DEFAULT_SEED`, reseeded by each reset), so an env
+drawing from those generators replays too. It is checked turn by turn (the observation before each turn,
+`Turn.observation`, the reward, the final success); an episode that replays differently is skipped with a
+warning and counted
 (`val/render/replay_mismatches`), never drawn wrong. An env without an `rgb_array` render (a custom
 env) is skipped with one warning per tag and counted (`val/render/unrenderable`); validation goes on.
 
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from roll_envs.frames import caption_frame, filmstrip, save_gif
+from roll_envs.random_state import IsolatedEnv
 from roll_rollout import Trajectory
 
 RENDER_FPS = 2.0
@@ -99,9 +103,11 @@ def gif_path(save_dir: Path, step: int, traj: Trajectory) -> Path:
 def replay_frames(env: Any, traj: Trajectory) -> list[Any]:
     """Captioned RGB frames of `traj` replayed on `env`: the reset state, then one per turn.
 
+    The env runs under its own random state (`IsolatedEnv`, as in the env workers; `env` may be one already).
     Raises `ReplayMismatch` naming the first turn whose observation or reward differs from the record
     (or a success that differs at the end), `Unrenderable` when `env.render()` gives no RGB frame.
     """
+    env = env if isinstance(env, IsolatedEnv) else IsolatedEnv(env)
     obs, _ = env.reset(seed=traj.seed)
     n = len(traj.turns)
     frames = [_captioned(_frame(env), [f"{traj.tag} | seed {traj.seed} | start", "", ""], _BAND)]
@@ -109,9 +115,9 @@ def replay_frames(env: Any, traj: Trajectory) -> list[Any]:
     for i, turn in enumerate(traj.turns, 1):
         if ended:
             raise ReplayMismatch(f"turn {i}: the replayed episode already ended, the recorded one went on")
-        if obs != turn.state_key:
+        if obs != turn.observation:
             raise ReplayMismatch(
-                f"turn {i}: replayed observation {obs!r:.80} != recorded {turn.state_key!r:.80}"
+                f"turn {i}: replayed observation {obs!r:.80} != recorded {turn.observation!r:.80}"
             )
         obs, reward, terminated, truncated, info = env.step(turn.response_text)
         if not math.isclose(float(reward), turn.reward, rel_tol=1e-9, abs_tol=1e-9):
@@ -254,7 +260,7 @@ class EpisodeRenderer:
         if source is None:
             raise Unrenderable(f"no env source for tag {tag!r}")
         try:
-            return self.make_env(source)
+            return IsolatedEnv.make(self.make_env, source)  # the constructor as the env workers run it
         except Exception as exc:
             raise Unrenderable(
                 f"building {source.env_type!r} with render_mode='rgb_array' raised {type(exc).__name__}: {exc}"

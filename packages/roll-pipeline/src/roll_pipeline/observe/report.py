@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from roll_algos import estimator_spec
+
 from roll_pipeline.config.schema import AgenticConfig
 
 if TYPE_CHECKING:
@@ -75,11 +77,15 @@ def print_run_header(config: AgenticConfig) -> None:
     """Experiment, model, env setup and, for each tag whose env has baselines, the baselines to judge
     the result by."""
     train = config.train_env_manager
+    est = estimator_spec(config.adv_estimator)
+    kind = ", ".join(
+        [f"{est.level}-level"] + ["group-based"] * est.group_based + ["critic"] * est.needs_critic
+    )
     print(f"[roll] experiment {config.exp_name!r} -> {config.output_dir}/{config.exp_name}")
     print(
         f"[roll] model {config.pretrain}; {config.max_steps} steps of {config.train_rollout_batch_size} "
-        f"trajectories ({train.num_env_groups} groups x {train.group_size}); estimator {config.adv_estimator}; "
-        f"backend {config.cluster.backend}"
+        f"trajectories ({train.num_env_groups} groups x {train.group_size}); estimator {config.adv_estimator}"
+        f" ({kind}); backend {config.cluster.backend}"
     )
     if not config.print_baselines:
         return

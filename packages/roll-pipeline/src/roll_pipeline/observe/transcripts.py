@@ -31,7 +31,7 @@ def transcript(traj: Trajectory) -> dict[str, Any]:
         "error": traj.error,
         "turns": [
             {
-                "observation": turn.state_key,
+                "observation": turn.observation,
                 "response": turn.response_text,
                 "reward": turn.reward,
                 "valid": turn.action_is_valid,
@@ -52,7 +52,7 @@ def format_transcript(traj: Trajectory, index: int | None = None) -> str:
     lines = [f"{head}{traj.tag}, seed {traj.seed}, return {traj.score:.3f}, {outcome}", ""]
     for k, turn in enumerate(traj.turns, 1):
         valid = "" if turn.action_is_valid else " (invalid action)"
-        lines += [f"**turn {k}**, reward {turn.reward:+.3f}{valid}", "", "```", turn.state_key, "```", ""]
+        lines += [f"**turn {k}**, reward {turn.reward:+.3f}{valid}", "", "```", turn.observation, "```", ""]
         lines += [f"> {turn.response_text.strip() or '(empty response)'}", ""]
     return "\n".join(lines)
 

@@ -2,18 +2,56 @@
 
 Workers are plain classes. `RayCluster.spawn` wraps one with `ray.remote` at the call site;
 `LocalCluster.spawn` just instantiates it, so the same pipeline runs without Ray for local debugging
-and on machines where Ray is not installed. Either way `call(handle, method, *args)` returns an
-awaitable of the method's result.
+and on machines where Ray is not installed (Ray is the `roll-pipeline[ray]` extra). Either way
+`call(handle, method, *args)` returns an awaitable of the method's result; `spawn_ranks` starts the N
+data-parallel ranks of a trained role, which meet in one torch.distributed group (Ray actors placed
+together, or child processes in-process: a process holds one group); `on_each_node` runs one call on every
+node that can host a worker (the storage check), and `cpu_capacity` says how many CPUs Ray can hand out (the
+CPU plan of `placement.plan_cpus`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import inspect
 import os
-from collections.abc import Awaitable
+import socket
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from roll_pipeline.runtime.rank_processes import RankProcess, spawn_rank_processes
+
+MISSING_RAY = (
+    "cluster.backend='ray' needs Ray, which this environment lacks: install the extra with "
+    "`pip install 'roll-pipeline[ray]'` (in the roll workspace `uv sync` installs it with the dev group), or "
+    "set cluster.backend=local to run every worker in this process"
+)
+"""The one message for a run under Ray without Ray installed (preflight and `RayCluster` both say it)."""
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot host the run: Ray missing, storage the nodes do not share, CPU requests that do not
+    fit. The message names the node or the setting and the fix."""
+
+
+def ray_installed() -> bool:
+    """Whether Ray can be imported here (no import: a `find_spec` only)."""
+    return importlib.util.find_spec("ray") is not None
+
+
+@dataclass(frozen=True)
+class CpuCapacity:
+    """The CPUs Ray can hand out to the run's actors."""
+
+    available: float
+    """CPUs free on the alive nodes together."""
+    largest_node: float
+    """CPUs of the largest alive node: no single actor can ask for more."""
+    can_grow: bool
+    """An existing cluster (it may autoscale or be shared): a plan that does not fit is a warning, not an error."""
 
 
 class Cluster(Protocol):
@@ -23,6 +61,22 @@ class Cluster(Protocol):
         self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any
     ) -> Any:
         """Create a worker of `cls`; return a handle."""
+        ...
+
+    def spawn_ranks(
+        self,
+        cls: type,
+        *args: Any,
+        name: str,
+        rank_kwargs: Sequence[Mapping[str, Any]],
+        num_cpus: float = 0,
+        num_gpus: float = 0,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Create the data-parallel ranks of one role: rank r is `cls(*args, **kwargs, **rank_kwargs[r],
+        data_parallel=DataParallelSpec(r, N, <rank 0's address>, <a free port there>))`, each asking for
+        `num_cpus` / `num_gpus`; return their handles in rank order once all are built (they meet while being
+        built)."""
         ...
 
     def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
@@ -42,6 +96,15 @@ class Cluster(Protocol):
         """Stop every worker."""
         ...
 
+    def on_each_node(self, cls: type, method: str, *args: Any) -> dict[str, Any]:
+        """Build `cls()` once on every node that can host a worker, call `method(*args)` there and return each
+        result by a label naming the node (node id, host name, address); the objects are gone afterwards."""
+        ...
+
+    def cpu_capacity(self) -> CpuCapacity | None:
+        """What Ray can hand out; None in-process, where CPU requests mean nothing."""
+        ...
+
 
 class LocalCluster:
     """Workers are objects in this process; sync methods run in a thread so the event loop stays free."""
@@ -57,11 +120,36 @@ class LocalCluster:
         self._workers.append(worker)
         return worker
 
+    def spawn_ranks(
+        self,
+        cls: type,
+        *args: Any,
+        name: str,
+        rank_kwargs: Sequence[Mapping[str, Any]],
+        num_cpus: float = 0,
+        num_gpus: float = 0,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """One child process per rank (`rank_processes`), meeting on a free port of this machine."""
+        from roll_strategies import DataParallelSpec, free_port
+
+        size, port = len(rank_kwargs), free_port()
+        each = [
+            {**kwargs, **extra, "data_parallel": DataParallelSpec(r, size, "127.0.0.1", port)}
+            for r, extra in enumerate(rank_kwargs)
+        ]
+        ranks = spawn_rank_processes(cls, args, each, name)
+        self._workers.extend(ranks)
+        return ranks
+
     def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
-        """Await the method (coroutine methods directly, others in a worker thread).
+        """Await the method (coroutine methods directly, others in a worker thread; a rank's child process
+        answers it).
 
         Awaitable arguments (results of other `call`s) are awaited first, as Ray resolves ObjectRefs.
         """
+        if isinstance(handle, RankProcess):
+            return handle.call(method, *args, **kwargs)
         return self._call(getattr(handle, method), args, kwargs)
 
     @staticmethod
@@ -87,6 +175,14 @@ class LocalCluster:
             _close(worker)
         self._workers.clear()
 
+    def on_each_node(self, cls: type, method: str, *args: Any) -> dict[str, Any]:
+        """One node: this process."""
+        return {f"this machine (host {socket.gethostname()})": getattr(cls(), method)(*args)}
+
+    def cpu_capacity(self) -> None:
+        """In-process: nothing to hand out."""
+        return None
+
 
 def _close(worker: Any) -> None:
     close = getattr(worker, "close", None)
@@ -107,10 +203,16 @@ class RayCluster:
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
         disable_uv_runtime_env()  # read when ray is first imported
-        import ray
+        try:
+            import ray
+        except ImportError as exc:
+            raise ClusterError(MISSING_RAY) from exc
 
         self._ray = ray
         self._actors: list[Any] = []
+        self._groups: list[Any] = []  # placement groups of the data-parallel ranks
+        # a local instance started here never grows; an existing one (an address, or Ray already up) may
+        self._can_grow = address is not None or ray.is_initialized()
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
             if address is None:
@@ -134,6 +236,57 @@ class RayCluster:
         self._actors.append(actor)
         return actor
 
+    def spawn_ranks(
+        self,
+        cls: type,
+        *args: Any,
+        name: str,
+        rank_kwargs: Sequence[Mapping[str, Any]],
+        num_cpus: float = 0,
+        num_gpus: float = 0,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """The ranks' actors in one placement group (one bundle each, packed on as few nodes as fit), built in
+        two phases: a task in rank 0's bundle reports its node's IP and a free port there, then every rank is
+        started with that rendezvous and they meet while being built."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        from roll_strategies import DataParallelSpec
+
+        size = len(rank_kwargs)
+        cpus = num_cpus or MIN_RANK_CPUS  # a bundle cannot be empty
+        bundle = {"CPU": cpus, **({"GPU": num_gpus} if num_gpus else {})}
+        group = placement_group([bundle] * size, strategy="PACK")
+        try:
+            self._ray.get(group.ready(), timeout=PLACEMENT_TIMEOUT_S)
+        except self._ray.exceptions.GetTimeoutError as exc:
+            remove_placement_group(group)
+            raise ClusterError(
+                f"{name}: Ray could not place its {size} ranks ({bundle} each) in {PLACEMENT_TIMEOUT_S:.0f} s;"
+                f" the cluster has {self._ray.available_resources()} free. Fix: fewer ranks (world_size, or"
+                " fewer device_mapping GPUs), lower num_threads / num_gpus_per_worker, or add nodes."
+            ) from exc
+        self._groups.append(group)
+
+        def in_bundle(rank: int) -> Any:
+            return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank)
+
+        probe = self._ray.remote(num_cpus=0)(node_address).options(scheduling_strategy=in_bundle(0))
+        master_addr, master_port = self._ray.get(probe.remote())
+        actor_cls = self._ray.remote(cls)
+        ranks = []
+        for rank, extra in enumerate(rank_kwargs):
+            spec = DataParallelSpec(rank, size, master_addr, master_port)
+            options = {"num_cpus": cpus, "num_gpus": num_gpus, "scheduling_strategy": in_bundle(rank)}
+            ranks.append(actor_cls.options(**options).remote(*args, **kwargs, **extra, data_parallel=spec))
+        self._actors.extend(ranks)
+        # actor creation is asynchronous: wait until every rank has joined the group, or raise the first failure
+        pending = [actor.__ray_ready__.remote() for actor in ranks]
+        while pending:
+            done, pending = self._ray.wait(pending, num_returns=1)
+            self._ray.get(done)
+        return ranks
+
     def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """An ObjectRef is awaitable."""
         return getattr(handle, method).remote(*args, **kwargs)
@@ -154,6 +307,65 @@ class RayCluster:
             with contextlib.suppress(Exception):
                 self._ray.kill(actor)
         self._actors.clear()
+        from ray.util.placement_group import remove_placement_group
+
+        for group in self._groups:
+            with contextlib.suppress(Exception):
+                remove_placement_group(group)
+        self._groups.clear()
+
+    def _worker_nodes(self) -> list[dict[str, Any]]:
+        """The alive nodes with CPUs: every roll actor asks for some CPU, so only these can host one."""
+        return [n for n in self._ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+
+    def on_each_node(self, cls: type, method: str, *args: Any, timeout_s: float = 300) -> dict[str, Any]:
+        """A zero-CPU actor of `cls` pinned to each node that can host a worker; results by node label."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = self._worker_nodes()
+        labels = [
+            f"node {n['NodeID']} (host {n.get('NodeManagerHostname', '?')}, {n.get('NodeManagerAddress', '?')})"
+            for n in nodes
+        ]
+        remote = self._ray.remote(cls)
+        actors = [
+            remote.options(
+                num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ).remote()
+            for n in nodes
+        ]
+        try:
+            results = self._ray.get([getattr(a, method).remote(*args) for a in actors], timeout=timeout_s)
+        finally:
+            for actor in actors:
+                with contextlib.suppress(Exception):
+                    self._ray.kill(actor)
+        return dict(zip(labels, results, strict=True))
+
+    def cpu_capacity(self) -> CpuCapacity:
+        """Free CPUs of the alive nodes together, and the largest node's CPUs."""
+        totals = [n["Resources"].get("CPU", 0.0) for n in self._worker_nodes()]
+        # Ray's report leaves out a resource of which nothing is free
+        available = self._ray.available_resources().get("CPU", 0.0)
+        return CpuCapacity(
+            float(min(available, sum(totals))), float(max(totals, default=0.0)), self._can_grow
+        )
+
+
+MIN_RANK_CPUS = 0.01
+"""The CPU bundle of a rank whose plan asks for none (a placement group bundle cannot be empty)."""
+
+PLACEMENT_TIMEOUT_S = 600.0
+"""How long the ranks of a role may wait for Ray to find room for all of them (an autoscaler may add nodes)."""
+
+
+def node_address() -> tuple[str, int]:
+    """This node's IP as Ray knows it and a free TCP port on it: where a rank 0 here can host its group."""
+    import ray
+    from roll_strategies import free_port
+
+    host = ray.util.get_node_ip_address()
+    return host, free_port(host)
 
 
 class _RayMethod:

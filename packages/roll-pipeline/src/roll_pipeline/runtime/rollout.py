@@ -28,6 +28,7 @@ from roll_rollout import (
 from roll_pipeline.config.roles import GeneratingArgs
 from roll_pipeline.config.schema import CustomEnvConfig, EnvManagerConfig
 from roll_pipeline.runtime.cluster import Cluster
+from roll_pipeline.runtime.placement import ENV_WORKER_CPUS
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ def slots_of(settings: RolloutSettings, layout: EnvLayout, worker: int) -> list[
                 env.max_history_turns,
                 settings.sequence_length,
                 env.env_instruction,
+                env.response_prefix,
             )
         )
     return slots
@@ -129,7 +131,7 @@ def build_scheduler(
             policy,
             limits=limits,
             name=f"{name}_env_{worker}",
-            num_cpus=0,
+            num_cpus=ENV_WORKER_CPUS,
         )
         return WorkerLink(
             submit=cluster.remote_method(handle, "submit"),

@@ -10,11 +10,10 @@ config); the epochs loop is the one the critic runs too (`epochs.train_epochs`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from roll_algos import FULL_KL_KINDS, ActorLoss
 
-from roll_pipeline.runtime.cluster import Cluster
+from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.trainer.epochs import UpdateSchedule, train_epochs
 from roll_pipeline.trainer.experience import Experience
 from roll_pipeline.trainer.kl_control import KLControl
@@ -24,7 +23,7 @@ __all__ = ["ActorUpdater"]
 
 
 class ActorUpdater:
-    """Runs the actor update of a step on the train worker.
+    """Runs the actor update of a step on the train worker's ranks (`actor_train`).
 
     `loss`: the actor loss of the run, its `kl_loss_coef` set each step; `use_kl_loss`: whether the loss has
     a KL term (the reference's log-probs then travel with the micro-batches, or, for the exact estimators,
@@ -33,15 +32,14 @@ class ActorUpdater:
 
     def __init__(
         self,
-        cluster: Cluster,
-        actor_train: Any,
+        actor_train: RankGroup,
         kl: KLControl,
         layout: TrainLayout,
         schedule: UpdateSchedule,
         loss: ActorLoss,
         use_kl_loss: bool,
     ) -> None:
-        self.cluster, self.actor_train, self.kl, self.layout = cluster, actor_train, kl, layout
+        self.actor_train, self.kl, self.layout = actor_train, kl, layout
         self.schedule, self.loss, self.use_kl_loss = schedule, loss, use_kl_loss
 
     def loss_fn(self) -> ActorLoss:
@@ -66,7 +64,6 @@ class ActorUpdater:
         loss_fn = self.loss_fn()
         with_full_kl = loss_fn.kl_loss_coef > 0 and loss_fn.kl_penalty in FULL_KL_KINDS
         metrics, timings["time/step_train"] = await train_epochs(
-            self.cluster,
             self.actor_train,
             loss_fn,
             fields,

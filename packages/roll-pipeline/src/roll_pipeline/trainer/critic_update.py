@@ -8,11 +8,9 @@ epochs loop is the actor's (`epochs.train_epochs`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from roll_algos import CriticLoss
 
-from roll_pipeline.runtime.cluster import Cluster
+from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.trainer.epochs import UpdateSchedule, train_epochs
 from roll_pipeline.trainer.experience import Experience
 from roll_pipeline.trainer.micro_batches import TrainLayout
@@ -21,18 +19,12 @@ __all__ = ["CriticUpdater"]
 
 
 class CriticUpdater:
-    """Runs the critic update of a step on the critic worker with the run's value loss `loss`."""
+    """Runs the critic update of a step on the critic's ranks with the run's value loss `loss`."""
 
     def __init__(
-        self, cluster: Cluster, critic: Any, layout: TrainLayout, schedule: UpdateSchedule, loss: CriticLoss
+        self, critic: RankGroup, layout: TrainLayout, schedule: UpdateSchedule, loss: CriticLoss
     ) -> None:
-        self.cluster, self.critic, self.layout, self.schedule, self.loss = (
-            cluster,
-            critic,
-            layout,
-            schedule,
-            loss,
-        )
+        self.critic, self.layout, self.schedule, self.loss = critic, layout, schedule, loss
 
     async def __call__(self, exp: Experience, step: int, timings: dict[str, float]) -> dict[str, float]:
         """Update the critic on `exp`; returns the critic metrics."""
@@ -47,7 +39,6 @@ class CriticUpdater:
             "returns": exp.returns,
         }
         metrics, timings["time/step_critic_train"] = await train_epochs(
-            self.cluster,
             self.critic,
             self.loss,
             fields,

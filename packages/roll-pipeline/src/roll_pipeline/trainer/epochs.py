@@ -1,7 +1,8 @@
 """The update loop of a trained role (actor and critic alike): `ppo_epochs` passes over the step's rows, each
-shuffled into mini-batches (`micro_batches.mini_batches`), each mini-batch cut into micro-batches
-(`micro_batches.build_micro_batches`) and run as one optimiser step by the worker's `train_step`; then the
-steps' metrics merged into one value per key and the padding counts of the micro-batches run.
+shuffled into mini-batches (`micro_batches.mini_batches`), each mini-batch cut into micro-batches, one list
+per data-parallel rank (`micro_batches.build_micro_batches`), and run as one optimiser step by the ranks'
+`train_step` (`RankGroup.train_step`); then the steps' metrics merged into one value per key and the padding
+counts of the micro-batches run.
 
 The mini-batch order is drawn from a generator seeded with `seed * salt + step` (`UpdateSchedule`: each role
 its own salt), and the learning rate decays over the run with the role's `lr_scheduler_type`.
@@ -24,7 +25,7 @@ import torch
 from roll_strategies import LAST_VALUE_METRICS, lr_decay_factor
 
 from roll_pipeline.observe.metrics import mean
-from roll_pipeline.runtime.cluster import Cluster
+from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.trainer.micro_batches import PaddingStats, TrainLayout, build_micro_batches, mini_batches
 
 __all__ = [
@@ -101,8 +102,7 @@ def check_nonfinite(metrics: Mapping[str, float], limit: int, *, prefix: str, st
 
 
 async def train_epochs(
-    cluster: Cluster,
-    worker: Any,
+    group: RankGroup,
     loss_fn: Any,
     fields: dict[str, torch.Tensor],
     layout: TrainLayout,
@@ -113,7 +113,8 @@ async def train_epochs(
     prefix: str,
     **step_kwargs: Any,
 ) -> tuple[dict[str, float], float]:
-    """Update `worker` on the rows of `fields` at step `step` (see the module docstring); returns its metrics
+    """Update the role's ranks `group` on the rows of `fields` at step `step` (see the module docstring); returns
+    its metrics
     (`merge_metrics` and `PaddingStats.metrics` under `prefix`) and the seconds of the loop.
 
     `agg_mode` weights the micro-batches (`build_micro_batches`); `step_kwargs` go to every `train_step`
@@ -127,11 +128,9 @@ async def train_epochs(
     for _ in range(schedule.ppo_epochs):
         order = torch.randperm(rows, generator=generator)
         for idx in mini_batches(order, layout.rows_per_mini_batch):
-            mbs, mb_stats = build_micro_batches(fields, idx, layout, agg_mode)
+            per_rank, mb_stats = build_micro_batches(fields, idx, layout, agg_mode, group.size)
             t = time.perf_counter()
-            collected.append(
-                await cluster.call(worker, "train_step", mbs, loss_fn, **step_kwargs, lr_scale=lr_scale)
-            )
+            collected.append(await group.train_step(per_rank, loss_fn, **step_kwargs, lr_scale=lr_scale))
             check_nonfinite(
                 collected[-1],
                 schedule.max_consecutive_nonfinite_steps,

@@ -19,17 +19,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 from roll_algos import FULL_KL_KINDS, AdvantageConfig, compute_advantages, masked_mean, token_kl
 from roll_rollout import Trajectory
 
-from roll_pipeline.runtime.cluster import Cluster
+from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.trainer.kl_control import KLControl, kl_reward_penalty
-from roll_pipeline.trainer.samples import Samples, SampleShape, build_samples
+from roll_pipeline.trainer.samples import Samples, SampleShape, TurnView, build_samples
 
-__all__ = ["Experience", "ExperienceMaker", "ExperienceSettings", "explained_variance"]
+__all__ = ["Experience", "ExperienceMaker", "ExperienceSettings", "explained_variance", "step_advantages"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +37,8 @@ class ExperienceSettings:
 
     sample_shape: SampleShape  # the training rows: one per turn (`step`) or one per trajectory
     recompute_old_log_probs: bool  # the train worker recomputes the old log-probs (else: the sampler's)
-    adv_estimator: str  # the advantage estimator (roll_algos `compute_advantages`)
-    advantage: AdvantageConfig  # the estimator's discount, lambda, normalisation, whitening and clips
+    adv_estimator: str  # a registered advantage estimator (roll_algos `compute_advantages`)
+    advantage: AdvantageConfig  # the estimator's discount, options (lambda, GiGPO's), normalisation, clips
     kl_penalty: str  # the KL estimator against the reference (`token_kl`; a `FULL_KL_KINDS` one is exact)
     actor_batch_size: int  # rows per forward of the train worker's log-prob and exact-KL passes
     reference_batch_size: int  # rows per forward of the reference's log-prob passes
@@ -60,6 +59,23 @@ class Experience:
     num_trajectories: int
 
 
+def step_advantages(
+    samples: Samples,
+    estimator: str,
+    config: AdvantageConfig,
+    turns: TurnView | None = None,
+    values: torch.Tensor | None = None,
+    old_log_probs: torch.Tensor | None = None,
+    ref_log_probs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and returns [R, T] of a step's samples in the training rows' layout: the registered
+    `estimator` runs on the turn view (`turns`, e.g. with the KL reward penalty folded in; default the
+    samples' own), given the per-token `values` and log-probs [R, T] of the training rows (None: absent)."""
+    view = samples if turns is None else replace(samples, turns=turns)
+    out = compute_advantages(estimator, view.advantage_inputs(values, old_log_probs, ref_log_probs), config)
+    return samples.to_train(out.advantages), samples.to_train(out.returns)
+
+
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
     """1 - Var(returns - values) / Var(returns) over the valid tokens (1: perfect critic, <= 0: useless)."""
     m = mask.bool()
@@ -68,23 +84,23 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 
 
 class ExperienceMaker:
-    """Builds a step's `Experience` with the train, reference and critic workers.
+    """Builds a step's `Experience` with the train, reference and critic workers (each a `RankGroup`: the
+    rows are shared out over a trained role's ranks).
 
-    `reference` is the worker holding the reference model, None without a KL: a `ReferenceWorker` for the
-    sampled estimators (`compute_log_probs`), or, for the exact `FULL_KL_KINDS`, the train worker itself,
-    built with a frozen copy of the reference (`compute_reference_kl`)."""
+    `reference` holds the reference model, None without a KL: a `ReferenceWorker` for the sampled estimators
+    (`compute_log_probs`), or, for the exact `FULL_KL_KINDS`, the train worker's ranks themselves, built with
+    a frozen copy of the reference (`compute_reference_kl`)."""
 
     def __init__(
         self,
         settings: ExperienceSettings,
-        cluster: Cluster,
-        actor_train: Any,
-        reference: Any | None,
-        critic: Any | None,
+        actor_train: RankGroup,
+        reference: RankGroup | None,
+        critic: RankGroup | None,
         kl: KLControl,
         pad_id: int,
     ) -> None:
-        self.settings, self.cluster, self.kl, self.pad_id = settings, cluster, kl, pad_id
+        self.settings, self.kl, self.pad_id = settings, kl, pad_id
         self.actor_train, self.reference, self.critic = actor_train, reference, critic
 
     async def __call__(
@@ -98,9 +114,7 @@ class ExperienceMaker:
         metrics: dict[str, float] = {"train/rows": float(samples.num_rows)}
         t = time.perf_counter()
         if cfg.recompute_old_log_probs:
-            old_lp = await self.cluster.call(
-                self.actor_train, "compute_log_probs", tensors, cfg.actor_batch_size
-            )
+            old_lp = await self.actor_train.map_rows("compute_log_probs", tensors, cfg.actor_batch_size)
             metrics["actor/train_infer_logprob_diff"] = float(
                 (old_lp - samples.infer_log_probs)[mask].abs().mean()
             )
@@ -115,7 +129,7 @@ class ExperienceMaker:
         values = None
         if self.critic is not None:
             t = time.perf_counter()
-            values = await self.cluster.call(self.critic, "compute_values", tensors, cfg.critic_batch_size)
+            values = await self.critic.map_rows("compute_values", tensors, cfg.critic_batch_size)
             timings["time/step_values"] = time.perf_counter() - t
         t = time.perf_counter()
         turns = samples.turns
@@ -126,12 +140,9 @@ class ExperienceMaker:
             if self.kl.reward_coef > 0:
                 turns = kl_reward_penalty(turns, samples.to_turns(kl_tokens), self.kl.reward_coef)
         metrics.update(self.kl.metrics())
-        adv = compute_advantages(
-            cfg.adv_estimator,
-            replace(samples, turns=turns).advantage_inputs(values, old_lp, ref_lp),
-            cfg.advantage,
+        advantages, returns = step_advantages(
+            samples, cfg.adv_estimator, cfg.advantage, turns, values, old_lp, ref_lp
         )
-        advantages, returns = samples.to_train(adv.advantages), samples.to_train(adv.returns)
         timings["time/step_adv"] = time.perf_counter() - t
         metrics.update(_advantage_metrics(advantages, returns, values, mask))
         exp = Experience(samples, old_lp, ref_lp, values, advantages, returns, kl_mean, len(trajs))
@@ -140,13 +151,12 @@ class ExperienceMaker:
     async def _reference(self, samples: Samples, old_lp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reference log-probs and the per-token KL (the exact kinds: from the train worker's own pass)."""
         cfg, tensors, mask = self.settings, samples.tensors(), samples.response_mask
+        assert self.reference is not None
         if cfg.kl_penalty not in FULL_KL_KINDS:
-            ref_lp = await self.cluster.call(
-                self.reference, "compute_log_probs", tensors, cfg.reference_batch_size
-            )
+            ref_lp = await self.reference.map_rows("compute_log_probs", tensors, cfg.reference_batch_size)
             return ref_lp, token_kl(old_lp, ref_lp, mask, cfg.kl_penalty)
         # The current weights are the old policy: the worker compares them with its frozen reference.
-        exact = await self.cluster.call(self.reference, "compute_reference_kl", tensors, cfg.actor_batch_size)
+        exact = await self.reference.map_rows("compute_reference_kl", tensors, cfg.actor_batch_size)
         kl = exact.kl if cfg.kl_penalty == "full" else exact.kl_forward
         return exact.ref_log_probs, token_kl(old_lp, exact.ref_log_probs, mask, cfg.kl_penalty, exact=kl)
 

@@ -10,10 +10,13 @@ as equal as possible (`mini_batches`). Its micro-batches (one forward/backward e
   `max_tokens // capacity` packed rows per micro-batch; the strategy re-packs each micro-batch with the same
   capacity (`roll_strategies.forward`), so the slots counted here are the slots it computes.
 
-With several data-parallel ranks the mini-batch's rows are first balanced by tokens
-(`roll_algos.balance_partitions`, Karmarkar-Karp) and every rank gets the same number of micro-batches.
-Each micro-batch's loss is weighted by its share of the mini-batch's loss units (response tokens for
-`token-mean`, rows otherwise), so the accumulated gradient does not depend on how rows were split.
+With N data-parallel ranks (the role's `data_parallel_size`) the mini-batch's rows are first balanced by tokens
+(`roll_algos.balance_partitions`, Karmarkar-Karp), each rank cuts its share as above, and every rank gets the
+same number of micro-batches (the largest ones of the ranks with fewer are split; a rank still short, e.g. with
+no row at all, runs copies of a row weighted 0: ZeRO's collectives need every rank in every forward and
+backward). Each micro-batch's loss is weighted by its share of the whole mini-batch's loss units, all ranks
+together (response tokens for `token-mean`, rows otherwise), so the accumulated gradient does not depend on how
+rows were split, nor over how many ranks.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from roll_algos.packing import pack_lengths
 from roll_pipeline.config.roles import WorkerConfig
 
 __all__ = [
-    "DATA_PARALLEL_SIZE",
     "BatchingMode",
     "PaddingStats",
     "TrainLayout",
@@ -36,9 +38,6 @@ __all__ = [
     "mini_batches",
     "plan_micro_batches",
 ]
-
-DATA_PARALLEL_SIZE = 1
-"""Train processes per role: one with the hf backends (the backends issue #12 brings data parallelism)."""
 
 BatchingMode = Literal["fixed", "dynamic", "packed"]
 
@@ -122,14 +121,13 @@ def pack_capacity(lengths: list[int], layout: TrainLayout) -> int:
     return _round_up(max(lengths), layout.round_to)
 
 
-def _plan_rank(lengths: list[int], layout: TrainLayout) -> list[list[int]]:
+def _plan_rank(lengths: list[int], layout: TrainLayout, capacity: int) -> list[list[int]]:
     if layout.mode == "fixed":
         step = layout.rows_per_micro_batch
         return [list(range(i, min(i + step, len(lengths)))) for i in range(0, len(lengths), step)]
     if layout.mode == "dynamic":
         budget = max(layout.max_tokens, _round_up(max(lengths), layout.round_to))
         return dynamic_micro_batches(lengths, budget, pad_multiple=layout.round_to).micro_batches
-    capacity = pack_capacity(lengths, layout)
     bins = pack_lengths(lengths, capacity)
     per = max(1, layout.max_tokens // capacity)
     return [[i for b in bins[k : k + per] for i in b] for k in range(0, len(bins), per)]
@@ -148,12 +146,17 @@ def _equalise(plans: list[list[list[int]]]) -> list[list[list[int]]]:
 
 
 def plan_micro_batches(lengths: list[int], layout: TrainLayout, dp_size: int = 1) -> list[list[list[int]]]:
-    """Per data-parallel rank, the micro-batches (lists of indices into `lengths`) of one mini-batch."""
+    """Per data-parallel rank, the micro-batches (lists of indices into `lengths`) of one mini-batch; packed
+    rows have the whole mini-batch's capacity on every rank. A rank may get fewer micro-batches than another
+    only when it has too few rows to split (`build_micro_batches` pads it)."""
+    capacity = pack_capacity(lengths, layout)
     if dp_size == 1:
-        return [_plan_rank(lengths, layout)]
+        return [_plan_rank(lengths, layout, capacity)]
     ranks = balance_partitions(lengths, dp_size, equal_size=len(lengths) % dp_size == 0)
     plans = [
-        [[rank[i] for i in mb] for mb in _plan_rank([lengths[i] for i in rank], layout)] if rank else []
+        [[rank[i] for i in mb] for mb in _plan_rank([lengths[i] for i in rank], layout, capacity)]
+        if rank
+        else []
         for rank in ranks
     ]
     return _equalise(plans)
@@ -173,29 +176,44 @@ def build_micro_batches(
     rows: torch.Tensor,
     layout: TrainLayout,
     agg_mode: str,
-) -> tuple[list[dict[str, torch.Tensor]], PaddingStats]:
-    """The micro-batches of one mini-batch (`rows`: indices into the row tensors of `fields`), each trimmed to
-    its width, with its `loss_scale` and (packed) `pack_capacity`; and their padding counts."""
+    ranks: int = 1,
+) -> tuple[list[list[dict[str, torch.Tensor]]], PaddingStats]:
+    """The micro-batches of one mini-batch (`rows`: indices into the row tensors of `fields`), one list per
+    data-parallel rank (`plan_micro_batches`), each trimmed to its width, with its `loss_scale` (its share of the
+    whole mini-batch, all ranks together) and (packed) `pack_capacity`; and their padding counts.
+
+    Every rank gets as many micro-batches: a rank short of them (fewer rows than the others can split into)
+    runs copies of the mini-batch's first row with `loss_scale` 0, which add nothing to the gradient or the
+    metrics."""
     lengths = fields["attention_mask"][rows].sum(dim=1).tolist()
-    plan = plan_micro_batches(lengths, layout, DATA_PARALLEL_SIZE)[0]
+    plans = plan_micro_batches(lengths, layout, ranks)
     capacity = pack_capacity(lengths, layout)
     mask = fields["response_mask"][rows]
     units = mask.sum(dim=1) if agg_mode == "token-mean" else mask.any(dim=1).long()
     total = max(int(units.sum()), 1)
     stats = PaddingStats(
-        real_tokens=int(sum(lengths)), naive_tokens=len(lengths) * max(lengths), micro_batches=len(plan)
+        real_tokens=int(sum(lengths)),
+        naive_tokens=len(lengths) * max(lengths),
+        micro_batches=sum(len(plan) for plan in plans),
     )
-    out = []
-    for members in plan:
+    target = max(len(plan) for plan in plans)
+
+    def micro_batch(members: list[int], weight: float) -> dict[str, torch.Tensor]:
         sub = rows[members]
-        sub_lengths = [lengths[i] for i in members]
-        width = max(sub_lengths)
+        width = max(lengths[i] for i in members)
         if layout.mode == "dynamic":
             width = min(_round_up(width, layout.round_to), fields["attention_mask"].shape[1])
         mb = {k: (v[sub][:, :width] if v.dim() == 2 else v[sub]) for k, v in fields.items()}
-        mb["loss_scale"] = torch.tensor(float(units[members].sum()) / total)
+        mb["loss_scale"] = torch.tensor(weight)
         if layout.mode == "packed":
             mb["pack_capacity"] = torch.tensor(capacity)
-        stats.padded_tokens += _slots(sub_lengths, layout, capacity)
-        out.append(mb)
+        return mb
+
+    out = []
+    for plan in plans:
+        mbs = [micro_batch(members, float(units[members].sum()) / total) for members in plan]
+        stats.padded_tokens += sum(
+            _slots([lengths[i] for i in members], layout, capacity) for members in plan
+        )
+        out.append(mbs + [micro_batch([0], 0.0) for _ in range(target - len(plan))])
     return out, stats

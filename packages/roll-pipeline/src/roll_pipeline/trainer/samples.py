@@ -43,6 +43,7 @@ class TurnView:
     group_ids: torch.Tensor  # [N] long
     step_ids: torch.Tensor  # [N] long
     anchor_ids: torch.Tensor  # [N] long
+    anchor_texts: list[str] | None = None  # [N] the observation each anchor id hashes (`Turn.state_key`)
 
 
 @dataclass
@@ -115,6 +116,7 @@ class Samples:
             values=view(values),
             old_log_probs=view(old_log_probs),
             ref_log_probs=view(ref_log_probs),
+            anchor_texts=t.anchor_texts,
         )
 
 
@@ -200,6 +202,7 @@ def build_samples(trajectories: Sequence[Trajectory], pad_id: int, shape: Sample
             group_ids=ids[:, 1].clone(),
             step_ids=ids[:, 2].clone(),
             anchor_ids=ids[:, 3].clone(),
+            anchor_texts=[turn.state_key for *_, turn in turns],
         ),
         tags=tags,
         _train_index=torch.tensor(train_index, dtype=torch.long),

@@ -2,7 +2,8 @@
 
 Every `model_update_frequency` steps the train worker's weights go to the policy server through
 roll_strategies' bucketed sync (one bucket in flight at a time; under Ray each bucket travels from the
-train actor to the inference actor without passing through the driver), in the inference role's dtype,
+train actor to the inference actor without passing through the driver; with several data-parallel ranks,
+rank 0's, the others joining each bucket's gather under ZeRO-3: `RankGroup`), in the inference role's dtype,
 as policy version `step`. Nothing is sent when the inference side holds those weights already (equal
 fingerprints): only the version moves. The version the server reports back is the one the rollout
 records on every turn it samples, and staleness is measured against it (docs/rollout.md).
@@ -10,6 +11,7 @@ records on every turn it samples, and staleness is measured against it (docs/rol
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -17,17 +19,18 @@ from roll_strategies import DEFAULT_BUCKET_BYTES, weight_sync_due
 from roll_strategies.weight_sync import sync_metrics
 
 from roll_pipeline.runtime.cluster import Cluster
+from roll_pipeline.runtime.ranks import RankGroup
 
 __all__ = ["WeightUpdater"]
 
 
 class WeightUpdater:
-    """Syncs `source` (an `ActorTrainWorker` handle) into `sink` (a `PolicyServer` handle) on `cluster`."""
+    """Syncs `source` (the `ActorTrainWorker` ranks) into `sink` (a `PolicyServer` handle on `cluster`)."""
 
     def __init__(
         self,
         cluster: Cluster,
-        source: Any,
+        source: RankGroup,
         sink: Any,
         *,
         dtype: str,
@@ -62,16 +65,14 @@ class WeightUpdater:
 
     async def _sync(self, version: int) -> dict[str, float]:
         call, started = self.cluster.call, time.perf_counter()
-        fingerprint = await call(self.source, "weights_fingerprint")
+        fingerprint = await self.source.call_main("weights_fingerprint")
         if fingerprint == await call(self.sink, "weights_fingerprint"):
             self.served_version = await call(self.sink, "confirm_weights", version, fingerprint)
             return {**sync_metrics(0, time.perf_counter() - started, 0), "weight_sync/skipped": 1.0}
-        plan = await call(
-            self.source, "weight_sync_plan", version, dtype=self.dtype, bucket_bytes=self.bucket_bytes
-        )
+        plan = await self.source.weight_sync_plan(version, dtype=self.dtype, bucket_bytes=self.bucket_bytes)
         for index in range(plan.num_buckets):
-            bucket = call(self.source, "weight_bucket", plan, index)  # not awaited: worker to worker
-            await call(self.sink, "receive_weight_bucket", bucket)
+            bucket, gathered = self.source.weight_bucket(plan, index)  # not awaited: worker to worker
+            await asyncio.gather(call(self.sink, "receive_weight_bucket", bucket), gathered)
         self.served_version = await call(self.sink, "get_policy_version")
         if self.served_version != version:
             raise RuntimeError(

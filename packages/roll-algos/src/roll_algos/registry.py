@@ -1,0 +1,256 @@
+"""The advantage-estimator registry (`register_estimator`, `estimator_spec`, `registered_estimators`) and
+its one caller, `compute_advantages`.
+
+One call shape for the whole family: `fn(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput`
+(two positional arguments, synchronous). `compute_advantages(name, inputs, config)` is the one caller; it
+runs, in order: input validation -> reward clipping (`reward_clip`) -> the estimator -> optional whitening
+over valid tokens (`whiten`) -> advantage clipping (`advantage_clip`) -> zero off the mask, so an estimator
+does only its own maths. Each registration declares what the estimator needs (`EstimatorSpec`), so callers
+decide from the declaration, never from the name: whether a critic must run, the unit credit is given to,
+whether it compares the trajectories of an env group, and which estimator-specific `AdvantageConfig`
+fields it reads.
+
+Installed packages add estimators through the entry-point group `roll_algos.estimators`; each entry
+names a module whose import registers its estimators (loaded on the first lookup that misses):
+
+    [project.entry-points."roll_algos.estimators"]
+    my_estimators = "my_pkg.estimators"
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import inspect
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Literal, get_args
+
+from roll_algos.advantages import AdvantageConfig, AdvantageInputs, AdvantageOutput, validate_inputs
+from roll_algos.errors import AlgosError
+from roll_algos.rewards import clip_advantages, clip_rewards, masked_whiten
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "ENTRY_POINT_GROUP",
+    "EstimatorFn",
+    "EstimatorLevel",
+    "EstimatorSpec",
+    "compute_advantages",
+    "estimator_spec",
+    "get_estimator",
+    "load_estimator_plugins",
+    "register_estimator",
+    "registered_estimators",
+]
+
+EstimatorFn = Callable[[AdvantageInputs, AdvantageConfig], AdvantageOutput]
+EstimatorLevel = Literal["token", "step", "trajectory"]
+ENTRY_POINT_GROUP = "roll_algos.estimators"
+"""The Python entry-point group through which installed packages register estimators."""
+
+HOW_TO_REGISTER = (
+    "Register one with `@roll_algos.register_estimator(name, level=..., group_based=...)` in a module that"
+    f" an installed package lists under the entry-point group {ENTRY_POINT_GROUP!r} (docs/algos/registry.md)."
+)
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
+_LEVELS: tuple[str, ...] = get_args(EstimatorLevel)
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """A registered estimator and what it declares it needs.
+
+    Attributes:
+        name: the `adv_estimator` value.
+        fn: `fn(inputs, config) -> AdvantageOutput`.
+        level: the unit credit is assigned to: `token` (a value per response token, e.g. gae), `step`
+            (one per agent turn, e.g. gigpo) or `trajectory` (one per episode, e.g. grpo).
+        group_based: compares the trajectories of one env group (a baseline or normalisation per group).
+        needs_critic: reads `AdvantageInputs.values`, so the caller must run a critic.
+        options: the estimator-specific `AdvantageConfig` fields it reads (e.g. `gigpo_step_weight`);
+            the shared ones (gamma, norm_mode, epsilon, whiten, clips) are read by every estimator.
+        description: one line (the first of `fn`'s docstring).
+    """
+
+    name: str
+    fn: EstimatorFn
+    level: EstimatorLevel
+    group_based: bool
+    needs_critic: bool = False
+    options: tuple[str, ...] = ()
+    description: str = ""
+
+
+ADVANTAGE_ESTIMATORS: dict[str, EstimatorSpec] = {}
+"""Name -> `EstimatorSpec` of every registered estimator (add with `register_estimator`)."""
+
+_plugins_loaded = False
+_plugin_errors: dict[str, str] = {}
+
+
+def register_estimator(
+    name: str,
+    *,
+    level: EstimatorLevel,
+    group_based: bool,
+    needs_critic: bool = False,
+    options: tuple[str, ...] = (),
+    replace: bool = False,
+) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Decorator: register `fn(inputs, config) -> AdvantageOutput` under `name` (see `EstimatorSpec`).
+
+    Raises `AlgosError` on a malformed name, a name already taken (unless `replace`), an unknown level or
+    option, or a function that cannot be called as `fn(inputs, config)`.
+
+    Example (docs/algos/registry.md has a runnable one)::
+
+        @register_estimator("raw_score", level="trajectory", group_based=False)
+        def raw_score(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:
+            adv = inputs.episode_scores[:, None] * inputs.response_mask
+            return AdvantageOutput(adv, adv.clone())
+    """
+    key = str(name)
+    if not _NAME.match(key):
+        raise AlgosError(
+            f"register_estimator: expected a name of letters, digits, '_', '.', '-' starting with a letter,"
+            f" got {name!r}."
+        )
+    if level not in _LEVELS:
+        raise AlgosError(f"register_estimator({key!r}): expected level in {list(_LEVELS)}, got {level!r}.")
+    _check_options(key, options)
+
+    def wrap(fn: EstimatorFn) -> EstimatorFn:
+        _check_call_shape(key, fn)
+        old = ADVANTAGE_ESTIMATORS.get(key)
+        if old is not None and old.fn is not fn and not replace:
+            raise AlgosError(
+                f"advantage estimator {key!r} is already registered ({_where(old.fn)}); pick another name,"
+                " or pass replace=True to override it."
+            )
+        doc = (inspect.getdoc(fn) or "").strip().splitlines()
+        ADVANTAGE_ESTIMATORS[key] = EstimatorSpec(
+            key, fn, level, bool(group_based), bool(needs_critic), tuple(options), doc[0] if doc else ""
+        )
+        return fn
+
+    return wrap
+
+
+def _where(fn: object) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _check_options(key: str, options: tuple[str, ...]) -> None:
+    known = {f.name for f in fields(AdvantageConfig)}
+    unknown = [o for o in options if o not in known]
+    if isinstance(options, str) or unknown:
+        raise AlgosError(
+            f"register_estimator({key!r}): options must be a tuple of AdvantageConfig fields, got"
+            f" {options!r}; valid fields: {sorted(known)}."
+        )
+
+
+def _check_call_shape(key: str, fn: object) -> None:
+    """`fn` must be a synchronous callable that accepts the two positional arguments `(inputs, config)`."""
+    if not callable(fn) or inspect.iscoroutinefunction(fn) or inspect.isclass(fn):
+        raise AlgosError(
+            f"register_estimator({key!r}): expected a function fn(inputs, config) -> AdvantageOutput, got"
+            f" {fn!r}."
+        )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # no signature to check (a builtin): the first call will tell
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        raise AlgosError(
+            f"register_estimator({key!r}): {_where(fn)}{signature} cannot be called as fn(inputs, config)"
+            f" ({exc}); every estimator takes exactly (AdvantageInputs, AdvantageConfig)."
+        ) from None
+
+
+def load_estimator_plugins(force: bool = False) -> dict[str, str]:
+    """Import every module listed in the `roll_algos.estimators` entry-point group (once, unless `force`).
+
+    Returns the plugins that failed, name -> error (also reported as warnings; the others still load).
+    """
+    global _plugins_loaded
+    if _plugins_loaded and not force:
+        return dict(_plugin_errors)
+    _plugins_loaded = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+            _plugin_errors.pop(ep.name, None)
+        except Exception as exc:  # a broken plugin must not break the others
+            _plugin_errors[ep.name] = f"{ep.value}: {exc}"
+            warnings.warn(f"roll-algos estimator plugin {ep.name!r} ({ep.value}) failed: {exc}", stacklevel=2)
+    return dict(_plugin_errors)
+
+
+def registered_estimators() -> list[str]:
+    """The names of every registered estimator (plugins included), sorted."""
+    load_estimator_plugins()
+    return sorted(ADVANTAGE_ESTIMATORS)
+
+
+def estimator_spec(name: str) -> EstimatorSpec:
+    """The `EstimatorSpec` of `name`; plugins load on a miss. Raises `AlgosError` listing the registered
+    names, the closest one, and how to register a new one."""
+    key = str(name)
+    if key not in ADVANTAGE_ESTIMATORS:
+        load_estimator_plugins()
+    if key not in ADVANTAGE_ESTIMATORS:
+        valid = registered_estimators()
+        close = difflib.get_close_matches(key, valid, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        broken = (
+            f" Estimator plugins that failed to load: {sorted(_plugin_errors)}." if _plugin_errors else ""
+        )
+        raise AlgosError(
+            f"advantage estimator: expected one of {valid}, got {name!r}.{hint}{broken} {HOW_TO_REGISTER}"
+        )
+    return ADVANTAGE_ESTIMATORS[key]
+
+
+def get_estimator(name: str) -> EstimatorFn:
+    """The registered estimator function of `name` (raises `AlgosError` listing the registered names)."""
+    return estimator_spec(name).fn
+
+
+def compute_advantages(
+    estimator: str,
+    inputs: AdvantageInputs,
+    config: AdvantageConfig | None = None,
+) -> AdvantageOutput:
+    """Advantages and returns [B, T] with the named estimator (the steps: see the module docstring).
+
+    Args:
+        estimator: a registered estimator's name (e.g. "grpo", an `AdvantageEstimator`, or one added
+            with `register_estimator`).
+        inputs: `AdvantageInputs` of B rows x T tokens.
+        config: `AdvantageConfig`; None uses the defaults.
+    Returns:
+        `AdvantageOutput(advantages [B, T], returns [B, T])`, both zero off the response mask.
+    """
+    config = config or AdvantageConfig()
+    fn = get_estimator(estimator)
+    validate_inputs(inputs)
+    if config.reward_clip is not None:
+        inputs = inputs._replace(
+            token_rewards=clip_rewards(inputs.token_rewards, config.reward_clip),
+            step_rewards=clip_rewards(inputs.step_rewards, config.reward_clip),
+            episode_scores=clip_rewards(inputs.episode_scores, config.reward_clip),
+        )
+    out = fn(inputs, config)
+    mask = inputs.response_mask
+    adv = out.advantages
+    if config.whiten:
+        adv = masked_whiten(adv, mask, eps=config.epsilon)
+    adv = clip_advantages(adv, config.advantage_clip)
+    fmask = mask.to(adv.dtype)
+    return AdvantageOutput(advantages=adv * fmask, returns=out.returns * fmask)

@@ -1,0 +1,197 @@
+"""One optimiser step over micro-batches: the loop every train strategy runs (hf_train, hf_critic, deepspeed_train).
+
+`run_train_step(backend, micro_batches, loss_of, ...)`: per micro-batch, the strategy's forward and the
+caller's loss (`loss_of`), weighted by the micro-batch's `loss_scale`, are back-propagated by a
+`GradientBackend`; the weighted metrics are added up over the data-parallel ranks; the backend clips and steps
+(or skips a non-finite step); the step is counted. What differs between strategies is the backend:
+`master_weights.MasterWeightOptimizer` (AdamW over fp32 masters, gradients summed over the ranks) or
+DeepSpeed's engine (`deepspeed_train`, ZeRO partitions and reduces the gradients itself).
+
+Weights across ranks: a micro-batch's `loss_scale` is its share of the whole mini-batch, all ranks together
+(e.g. its response tokens over the mini-batch's for a token-mean loss); the shares of all ranks sum to 1 and
+the ranks' gradients are summed, so N ranks take exactly the step one rank takes on the same rows. Without a
+`loss_scale` a micro-batch weighs 1 / (micro-batches on its rank x ranks).
+
+Non-finite steps: a micro-batch whose loss is NaN or inf is not back-propagated (`GradientBackend.discard`);
+a rank stops there unless its backend runs in lockstep (DeepSpeed with N ranks: ZeRO's collectives run inside
+forward and backward, so every rank runs every micro-batch). Any rank's non-finite loss skips the step on all
+ranks; a skipped step is counted (`NonFiniteCount`) and its metrics are reported as they are (NaN stays NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+import torch
+
+from roll_strategies.data_parallel import DataParallel
+from roll_strategies.errors import StrategyError
+
+__all__ = [
+    "LAST_VALUE_METRICS",
+    "GradientBackend",
+    "LossOf",
+    "NonFiniteCount",
+    "StepOutcome",
+    "StepSums",
+    "run_train_step",
+]
+
+LAST_VALUE_METRICS = frozenset({"nonfinite_steps", "nonfinite_in_a_row", "overflow_steps", "grad_scale"})
+"""Train-step metrics that are a running state, not a value of the step: a merge over steps keeps the last."""
+
+LossOf = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, Mapping[str, float], torch.Tensor]]
+"""loss_of(micro-batch on the device) -> (loss, metrics, outputs): the strategy's forward and the caller's loss;
+`outputs` is the tensor with grad the loss was computed from (log-probs, values), for `GradientBackend.discard`."""
+
+
+@dataclass
+class NonFiniteCount:
+    """Optimiser steps skipped for a non-finite loss or gradient norm: all of them, and the current run."""
+
+    total: int = 0
+    in_a_row: int = 0
+
+    def record(self, skipped: bool) -> None:
+        """Count one step (skipped or applied: an applied one ends the run of skipped ones)."""
+        self.total += int(skipped)
+        self.in_a_row = self.in_a_row + 1 if skipped else 0
+
+    def metrics(self) -> dict[str, float]:
+        """nonfinite_steps (cumulative) and nonfinite_in_a_row."""
+        return {"nonfinite_steps": float(self.total), "nonfinite_in_a_row": float(self.in_a_row)}
+
+    def state_dict(self) -> dict[str, int]:
+        """What a checkpoint keeps (so a resumed run keeps counting)."""
+        return {"nonfinite_steps": self.total, "nonfinite_in_a_row": self.in_a_row}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore `state_dict` (zeros for checkpoints written before it was kept)."""
+        self.total = int(state.get("nonfinite_steps", 0))  # type: ignore[call-overload]
+        self.in_a_row = int(state.get("nonfinite_in_a_row", 0))  # type: ignore[call-overload]
+
+
+@dataclass
+class StepSums:
+    """The weighted metrics of one optimiser step's micro-batches, and whether a loss was non-finite."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    total_weight: float = 0.0
+    nonfinite_loss: bool = False
+    micro_batches: int = 0
+
+    def add(self, weight: float, loss: torch.Tensor, metrics: Mapping[str, float]) -> bool:
+        """Add one micro-batch's loss and metrics (weighted); False when its loss is NaN or inf."""
+        value = float(loss.detach())
+        self.total_weight += weight
+        self.micro_batches += 1
+        for key, item in {"loss": value, **metrics}.items():
+            self.sums[key] = self.sums.get(key, 0.0) + weight * float(item)
+        finite = math.isfinite(value)
+        self.nonfinite_loss = self.nonfinite_loss or not finite
+        return finite
+
+    def merge(self, others: Sequence[StepSums]) -> StepSums:
+        """The sums of several ranks' steps (in rank order) as one."""
+        out = StepSums()
+        for other in others:
+            for key, value in other.sums.items():
+                out.sums[key] = out.sums.get(key, 0.0) + value
+            out.total_weight += other.total_weight
+            out.nonfinite_loss = out.nonfinite_loss or other.nonfinite_loss
+            out.micro_batches += other.micro_batches
+        return out
+
+    def means(self) -> dict[str, float]:
+        """The weighted means (normalised by the weights seen): a NaN loss gives a NaN mean, as it should."""
+        norm = self.total_weight or 1.0
+        return {k: v / norm for k, v in self.sums.items()}
+
+
+class StepOutcome(NamedTuple):
+    """What a backend's `step` did."""
+
+    grad_norm: float
+    """Gradient 2-norm before clipping, over all ranks' summed gradients (NaN when no backward ran)."""
+    lr: float
+    """The learning rate the step used (or would have used)."""
+    applied: bool
+    """Whether the weights changed."""
+    counted: bool = True
+    """Whether the step counts for `NonFiniteCount` (an fp16 overflow the loss scale backs off from does not)."""
+    extra: Mapping[str, float] = {}
+    """Backend metrics (grad_scale, overflow_steps under fp16)."""
+
+
+class GradientBackend(Protocol):
+    """What `run_train_step` needs of an optimiser (gradients in, one step out)."""
+
+    lockstep: bool
+    """True when forward / backward run collectives (ZeRO with N ranks): every rank runs every micro-batch."""
+
+    def zero_grad(self) -> None:
+        """Begin a step with no gradients."""
+        ...
+
+    def backward(self, loss: torch.Tensor, weight: float) -> None:
+        """Back-propagate `loss * weight` into this step's gradients."""
+        ...
+
+    def discard(self, outputs: torch.Tensor) -> None:
+        """A micro-batch's loss was not finite: make sure this step cannot be applied."""
+        ...
+
+    def step(self, lr_scale: float, nonfinite_loss: bool) -> StepOutcome:
+        """Sum the ranks' gradients, clip and step (lr times `lr_scale`), or skip: `nonfinite_loss` (on any rank),
+        or a non-finite gradient norm; then clear the gradients."""
+        ...
+
+
+def run_train_step(
+    backend: GradientBackend,
+    micro_batches: Sequence[Mapping[str, torch.Tensor]],
+    loss_of: LossOf,
+    *,
+    lr_scale: float,
+    data_parallel: DataParallel,
+    counter: NonFiniteCount,
+    device: torch.device,
+) -> tuple[dict[str, float], bool]:
+    """One optimiser step over this rank's `micro_batches` (see the module docstring).
+
+    Returns (metrics, applied): the micro-batches' weighted metric means over all ranks, plus grad_norm, lr,
+    the non-finite counters and the backend's extras; and whether the weights changed."""
+    if not 0.0 <= lr_scale <= 1.0:
+        raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
+    count = len(micro_batches)
+    if backend.lockstep:
+        data_parallel.check_same(count, "number of micro-batches")
+    if count == 0 and data_parallel.size == 1:
+        raise StrategyError("Expected at least one micro-batch in train_step, got none.")
+    default_weight = 1.0 / (max(count, 1) * data_parallel.size)
+    backend.zero_grad()
+    sums = StepSums()
+    for raw in micro_batches:
+        mb = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
+        weight = float(mb.get("loss_scale", default_weight))
+        loss, metrics, outputs = loss_of(mb)
+        if sums.add(weight, loss, metrics):
+            backend.backward(loss, weight)
+            continue
+        backend.discard(outputs)
+        if not backend.lockstep:
+            break  # the step is lost whatever the remaining micro-batches hold
+    sums = sums.merge(data_parallel.all_gather(sums))
+    if sums.micro_batches == 0:
+        raise StrategyError(
+            f"Expected at least one micro-batch in train_step on some rank, got none on all {data_parallel.size}."
+        )
+    outcome = backend.step(lr_scale, sums.nonfinite_loss)
+    if outcome.counted:
+        counter.record(skipped=not outcome.applied)
+    grad_norm = math.nan if sums.nonfinite_loss else outcome.grad_norm
+    metrics_out = {**sums.means(), "grad_norm": grad_norm, "lr": outcome.lr, **counter.metrics()}
+    return {**metrics_out, **outcome.extra}, outcome.applied
