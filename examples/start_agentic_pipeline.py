@@ -9,7 +9,7 @@ Same as `roll train` with the same arguments.
 
 Given one of ROLL's own agentic configs, it says so and prints the `roll migrate` command; with `--migrate`
 (and `--drop-unsupported`) it runs that migration instead of training: NAME_roll.yaml in the current folder,
-and the report of every ROLL key (docs/migrate.md).
+and the report of every ROLL key (docs/migrating_from_roll.md).
 """
 
 from __future__ import annotations

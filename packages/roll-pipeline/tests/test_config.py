@@ -287,3 +287,43 @@ def test_an_antlr_runtime_other_than_hydras_is_a_config_error_with_the_fix(monke
         compose(None, None, ["max_steps=1"])
     monkeypatch.setattr(importlib.metadata, "version", real)
     assert compose(None, None, ["max_steps=1"]).max_steps == 1  # the workspace's own runtime is Hydra's
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            ["+tracker_kwargs.log_dir=./tb"],
+            r"tracker_kwargs \['log_dir'\] only reach W&B .* Add wandb to track_with",
+        ),
+        (
+            ["custom_envs.FrozenLake.max_tokens_per_step=64"],  # the tiny recipe samples at most 16 tokens
+            r"max_tokens_per_step=64 is above actor_infer.generating_args.max_new_tokens=16.* raise max_new_tokens",
+        ),
+    ],
+)
+def test_settings_that_would_not_be_honoured_are_refused_with_the_fix(overrides, expected):
+    from roll_pipeline.config.compose import ConfigError, compose
+
+    with pytest.raises(ConfigError, match=expected):
+        compose(None, None, overrides)
+
+
+def test_honoured_settings_pass():
+    from roll_pipeline.config.compose import compose
+
+    ok = compose(None, None, ["+tracker_kwargs.project=p", "track_with=[stdout,wandb]"])
+    assert ok.tracker_kwargs == {"project": "p"}
+    raised = compose(
+        None,
+        None,
+        ["custom_envs.FrozenLake.max_tokens_per_step=64", "actor_infer.generating_args.max_new_tokens=64"],
+    )
+    assert raised.custom_envs["FrozenLake"].max_tokens_per_step == 64
+    # a tag left at the schema's default budget (128) under the tiny recipe's 16-token sampler is not an error
+    assert (
+        compose(None, None, ["+custom_envs.Other.env_type=frozen_lake"])
+        .custom_envs["Other"]
+        .max_tokens_per_step
+        == 128
+    )

@@ -286,3 +286,22 @@ def test_an_unset_environment_variable_is_a_config_error(tmp_path, monkeypatch):
     )
     with pytest.raises(ConfigError, match="exp_name: environment variable ROLL_TEST_UNSET is not set"):
         compose(str(tmp_path), "run", [])
+
+
+def test_a_turn_budget_above_the_samplers_is_capped_as_roll_does_and_reported(tmp_path):
+    """ROLL samples min(custom_envs.TAG.max_tokens_per_step, generating_args.max_new_tokens) tokens a turn; roll
+    refuses a tag budget above the sampler's, so the migration writes the smaller one and lists the change."""
+    text = FROZEN_LAKE.read_text(encoding="utf-8").replace("max_new_tokens: 128", "max_new_tokens: 32")
+    (tmp_path / "qwen").mkdir()
+    (tmp_path / "qwen" / "capped.yaml").write_text(text, encoding="utf-8")
+    (tmp_path / "config").symlink_to(
+        ROLL_CONFIGS / "config"
+    )  # its defaults files, where ROLL's tree has them
+    config, report = migrate_file(tmp_path / "qwen" / "capped.yaml")
+    assert config["actor_infer"]["generating_args"]["max_new_tokens"] == 32
+    capped = {
+        c.key: (c.source_value, c.value) for c in report.converted if c.key.endswith("max_tokens_per_step")
+    }
+    assert capped and all(pair == (64, 32) for pair in capped.values())  # the file sets 64 a turn
+    assert all(env["max_tokens_per_step"] == 32 for env in config["custom_envs"].values())
+    check(config, tmp_path)

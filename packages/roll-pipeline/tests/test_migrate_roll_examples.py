@@ -3,7 +3,7 @@
 Needs a git mirror of alibaba/ROLL holding that commit (`ROLL_MIRROR`, default /work/.mirror/alibaba+ROLL/repo);
 skipped without one. The 40 files: the 36 non-empty YAMLs under examples/*agentic*/ (a 37th,
 qwen2.5-0.5B-agentic/agentic_val_webshop.yaml, is empty at that commit) and the 4 agentic ones under tests/,
-with examples/config/ (their Hydra defaults). Counted at the time of writing (docs/migrate.md): 16 migrate
+with examples/config/ (their Hydra defaults). Counted at the time of writing (docs/migrating_from_roll.md): 16 migrate
 with nothing unsupported, all 40 with --drop-unsupported, and 24 then pass roll config on this machine (a
 local model, hf_infer instead of vllm); each of the other 16 plays an env type roll has no env for, which
 both the migration report and roll config name.

@@ -1,5 +1,5 @@
 """`roll migrate ROLL_YAML [-o OUT] [--drop-unsupported]`: a ROLL agentic config translated into a roll config,
-with the report of every key (roll_pipeline.migrate, docs/migrate.md)."""
+with the report of every key (roll_pipeline.migrate, docs/migrating_from_roll.md)."""
 
 from __future__ import annotations
 

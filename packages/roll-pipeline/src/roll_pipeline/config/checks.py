@@ -257,6 +257,28 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
     return problems
 
 
+def _honoured_settings_problems(cfg: AgenticConfig) -> list[str]:
+    """Settings that would be accepted and not honoured: W&B's arguments with W&B off, and a tag's token budget
+    above the sampler's (a turn stops at the smaller of the two)."""
+    problems = []
+    if cfg.tracker_kwargs and "wandb" not in cfg.track_with:
+        problems.append(
+            f"tracker_kwargs {sorted(cfg.tracker_kwargs)} only reach W&B (wandb.init), which track_with"
+            f" {cfg.track_with} leaves off; TensorBoard and metrics.jsonl are always written in the run folder."
+            " Add wandb to track_with, or drop tracker_kwargs"
+        )
+    budget = cfg.actor_infer.generating_args.max_new_tokens
+    for tag, env in cfg.custom_envs.items():
+        default_turn = type(env).model_fields["max_tokens_per_step"].default
+        if env.max_tokens_per_step > budget and env.max_tokens_per_step != default_turn:
+            problems.append(
+                f"custom_envs.{tag}.max_tokens_per_step={env.max_tokens_per_step} is above"
+                f" actor_infer.generating_args.max_new_tokens={budget}, which caps every turn; raise"
+                f" max_new_tokens to {env.max_tokens_per_step}, or lower max_tokens_per_step to {budget}"
+            )
+    return problems
+
+
 def config_problems(cfg: AgenticConfig) -> list[str]:
     """Every cross-field problem of a config (empty when it is consistent)."""
     problems = []
@@ -267,6 +289,7 @@ def config_problems(cfg: AgenticConfig) -> list[str]:
         )
     return (
         problems
+        + _honoured_settings_problems(cfg)
         + _role_problems(cfg)
         + _exact_kl_reference_problems(cfg)
         + _rank_problems(cfg)

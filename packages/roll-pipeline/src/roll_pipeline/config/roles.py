@@ -69,7 +69,10 @@ class GeneratingArgs(StrictModel):
     """Sampling of the inference role."""
 
     max_new_tokens: int = Field(
-        128, ge=1, description="cap on new tokens (custom_envs.*.max_tokens_per_step rules per turn)"
+        128,
+        ge=1,
+        description="cap on new tokens of a turn (a tag's max_tokens_per_step may lower it; one set above it is"
+        " refused)",
     )
     temperature: float = Field(
         1.0,

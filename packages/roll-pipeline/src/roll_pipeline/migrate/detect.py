@@ -47,5 +47,5 @@ def roll_config_message(path: Path, markers: list[str]) -> str:
         f"{path} is a ROLL config ({shown}); roll does not read ROLL's files as they are. Translate it first:\n"
         f"  roll migrate {path} -o {name}.yaml\n"
         f"then run the result: roll train --config-path . --config-name {name}\n"
-        "(examples/start_agentic_pipeline.py does the first step with --migrate; docs/migrate.md lists what maps)"
+        "(examples/start_agentic_pipeline.py does the first step with --migrate; docs/migrating_from_roll.md lists what maps)"
     )

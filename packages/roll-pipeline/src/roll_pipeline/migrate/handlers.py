@@ -258,7 +258,9 @@ def other_generating(m: Migration, keys: Keys, _: list[str]) -> None:
 
 
 def finish(m: Migration) -> None:
-    """ROLL's default gradient_accumulation_steps (1 per rank) where the file leaves it out."""
+    """ROLL's default gradient_accumulation_steps (1 per rank) where the file leaves it out; each tag's turn
+    budget at most the sampler's (ROLL takes the smaller of the two, roll refuses a larger one)."""
+    _turn_budgets(m)
     for role in m.active_roles("<trained>"):
         if not m.present(role, "training_args", "gradient_accumulation_steps"):
             dp = dp_size(m, role)
@@ -266,6 +268,23 @@ def finish(m: Migration) -> None:
                 f"{role}.training_args.gradient_accumulation_steps",
                 dp,
                 f"ROLL's default 1 per data-parallel rank, {dp} rank(s)",
+            )
+
+
+def _turn_budgets(m: Migration) -> None:
+    from roll_pipeline.migrate.report import Change
+
+    budget_key = "actor_infer.generating_args.max_new_tokens"
+    budget = m.output(budget_key)
+    if budget is MISSING:
+        budget = m.roll_default(budget_key)
+    for tag in m.out.get("custom_envs", {}):
+        key = f"custom_envs.{tag}.max_tokens_per_step"
+        turn = m.output(key)
+        if turn is not MISSING and turn > budget:
+            m.set(key, budget)
+            m.report.converted.append(
+                Change(key, key, turn, budget, f"ROLL caps a turn at min(max_tokens_per_step, {budget_key})")
             )
 
 

@@ -94,6 +94,10 @@ class Migration:
         """roll's default at `key` (MISSING where the schema has none, e.g. inside custom_envs)."""
         return _get(self.roll_defaults, key)
 
+    def output(self, key: str) -> Any:
+        """roll's value at `key` (dotted) in the output config, MISSING when nothing set it."""
+        return _get(self.out, key)
+
     def is_set(self, key: str) -> bool:
         """Whether the output already sets roll's `key`."""
         return _get(self.out, key) is not MISSING
