@@ -110,6 +110,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "list":
         for spec in roll_envs.registry.registered_specs():
             print(f"{spec.id:32s} {spec.description}")
+        for space in roll_envs.registry.registered_namespaces():  # a library's ids, resolved on first use
+            print(f"{space.prefix + ':*':32s} {space.description}")
         return 0
     target, settings = args.env if args.command == "play" else args.target, parse_settings(args.set)
     env = build_env(target, settings)
