@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from roll_pipeline import pipeline as pipeline_module
 from roll_pipeline.config.compose import compose
+from roll_pipeline.runtime import workers as workers_module
 from roll_pipeline.runtime.cluster import ClusterError, CpuCapacity, LocalCluster
 
 
@@ -77,7 +78,7 @@ def _pipeline(tmp_path, monkeypatch, cluster: RecordingCluster, *overrides: str)
 def test_the_default_run_fits_a_two_core_local_ray_instance(tmp_path, monkeypatch):
     """The default config (asynchronous rollout: each CPU role runs on half the cores) on the 2 CPUs a local
     instance has on a 2-core laptop: the roles share what the 4 env workers leave."""
-    monkeypatch.setattr(pipeline_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(workers_module.os, "cpu_count", lambda: 2)
     cluster = RecordingCluster(CpuCapacity(available=2.0, largest_node=2.0, can_grow=False))
     pipeline = _pipeline(tmp_path, monkeypatch, cluster)
     asked = {name: spawn["num_cpus"] for name, spawn in cluster.spawned.items()}

@@ -13,7 +13,6 @@ step k (docs/rollout.md).
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,26 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from roll_rollout import RemotePolicy, validation_seeds
-from roll_strategies.deepspeed_config import zero_stage
 
-from roll_pipeline.config.schema import AgenticConfig, WorkerConfig
+from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.observe.metrics import mean, rollout_metrics, val_metrics
 from roll_pipeline.observe.render import env_sources, renderer_of
 from roll_pipeline.observe.tracking import Tracker
-from roll_pipeline.runtime.cluster import Cluster, ClusterError, make_cluster
-from roll_pipeline.runtime.placement import (
-    CpuPlan,
-    model_folder,
-    optimiser_kwargs,
-    plan_cpus,
-    plan_placement,
-    strategy_kwargs,
-)
+from roll_pipeline.runtime.cluster import Cluster, make_cluster
+from roll_pipeline.runtime.placement import model_folder, optimiser_kwargs
 from roll_pipeline.runtime.policy_server import PolicyServer
 from roll_pipeline.runtime.ranks import RankGroup
-from roll_pipeline.runtime.rollout import build_scheduler, layout_of, sampling_of
+from roll_pipeline.runtime.rollout import build_scheduler, sampling_of
 from roll_pipeline.runtime.storage import confirm_shared_storage
+from roll_pipeline.runtime.workers import RoleSpawner
 from roll_pipeline.state.checkpoint import CheckpointError, CheckpointManager
 from roll_pipeline.state.run_state import (
     pipeline_state,
@@ -92,7 +84,8 @@ class AgenticPipeline:
         self.progress = progress
         self.run_dir = Path(config.output_dir) / config.exp_name
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        roles = self._roles()
+        self.spawn_settings = settings.spawn_settings(config)
+        roles = self.spawn_settings.roles
         gguf = next((r.model_args.gguf_file for r in roles.values() if r.model_args.gguf_file), None)
         # a hub repo's snapshot holds only that GGUF file; roles that set one name the same (model_folder)
         self.model_path = model_folder(
@@ -133,8 +126,8 @@ class AgenticPipeline:
         from roll_strategies import ActorTrainWorker, CriticWorker, ReferenceWorker
 
         cfg = self.config
-        names = self._worker_roles()
-        self.cpus = self._plan_cpus(names)
+        spawner = RoleSpawner(self.spawn_settings, self.cluster, self.model_path)
+        names, self.cpus = spawner.names, spawner.cpus
         # The exact KL needs both models' logits in one process: the train worker holds a frozen reference copy.
         reference_copy = (
             {"reference_model_path": str(self.model_path), "reference_dtype": cfg.reference.model_args.dtype}
@@ -142,9 +135,8 @@ class AgenticPipeline:
             else {}
         )
         # the trained roles: N data-parallel ranks each (`RankGroup` fans the calls out)
-        self.actor_train = self._spawn_ranks(
+        self.actor_train = spawner.spawn_ranks(
             ActorTrainWorker,
-            cfg.actor_train,
             "actor_train",
             **optimiser_kwargs(cfg.actor_train),
             seed=cfg.seed,
@@ -152,16 +144,14 @@ class AgenticPipeline:
         )
         self.critic: RankGroup | None = None
         if "critic" in names:
-            self.critic = self._spawn_ranks(
+            self.critic = spawner.spawn_ranks(
                 CriticWorker,
-                cfg.critic,
                 "critic",
                 **optimiser_kwargs(cfg.critic),
                 seed=cfg.seed + 7,
             )
-        self.policy_server = self._spawn_role(
+        self.policy_server = spawner.spawn(
             PolicyServer,
-            cfg.actor_infer,
             "actor_infer",
             seed=cfg.seed,
             stop_strings=cfg.actor_infer.generating_args.stop_strings,
@@ -171,7 +161,7 @@ class AgenticPipeline:
         if cfg.reference_in_trainer:
             self.reference = self.actor_train
         elif "reference" in names:
-            handle = self._spawn_role(ReferenceWorker, cfg.reference, "reference")
+            handle = spawner.spawn(ReferenceWorker, "reference")
             self.reference = RankGroup(self.cluster, [handle])
         self.kl = KLControl(
             cfg.init_kl_coef, cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, cfg.target_kl, cfg.kl_horizon
@@ -233,87 +223,6 @@ class AgenticPipeline:
         if self.critic is not None:
             critic_schedule, critic_loss = settings.update_schedule(cfg, "critic"), settings.critic_loss(cfg)
             self.update_critic = CriticUpdater(self.critic, layouts["critic"], critic_schedule, critic_loss)
-
-    def _roles(self) -> dict[str, WorkerConfig]:
-        """The worker roles of the config by section name."""
-        cfg = self.config
-        roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer, "reference": cfg.reference}
-        if cfg.uses_critic:
-            roles["critic"] = cfg.critic
-        return roles
-
-    def _worker_roles(self) -> list[str]:
-        """The roles with a worker of their own (an exact KL's reference lives in the train worker)."""
-        cfg = self.config
-        names = ["actor_train", "actor_infer"]
-        names += ["critic"] if cfg.uses_critic else []
-        names += ["reference"] if cfg.uses_reference and not cfg.reference_in_trainer else []
-        return names
-
-    def _threads(self, role: WorkerConfig, device: str, ranks: int = 1) -> int | None:
-        # While the actor trains, an asynchronous rollout keeps the inference role busy: split the cores
-        # (and a role's ranks split its share).
-        share = 0.5 if self.config.async_generation_ratio > 0 else 1.0
-        return cpu_threads(role.num_threads, device, share / ranks)
-
-    def _plan_cpus(self, names: Sequence[str]) -> CpuPlan:
-        """The Ray CPU request of each worker (`plan_cpus`); requests a local Ray instance cannot hold stop the
-        run here, with the fix (an existing cluster may grow or free CPUs: a warning)."""
-        cfg, roles = self.config, self._roles()
-        placements = plan_placement(roles, cfg.cluster.backend)
-        threads = {n: self._threads(roles[n], placements[n].device, placements[n].ranks) for n in names}
-        env_workers = sum(layout_of(m).num_workers for m in (cfg.train_env_manager, cfg.val_env_manager))
-        capacity = self.cluster.cpu_capacity()
-        plan = plan_cpus({n: roles[n] for n in names}, placements, threads, env_workers, capacity)
-        if plan.problem and capacity is not None and not capacity.can_grow:
-            raise ClusterError(plan.problem)
-        if plan.problem:
-            from tqdm.auto import tqdm
-
-            tqdm.write(f"[roll] WARNING: {plan.problem}")
-        return plan
-
-    def _spawn_role(self, cls: type, role: WorkerConfig, name: str, **kwargs: Any) -> Any:
-        """A worker of `cls` on the role's devices, loading the run's model with the role's backend, dtype and
-        threads, asking Ray for the CPUs of the plan."""
-        placement = plan_placement(self._roles(), self.config.cluster.backend)[name]
-        return self.cluster.spawn(
-            cls,
-            str(self.model_path),
-            name=name,
-            num_cpus=self.cpus.roles[name],
-            num_gpus=placement.num_gpus,
-            device=placement.device,
-            dtype=role.model_args.dtype,
-            num_threads=self._threads(role, placement.device),
-            **strategy_kwargs(role),
-            **kwargs,
-        )
-
-    def _spawn_ranks(self, cls: type, role: WorkerConfig, name: str, **kwargs: Any) -> RankGroup:
-        """A trained role's workers: `_spawn_role`'s one worker, or its data-parallel ranks (`plan_placement`),
-        each on its device with its share of the role's threads, meeting in one group (`Cluster.spawn_ranks`)."""
-        placement = plan_placement(self._roles(), self.config.cluster.backend)[name]
-        strategy = strategy_kwargs(role)
-        # ZeRO-3 partitions the weights: exporting them is a collective every rank joins (2 is DeepSpeed's default)
-        gathers = (
-            strategy["strategy_name"] == "deepspeed_train" and zero_stage(strategy["strategy_config"]) == 3
-        )
-        if placement.ranks == 1:
-            return RankGroup(self.cluster, [self._spawn_role(cls, role, name, **kwargs)])
-        ranks = self.cluster.spawn_ranks(
-            cls,
-            str(self.model_path),
-            name=name,
-            rank_kwargs=[{"device": placement.device_of(r)} for r in range(placement.ranks)],
-            num_cpus=self.cpus.roles[name],
-            num_gpus=placement.num_gpus,
-            dtype=role.model_args.dtype,
-            num_threads=self._threads(role, placement.device, placement.ranks),
-            **strategy,
-            **kwargs,
-        )
-        return RankGroup(self.cluster, ranks, gathers_weights=gathers)
 
     # ----------------------------------------------------------------- loop
     def run(self) -> RunSummary:
@@ -478,13 +387,6 @@ class AgenticPipeline:
     def close(self) -> None:
         """Stop the workers."""
         self.cluster.shutdown()
-
-
-def cpu_threads(configured: int | None, device: str, share: float = 1.0) -> int | None:
-    """Threads of a role: as configured, else `share` of the cores on the CPU (a Ray actor would get 1)."""
-    if configured is not None or device != "cpu":
-        return configured
-    return max(1, round((os.cpu_count() or 1) * share))
 
 
 def _progress_bar(total: int, initial: int, enabled: bool) -> Any:

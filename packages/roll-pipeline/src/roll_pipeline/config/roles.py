@@ -1,5 +1,6 @@
 """Config models of the worker roles (actor_train, actor_infer, reference, critic): model loading,
-optimiser and batching, sampling, backend, devices. `AgenticConfig` (config.py) holds one per role."""
+optimiser and batching, sampling, backend, devices (`AgenticConfig`, config/schema.py, holds one per role), and
+where workers run (`ClusterConfig`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["GeneratingArgs", "ModelArgs", "StrategyArgs", "StrictModel", "TrainingArgs", "WorkerConfig"]
+__all__ = [
+    "ClusterConfig",
+    "GeneratingArgs",
+    "ModelArgs",
+    "StrategyArgs",
+    "StrictModel",
+    "TrainingArgs",
+    "WorkerConfig",
+]
 
 
 class StrictModel(BaseModel):
@@ -204,3 +213,13 @@ class WorkerConfig(StrictModel):
         """The ranks this role trains with: `world_size`, else one per `device_mapping` GPU, else 1 (read for
         the trained roles only)."""
         return self.world_size or len(self.device_mapping) or 1
+
+
+class ClusterConfig(StrictModel):
+    """Where workers run: Ray (local by default, or an existing cluster) or in-process."""
+
+    backend: Literal["ray", "local"] = Field(
+        "ray", description="ray: workers are Ray actors; local: all in this process"
+    )
+    address: str | None = Field(None, description="existing Ray cluster, e.g. 'auto' or 'ray://host:10001'")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray instance (default: all)")

@@ -6,7 +6,8 @@ of a step reads. The components never see the whole config; the entry points (`p
 - `update_schedule` -> `epochs.UpdateSchedule` of the actor or the critic (epochs, order seed, lr decay);
 - `actor_loss_template` / `actor_loss` -> the `ActorLoss` of the run (the actor sets each step's KL
   coefficient on the template), `critic_loss` -> its `CriticLoss`;
-- `rollout_settings` -> `runtime.rollout.RolloutSettings` (env slots, sampling, scheduler limits).
+- `rollout_settings` -> `runtime.rollout.RolloutSettings` (env slots, sampling, scheduler limits);
+- `spawn_settings` -> `runtime.workers.SpawnSettings` (which roles get workers, threads, env workers).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Literal
 from roll_algos import ActorLoss, AdvantageConfig, CriticLoss
 
 from roll_pipeline.config.schema import AgenticConfig
-from roll_pipeline.runtime.rollout import RolloutSettings
+from roll_pipeline.runtime.rollout import RolloutSettings, layout_of
+from roll_pipeline.runtime.workers import SpawnSettings
 from roll_pipeline.trainer.epochs import UpdateSchedule
 from roll_pipeline.trainer.experience import ExperienceSettings
 
@@ -30,6 +32,7 @@ __all__ = [
     "critic_loss",
     "experience_settings",
     "rollout_settings",
+    "spawn_settings",
     "update_schedule",
 ]
 
@@ -121,4 +124,24 @@ def rollout_settings(config: AgenticConfig) -> RolloutSettings:
         async_generation_ratio=config.async_generation_ratio,
         batch_timeout_s=config.rollout_batch_timeout_s,
         filter_ratio=config.rollout_filter_ratio,
+    )
+
+
+def spawn_settings(cfg: AgenticConfig) -> SpawnSettings:
+    """The worker roles (the critic only for an estimator that needs one; the reference only when a KL term
+    reads it and the trainer does not hold it), their thread share, and the env workers of both rollouts."""
+    roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer, "reference": cfg.reference}
+    names = ["actor_train", "actor_infer"]
+    if cfg.uses_critic:
+        roles["critic"] = cfg.critic
+        names.append("critic")
+    if cfg.uses_reference and not cfg.reference_in_trainer:
+        names.append("reference")
+    return SpawnSettings(
+        roles=roles,
+        names=names,
+        backend=cfg.cluster.backend,
+        # while the actor trains, an asynchronous rollout keeps the inference role busy: split the cores
+        thread_share=0.5 if cfg.async_generation_ratio > 0 else 1.0,
+        env_workers=sum(layout_of(m).num_workers for m in (cfg.train_env_manager, cfg.val_env_manager)),
     )

@@ -1,0 +1,98 @@
+"""Env tags and env managers of an agentic run: which registered envs play (`custom_envs`), in how many groups
+of how many slots (`train_env_manager`, `val_env_manager`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from roll_pipeline.config.roles import StrictModel
+
+__all__ = ["CustomEnvConfig", "EnvManagerConfig", "default_val_envs"]
+
+
+class EnvManagerConfig(StrictModel):
+    """How many envs run, in which groups, with which tags."""
+
+    max_env_num_per_worker: int = Field(64, ge=1, description="envs hosted by one env worker (Ray actor)")
+    num_env_groups: int = Field(16, ge=1, description="groups of envs; each group plays one seed per step")
+    group_size: int = Field(8, ge=1, description="envs per group; they share the episode seed (GRPO group)")
+    tags: list[str] = Field(
+        default_factory=lambda: ["FrozenLake"], description="env tags (keys of custom_envs)"
+    )
+    num_groups_partition: list[int] | None = Field(
+        None, description="groups per tag; default: all to the first"
+    )
+    group_size_redundancy: int = Field(
+        0,
+        ge=0,
+        description="extra env slots per group: a group completes on its first group_size finishers and the"
+        " stragglers are cancelled (tail latency for compute)",
+    )
+    max_env_step_concurrent: int = Field(
+        8, ge=1, description="env reset/step calls running at once per env worker (its thread pool)"
+    )
+    env_step_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="an env constructor, reset or step taking longer fails its episode; the env is recreated",
+    )
+    max_hung_env_calls: int = Field(
+        4,
+        ge=1,
+        description="timed-out env calls still stuck in their threads before the env worker is replaced",
+    )
+    max_failures_per_group: int = Field(
+        4,
+        ge=0,
+        description="failed episodes a group episode survives (each replayed on a fresh env, same seed) before"
+        " the group is given up; validation never replays (a failed episode fails its seed)",
+    )
+
+    @model_validator(mode="after")
+    def _partition(self) -> EnvManagerConfig:
+        if self.num_groups_partition is None:
+            share, rest = divmod(self.num_env_groups, len(self.tags))
+            self.num_groups_partition = [share + (i < rest) for i in range(len(self.tags))]
+        if (
+            len(self.num_groups_partition) != len(self.tags)
+            or sum(self.num_groups_partition) != self.num_env_groups
+        ):
+            raise ValueError(
+                f"num_groups_partition {self.num_groups_partition} must give one group count per tag "
+                f"{self.tags} and sum to num_env_groups={self.num_env_groups}"
+            )
+        return self
+
+    @property
+    def num_trajectories(self) -> int:
+        """Trajectories per rollout: num_env_groups * group_size."""
+        return self.num_env_groups * self.group_size
+
+
+class CustomEnvConfig(StrictModel):
+    """An env tag: which registered env type, its config, and the episode limits."""
+
+    env_type: str = Field("frozen_lake", description="registry id of the env (`roll-envs list`)")
+    max_actions_per_traj: int = Field(8, ge=1, description="agent turns per episode")
+    max_tokens_per_step: int = Field(
+        128, ge=1, description="new tokens per turn (a short reasoning and the answer)"
+    )
+    max_history_turns: int | None = Field(0, ge=0, description="earlier turns kept in the prompt; null = all")
+    env_instruction: str | None = Field(
+        None,
+        description="system prompt; null = the env's own instruction; empty = none (the observation alone)",
+    )
+    response_prefix: str = Field(
+        "",
+        description="text every assistant turn starts with, e.g. '<answer>': part of the prompt (neither sampled"
+        " nor trained); the env reads it followed by the sampled text",
+    )
+    env_config: dict[str, Any] = Field(
+        default_factory=dict, description="keyword config of the env (validated by the env)"
+    )
+
+
+def default_val_envs() -> EnvManagerConfig:
+    return EnvManagerConfig(num_env_groups=128, group_size=1)
