@@ -20,6 +20,7 @@ GAME_WORST_REWARD = {
     "sokoban": -1.1,  # a move costs 0.1; pushing a box off a target costs 1 more
     "webshop_lite": 0.0,  # 0 until the purchase, whose score lies in [0, 1]
     "four_choice": 0.0,  # a wrong letter scores 0, the right one 1
+    "tictactoe": -0.1,  # a move onto a taken cell is refused and costs 0.1; a mover never loses on its move
     "CliffWalking": -100.0,  # a move costs 1, a step onto the cliff 100
     "Taxi": -10.0,  # a move costs 1, a wrong pickup or dropoff 10
     "FrozenLake": 0.0,  # Gymnasium's FrozenLake through the adapter: rewards 0 or 1
@@ -97,6 +98,7 @@ REACHES_THE_WORST = {
     "larger_sokoban",
     "webshop_lite",
     "four_choice",
+    "tictactoe",
     "cliff_walking",
     "taxi",
     "gym_adapter",

@@ -46,7 +46,7 @@ TURN_FIELDS = (
     "finish_reason",
     "response_text",
 )
-"""A turn's fields in schema version 1; version 2 adds `action_is_refused` and `observation`."""
+"""A turn's fields in schema version 1; version 2 adds `action_is_refused` and `observation`, 3 `player`."""
 TRAJ_FIELDS = (
     "env_id",
     "group_id",
@@ -78,10 +78,13 @@ def _text(x: Any, limit: int) -> bool:
 
 
 def _turn_ok(t: Any, version: int) -> bool:
-    fields = set(TURN_FIELDS) | ({"action_is_refused", "observation"} if version == 2 else set())
+    fields = set(TURN_FIELDS) | ({"action_is_refused", "observation"} if version >= 2 else set())
+    fields |= {"player"} if version >= 3 else set()
     if type(t) is not dict or set(t) != fields:
         return False
-    if version == 2 and (type(t["action_is_refused"]) is not bool or not _text(t["observation"], TEXT_MAX)):
+    if version >= 2 and (type(t["action_is_refused"]) is not bool or not _text(t["observation"], TEXT_MAX)):
+        return False
+    if version >= 3 and not _text(t["player"], NAME_MAX):
         return False
     ids_ok = all(
         type(ids) is list and all(type(i) is int and 0 <= i < TOKEN_END for i in ids)
@@ -104,17 +107,28 @@ def _turn_ok(t: Any, version: int) -> bool:
 
 
 def reference_accepts(payload: bytes) -> bool:
-    """Whether `payload` is a valid version-1 or version-2 trajectory payload, judged without msgspec."""
+    """Whether `payload` is a valid version 1, 2 or 3 trajectory payload, judged without msgspec."""
     try:
         msg = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception:
         return False
     if type(msg) is not dict or set(msg) != {"schema", "version", "trajectory"}:
         return False
-    if msg["schema"] != "roll.trajectory" or type(msg["version"]) is not int or msg["version"] not in (1, 2):
+    if (
+        msg["schema"] != "roll.trajectory"
+        or type(msg["version"]) is not int
+        or msg["version"] not in (1, 2, 3)
+    ):
         return False
     b = msg["trajectory"]
-    if type(b) is not dict or set(b) != set(TRAJ_FIELDS):
+    added = {"player", "player_success"} if msg["version"] >= 3 else set()
+    if type(b) is not dict or set(b) != set(TRAJ_FIELDS) | added:
+        return False
+    if added and not (
+        _text(b["player"], NAME_MAX)
+        and type(b["player_success"]) is dict
+        and all(_text(k, NAME_MAX) and type(v) is bool for k, v in b["player_success"].items())
+    ):
         return False
     metrics = b["metrics"]
     return (
@@ -139,6 +153,8 @@ def assert_exact_types(traj: Trajectory) -> None:
     assert type(traj.metrics) is dict
     assert all(_text(k, NAME_MAX) and type(v) is float and math.isfinite(v) for k, v in traj.metrics.items())
     assert traj.error is None or _text(traj.error, TEXT_MAX)
+    assert _text(traj.player, NAME_MAX) and type(traj.player_success) is dict
+    assert all(_text(k, NAME_MAX) and type(v) is bool for k, v in traj.player_success.items())
     assert type(traj.turns) is list
     for t in traj.turns:
         assert type(t) is Turn
@@ -148,7 +164,9 @@ def assert_exact_types(traj: Trajectory) -> None:
         assert all(type(x) is float and math.isfinite(x) and x <= 0 for x in t.log_probs)
         assert type(t.reward) is float and math.isfinite(t.reward)
         assert type(t.action_is_valid) is bool and type(t.action_is_effective) is bool
-        assert type(t.action_is_refused) is bool and _text(t.observation, TEXT_MAX)
+        assert (
+            type(t.action_is_refused) is bool and _text(t.observation, TEXT_MAX) and _text(t.player, NAME_MAX)
+        )
         assert _count(t.policy_version)
         assert _text(t.state_key, TEXT_MAX) and _text(t.response_text, TEXT_MAX)
         assert _text(t.finish_reason, NAME_MAX)
@@ -177,12 +195,16 @@ def check_payload(payload: bytes) -> bool:
 
 def _with_floats(body: dict[str, Any]) -> dict[str, Any]:
     """The reference's reading of a body: float fields hold floats (an int 3 is read as 3.0), and a version-1
-    turn has `action_is_refused` False and its state key as `observation`."""
+    turn has `action_is_refused` False and its state key as `observation`; before version 3 there are no
+    players ("" and {})."""
     body["metrics"] = {k: float(v) for k, v in body["metrics"].items()}
+    body.setdefault("player", "")
+    body.setdefault("player_success", {})
     for t in body["turns"]:
         t["reward"], t["log_probs"] = float(t["reward"]), [float(x) for x in t["log_probs"]]
         t.setdefault("action_is_refused", False)
         t.setdefault("observation", t["state_key"])
+        t.setdefault("player", "")
     return body
 
 

@@ -115,13 +115,11 @@ def test_wrongly_typed_fields_name_the_field(path, value, message):
         decode_trajectory(msgpack.packb(set_at(_body(), path, value)))
 
 
-@pytest.mark.parametrize("version", [2.0, True, "2", None, 0, 3])
+@pytest.mark.parametrize("version", [3.0, True, "3", None, 0, 4])
 def test_version_must_be_the_exact_int(version):
     body = _body()
     body["version"] = version
-    with pytest.raises(
-        PayloadError, match=r"expected the int 2, or 1 for payloads written before Turn\.action_is_refused"
-    ):
+    with pytest.raises(PayloadError, match=r"expected the int 3, or one of \(1, 2, 3\) for older payloads"):
         decode_trajectory(msgpack.packb(body))
 
 

@@ -37,6 +37,9 @@ BASE_METRICS: Mapping[str, Aggregation] = {
 }
 """The metrics every `BaseEnv` reports at each step, and how each aggregates over an episode."""
 
+_NO_MOVE: tuple[str, Mapping[str, float]] = ("", {})
+"""The move a reset reports: nobody moved, nobody was rewarded."""
+
 RENDER_MODES = ("text", "rgb_array")
 TEXT_CHARSET = string.printable + "√·—–’“”…•×"
 """Characters a built-in observation may contain (the observation space's charset)."""
@@ -53,12 +56,16 @@ class ActionOutcome:
     info says `action_is_refused`. Its `reward` and `terminated` count (an env may penalise a refused move
     or end the game on it); its `effective` does not. The format penalty is not applied: the answer was
     read. A legal move that merely does nothing (walking into a wall) is not refused but ineffective.
+    `rewards` gives several players' rewards at once (a multi-player env: see `BaseEnv.players`).
     """
 
     reward: float = 0.0
     terminated: bool = False
     effective: bool = True
     refused: bool = False
+    rewards: Mapping[str, float] | None = None
+    """Several players: every player's reward for this action (a win: the winner +1, the loser -1); None:
+    `reward` is the mover's."""
 
     @classmethod
     def refuse(cls, reward: float = 0.0, terminated: bool = False) -> ActionOutcome:
@@ -78,6 +85,14 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     default, `\\boxed{}`, a JSON tool call or the raw text); `format_answer(*actions)` writes one, for the
     instruction. `valid_actions` lists the actions of the current state, or is None for an open answer
     space (a number, a matrix): then every non-empty answer reaches `apply_action`, which may refuse it.
+
+    Several players (optional): a game of several players (`players`, e.g. `("X", "O")`) says whose turn
+    it is (`current_player`); each `step` is that player's move, its observation is the next player's view,
+    and its info adds `player` (who moved), `next_player` ("" once the game is over), `rewards` (every
+    player's reward for the move: `ActionOutcome.rewards`) and `player_success`. `fixed_policies` names the
+    scripted players the env offers for a seat (`fixed_policy_answer`); roll's env manager gives each seat
+    to the trained policy (self-play) or to one of them, and trains each policy seat's turns as rows of their
+    own (docs/envs/players.md).
 
     Construct with a config model, a mapping, keyword overrides or nothing:
     `FrozenLakeEnv(size=5)`, `FrozenLakeEnv(FrozenLakeConfig(size=5))`. `render_mode` is `"text"`
@@ -192,6 +207,34 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         overrides `baselines` (override this too when that depends on the config)."""
         return type(self).baselines is not BaseEnv.baselines
 
+    # ---- several players (optional hooks) -------------------------------------------------------
+
+    @property
+    def players(self) -> tuple[str, ...]:
+        """The players of a multi-player game in seat order (e.g. `("X", "O")`); () for one agent (default)."""
+        return ()
+
+    @property
+    def current_player(self) -> str:
+        """The player whose move the next `step` is ("" for one agent, or once the game is over)."""
+        return ""
+
+    @property
+    def fixed_policies(self) -> tuple[str, ...]:
+        """Names of the scripted players that can take a seat (`fixed_policy_answer`); default none."""
+        return ()
+
+    def fixed_policy_answer(self, name: str) -> str:
+        """The turn text (in the env's answer format) the scripted player `name` plays for `current_player`
+        now, drawing any randomness from the episode's generator (`np_random`)."""
+        raise EnvConfigError(
+            f"env {type(self).__name__!r} has no fixed policy {name!r}; it offers {list(self.fixed_policies)}."
+        )
+
+    def player_success(self, player: str) -> bool:
+        """Whether `player` succeeded (won) in the current state; default: `is_success()`."""
+        return self.is_success()
+
     # ---- the Gymnasium API, written once --------------------------------------------------------
 
     @property
@@ -228,7 +271,7 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         self._terminated = False
         self._truncated = False
         obs = self.text_observation()
-        return obs, self._info(obs, valid=True, refused=False, effective=False, executed=(), metrics={})
+        return obs, self._info(obs, True, False, False, (), {}, _NO_MOVE)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Parse the model's text, execute its actions in order and report the turn."""
@@ -240,10 +283,13 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         parsed = parse_turn(action, self.match_action, cfg.max_actions_per_turn, cfg.answer_format)
         if self._terminated or self._truncated:
             return self._after_end(parsed)
-        reward, effective, refused, executed = 0.0, False, False, []
+        mover = self.current_player
+        rewards: dict[str, float] = {}
+        effective, refused, executed = False, False, []
         for name in parsed.actions:
             outcome = self.apply_action(name)
-            reward += float(outcome.reward)
+            for player, value in (outcome.rewards or {mover: outcome.reward}).items():
+                rewards[player] = rewards.get(player, 0.0) + float(value)
             refused = bool(outcome.refused)
             if not refused:
                 executed.append(name)
@@ -253,13 +299,13 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
             if refused or outcome.terminated:
                 break
         if not parsed.valid:
-            reward -= cfg.format_penalty
+            rewards[mover] = rewards.get(mover, 0.0) - cfg.format_penalty
         self._elapsed += 1
         self._truncated = not self._terminated and self._elapsed >= cfg.max_steps
         obs = self.text_observation()
         metrics = self._step_metrics(parsed, refused, effective, executed)
-        info = self._info(obs, parsed.valid, refused, effective, executed, metrics)
-        return obs, reward, self._terminated, self._truncated, info
+        info = self._info(obs, parsed.valid, refused, effective, executed, metrics, (mover, rewards))
+        return obs, rewards.get(mover, 0.0), self._terminated, self._truncated, info
 
     def render(self, mode: str | None = None) -> Any:  # type: ignore[override]
         """The current state in `mode` (default: the env's `render_mode`): text or an RGB array."""
@@ -295,7 +341,7 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         """Stepping a finished episode is a no-op with reward 0 (as Gymnasium's toy-text envs do)."""
         obs = self.text_observation()
         metrics = self._step_metrics(parsed, False, False, [])
-        info = self._info(obs, parsed.valid, False, False, (), metrics)
+        info = self._info(obs, parsed.valid, False, False, (), metrics, (self.current_player, {}))
         return obs, 0.0, self._terminated, self._truncated, info
 
     def _info(
@@ -306,8 +352,9 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         effective: bool,
         executed: tuple[str, ...] | list[str],
         metrics: dict[str, float],
+        move: tuple[str, Mapping[str, float]],
     ) -> dict[str, Any]:
-        return {
+        info = {
             "action_is_valid": bool(valid),
             "action_is_refused": bool(refused),
             "action_is_effective": bool(effective),
@@ -316,4 +363,17 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
             "state_key": self.state_key(obs),
             "executed_actions": list(executed),
             "elapsed_steps": self._elapsed,
+        }
+        if self.players:
+            info.update(self._players_info(*move))
+        return info
+
+    def _players_info(self, mover: str, rewards: Mapping[str, float]) -> dict[str, Any]:
+        """The info keys of a multi-player game (see the class docstring)."""
+        over = self._terminated or self._truncated
+        return {
+            "player": mover,
+            "next_player": "" if over else self.current_player,
+            "rewards": {p: float(rewards.get(p, 0.0)) for p in self.players},
+            "player_success": {p: bool(self.player_success(p)) for p in self.players},
         }

@@ -43,6 +43,8 @@ BUILTINS: tuple[Builtin, ...] = (
             "WebShop-style shopping over a generated catalogue (not the original WebShop)"),
     Builtin("four_choice", "FourChoice", "roll_envs.four_choice:FourChoiceEnv", {},
             "one turn: the right letter A-D for the colour shown (a contextual bandit)"),
+    Builtin("tictactoe", "TicTacToe", "roll_envs.tictactoe:TicTacToeEnv", {},
+            "TicTacToe, two seats (X, O): self-play, or a seat played by random or minimax"),
     Builtin("cliff_walking", "", _ADAPTER, {"gym_id": latest_gym_id("CliffWalking")},
             "Gymnasium CliffWalking through the text adapter"),
     Builtin("taxi", "", _ADAPTER, {"gym_id": latest_gym_id("Taxi")}, "Gymnasium Taxi through the text adapter"),

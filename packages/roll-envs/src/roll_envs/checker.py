@@ -21,6 +21,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from roll_envs.checker_players import check_players
 from roll_envs.errors import CheckEnvError, GarbagePaysWarning
 from roll_envs.parsing import AnswerFormat, extract_answer, render_answer
 from roll_envs.random_state import IsolatedEnv
@@ -402,6 +403,9 @@ def check_env(
     `reset(seed=...)`. `check_interleaved` steps two more instances alternately: `make_env()` when given
     (a function that builds the env), else copies of `env`.
 
+    A multi-player env (`players`) is also played seat by seat (`check_players`): who moved, who moves
+    next, every player's reward, and each fixed policy's answer in every state.
+
     An env that passes is also checked for the reward rule (`check_reward_rule`); where an answer with
     no valid action scores more than a valid action, a `GarbagePaysWarning` says which penalty fixes it.
 
@@ -419,6 +423,7 @@ def check_env(
             lambda: check_time_limit(isolated, seeds[0]),
             lambda: check_garbage(isolated, seeds[0]),
             lambda: check_render(isolated, seeds[0]),
+            lambda: check_players(isolated, seeds[0], turns),
         ):
             try:
                 problems += check()

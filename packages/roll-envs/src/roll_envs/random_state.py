@@ -237,6 +237,29 @@ class IsolatedEnv:
         return self.random_state.run(getattr, self.env, "valid_actions")
 
     @property
+    def players(self) -> tuple[str, ...]:
+        """`env.players` (() for one agent or an env without the hook)."""
+        return tuple(getattr(self.env, "players", ()) or ())
+
+    @property
+    def current_player(self) -> str:
+        """`env.current_player` ("" without the hook)."""
+        return str(getattr(self.env, "current_player", ""))
+
+    @property
+    def fixed_policies(self) -> tuple[str, ...]:
+        """`env.fixed_policies` (() without the hook)."""
+        return tuple(getattr(self.env, "fixed_policies", ()) or ())
+
+    def fixed_policy_answer(self, name: str) -> str:
+        """`env.fixed_policy_answer(name)` under the env's state."""
+        return self.random_state.run(self.env.fixed_policy_answer, name)
+
+    def format_answer(self, *actions: str) -> str:
+        """`env.format_answer(*actions)`."""
+        return self.env.format_answer(*actions)
+
+    @property
     def metadata(self) -> Any:
         """`env.metadata`."""
         return self.env.metadata

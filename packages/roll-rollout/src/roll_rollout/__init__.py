@@ -5,6 +5,7 @@ from roll_rollout.env_manager import FAILURE_KINDS, EpisodeJob, TrajEnvManager, 
 from roll_rollout.errors import PayloadError, RolloutError, SchedulerError
 from roll_rollout.groups import OUTCOMES, GroupFilter, RolloutBatch, SpawnWorker, WorkerLink
 from roll_rollout.layout import EnvLayout, TagMix
+from roll_rollout.players import SeatsError, check_fixed_players, split_group, split_players
 from roll_rollout.policy import (
     BatchingPolicy,
     GenerateRequest,
@@ -48,6 +49,7 @@ __all__ = [
     "SamplingSettings",  # temperature, top_p, greedy, max_new_tokens
     "SchedulerError",  # inconsistent layout or batch request, or a rollout that cannot deliver
     "SchedulerSettings",  # sync/async mode, fault limits, timeout, StarPO-S filter
+    "SeatsError",  # fixed_players that do not fit the env
     "SpawnWorker",  # worker index -> WorkerLink of a fresh env worker
     "TagMix",  # splits a batch's groups among tags in the partition's proportions
     "TrajEnvManager",  # one env's episode loop
@@ -55,10 +57,13 @@ __all__ = [
     "Turn",  # one agent turn of a trajectory
     "WorkerLink",  # submit/cancel/poll/kill of one env worker (in-process or Ray)
     "__version__",
+    "check_fixed_players",  # fixed_players against an env's seats and fixed policies
     "decode_trajectory",  # validate + decode a payload
     "encode_trajectory",  # msgpack payload of a trajectory
     "failure_kind",  # why a trajectory failed (None if healthy)
     "sample_key",  # the random stream of one turn's sampling (seed, env slot, episode, turn)
+    "split_group",  # one group episode -> one group per policy seat
+    "split_players",  # a multi-player episode -> one trajectory per policy seat
     "stable_hash",  # process-independent 64-bit hash (GiGPO anchors)
     "validation_seeds",  # fixed held-out seeds
 ]

@@ -13,6 +13,13 @@ every env call: reseeded from `DEFAULT_SEED` before the constructor and from the
 process-wide generators. Each turn records the observation it acted on and the env's `state_key` of
 that state (`info["state_key"]` of the reset or step that led there; the observation when the env gives
 none), GiGPO's anchor.
+
+A multi-player game (the env's `players`) is played move by move by whoever `info["next_player"]` names:
+a seat in `fixed_players` by the env's scripted policy of that name (not trained), every other seat by the
+policy, each seat with a prompt of its own observations and responses. A seat's turn is credited with the
+rewards that seat gets from its move until its next one (`info["rewards"]`), and the episode records each
+policy seat's success (`Trajectory.player_success`); `roll_rollout.players.split_players` makes one
+trajectory per seat of it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
 from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.players import Seats, manager_metrics, move_rewards, player_success
 from roll_rollout.policy import GenerateRequest, PolicyClient, SamplingSettings
 from roll_rollout.prompts import PromptBuilder
 from roll_rollout.schema import Trajectory, Turn
@@ -58,11 +66,13 @@ class EpisodeJob:
 
 
 class TrajEnvManager:
-    """Plays episodes on one env slot; `max_turns` caps the agent turns of an episode.
+    """Plays episodes on one env slot; `max_turns` caps the turns of an episode (in a multi-player game, the
+    moves of every seat together).
 
     `make_env()` builds the env (called again after an env failure); `env` may pass a first, already
     built instance (built under `random_state`). Env calls go through `calls`, shared by the slots of a
-    worker, each under the slot's `random_state` (a new one when not given).
+    worker, each under the slot's `random_state` (a new one when not given). `fixed_players` maps the seats
+    of a multi-player game that a scripted policy plays to its name (see the module docstring).
     """
 
     def __init__(
@@ -75,6 +85,7 @@ class TrajEnvManager:
         calls: EnvCalls,
         env: Any | None = None,
         random_state: EnvRandomState | None = None,
+        fixed_players: Mapping[str, str] | None = None,
     ) -> None:
         self._make_env = make_env
         self.env = env
@@ -84,6 +95,7 @@ class TrajEnvManager:
         self.max_context_tokens = max_context_tokens
         self.calls = calls
         self.random_state = random_state if random_state is not None else EnvRandomState()
+        self.fixed_players = dict(fixed_players or {})
         self._in_env_call = False
 
     async def run_episode(self, job: EpisodeJob, policy: PolicyClient) -> Trajectory:
@@ -122,35 +134,31 @@ class TrajEnvManager:
         obs, info = await self._env_call(functools.partial(self.env.reset, seed=job.seed), what="reset")
         _check_observation(obs, "reset")
         state_key = _state_key(obs, info, "reset")
-        observations, responses, texts = [obs], [], []
+        seats = Seats.of(self.env, self.fixed_players, info)
         wants_messages = bool(getattr(policy, "needs_messages", False))
         metric_log: list[dict[str, float]] = []
-        for turn in range(self.max_turns):
-            prompt_ids = self.prompts.prompt(observations, responses)
-            budget = self.max_context_tokens - len(prompt_ids)
-            if budget <= 0:
-                traj.truncated = True
-                break
-            sampling = job.sampling
-            if budget < sampling.max_new_tokens:
-                sampling = SamplingSettings(**{**sampling.__dict__, "max_new_tokens": budget})
-            messages = self.prompts.messages(observations, texts) if wants_messages else None
-            key = sample_key(job.seed, job.env_id, job.episode_id, turn)
-            result = await policy.generate(GenerateRequest(prompt_ids, sampling, messages, key))
-            text = self.prompts.full_response(
-                self.prompts.tokenizer.decode(result.output_ids, skip_special_tokens=True)
-            )
+        for move in range(self.max_turns):
+            mover = seats.mover
+            seats.observe(obs)
+            fixed = seats.fixed_policy(mover)
+            if fixed is None:
+                sampled = await self._sample(seats, job, move, policy, wants_messages)
+                if sampled is None:
+                    traj.truncated = True
+                    break
+                prompt_ids, result, text = sampled
+            else:
+                text = await self._env_call(self.env.fixed_policy_answer, fixed, what="fixed_policy_answer")
             next_obs, reward, terminated, truncated, info = await self._env_call(
                 self.env.step, text, what="step"
             )
             reward, step_metrics = _checked_step(next_obs, reward, info)
-            next_key = _state_key(next_obs, info, "step")
-            traj.turns.append(
-                Turn(
+            if fixed is None:
+                turn = Turn(
                     prompt_ids=prompt_ids,
                     response_ids=list(result.output_ids),
                     log_probs=list(result.log_probs),
-                    reward=reward,
+                    reward=0.0,
                     action_is_valid=bool(info.get("action_is_valid", True)),
                     action_is_effective=bool(info.get("action_is_effective", True)),
                     state_key=state_key,
@@ -158,21 +166,46 @@ class TrajEnvManager:
                     finish_reason=result.finish_reason,
                     response_text=text,
                     action_is_refused=bool(info.get("action_is_refused", False)),
-                    observation=observations[-1],
+                    observation=obs,
+                    player=mover,
                 )
-            )
-            metric_log.append(step_metrics)
-            observations.append(next_obs)
-            state_key = next_key
-            responses.append(result.output_ids)
-            texts.append(text)
+                traj.turns.append(turn)
+                seats.took(turn, result.output_ids, text)
+                metric_log.append(step_metrics)
+            seats.credit(move_rewards(info, mover, reward, seats.players))
+            obs, state_key = next_obs, _state_key(next_obs, info, "step")
             traj.success = bool(info.get("success", False))
+            traj.player_success = player_success(info, seats)
             if terminated or truncated:
                 traj.terminated, traj.truncated = bool(terminated), bool(truncated)
                 break
+            seats.next(info)
         else:
             traj.truncated = True
+        if seats.players:
+            traj.success = any(traj.player_success.values())
         traj.metrics = _episode_metrics(traj, metric_log, getattr(self.env, "metric_aggregation", {}))
+
+    async def _sample(
+        self, seats: Seats, job: EpisodeJob, move: int, policy: PolicyClient, wants_messages: bool
+    ) -> tuple[list[int], Any, str] | None:
+        """The policy's turn for the seat to move: (prompt ids, result, text), or None when its prompt
+        leaves no room in the context."""
+        history = seats.history()
+        prompt_ids = self.prompts.prompt(history.observations, history.responses)
+        budget = self.max_context_tokens - len(prompt_ids)
+        if budget <= 0:
+            return None
+        sampling = job.sampling
+        if budget < sampling.max_new_tokens:
+            sampling = SamplingSettings(**{**sampling.__dict__, "max_new_tokens": budget})
+        messages = self.prompts.messages(history.observations, history.texts) if wants_messages else None
+        key = sample_key(job.seed, job.env_id, job.episode_id, move)
+        result = await policy.generate(GenerateRequest(prompt_ids, sampling, messages, key))
+        text = self.prompts.full_response(
+            self.prompts.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+        )
+        return prompt_ids, result, text
 
     def _drop_env(self, close: bool) -> None:
         """Forget the env so the next episode makes a fresh one; close it if no thread is inside it."""
@@ -268,23 +301,11 @@ def _episode_metrics(
     traj: Trajectory, step_metrics: list[dict[str, float]], aggregation: Mapping[str, str]
 ) -> dict[str, float]:
     """Per-episode metrics: the env's own, each aggregated as the env declares (default mean),
-    then the manager's (success, num_actions, the rates of valid, refused and effective turns, score,
-    response length). `action_is_valid` is the rate of turns whose answer the env read (refused ones
-    included), `action_is_refused` the rate of turns where the env refused an action."""
+    then the manager's (`players.manager_metrics`: success, num_actions, the rates of valid, refused and
+    effective turns, score, response length)."""
     out: dict[str, float] = {}
     for name in {k for m in step_metrics for k in m}:
         values = [m[name] for m in step_metrics if name in m]
         out[name] = float(_AGGREGATORS[aggregation.get(name, "mean")](values))
-    turns = traj.turns
-    out.update(
-        {
-            "success": float(traj.success),
-            "num_actions": float(len(turns)),
-            "action_is_valid": sum(t.action_is_valid for t in turns) / max(len(turns), 1),
-            "action_is_refused": sum(t.action_is_refused for t in turns) / max(len(turns), 1),
-            "action_is_effective": sum(t.action_is_effective for t in turns) / max(len(turns), 1),
-            "score": traj.score,
-            "response_length": traj.num_response_tokens / max(len(turns), 1),
-        }
-    )
+    out.update(manager_metrics(traj.turns, traj.success))
     return out

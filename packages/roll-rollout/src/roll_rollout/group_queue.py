@@ -2,7 +2,7 @@
 
 At `get_batch` the queue drops the groups that became too stale, then hands out the oldest groups of
 each tag; with the StarPO-S filter on it hands out `need` of the `need / keep_fraction` oldest, those
-the filter picks. Every episode it drops is booked in the ledger with its reason.
+the filter picks (scoring a multi-player episode by each policy seat's score). Every episode it drops is booked in the ledger with its reason.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from roll_rollout.errors import SchedulerError
 from roll_rollout.groups import GroupEpisode, GroupFilter, Ledger
+from roll_rollout.players import split_players
 
 
 class GroupQueue:
@@ -65,7 +66,7 @@ class GroupQueue:
         candidates = [queue.popleft() for _ in range(min(count, len(queue)))]
         if self._filter is None or len(candidates) <= keep:
             return candidates
-        scores = [[t.score for t in ge.finished] for ge in candidates]
+        scores = [[part.score for t in ge.finished for part in split_players(t)] for ge in candidates]
         chosen = sorted({int(i) for i in self._filter(scores, keep)})
         if len(chosen) != keep or not all(0 <= i < len(candidates) for i in chosen):
             raise SchedulerError(f"group_filter returned {chosen} for {len(candidates)} groups, keep={keep}")

@@ -35,6 +35,7 @@ from roll_rollout.errors import SchedulerError
 from roll_rollout.group_queue import GroupQueue
 from roll_rollout.groups import GroupEpisode, GroupFilter, Ledger, RolloutBatch, SpawnWorker
 from roll_rollout.layout import EnvLayout
+from roll_rollout.players import split_group
 from roll_rollout.policy import SamplingSettings
 from roll_rollout.pool import WorkerPool
 from roll_rollout.rollout_metrics import RolloutMetrics
@@ -196,8 +197,9 @@ class RolloutScheduler:
                 tag, self._collect_count(tag, n, explicit), n if not explicit else 1 << 62
             )
         ]
-        trajs = [t for ge in taken for t in sorted(ge.finished, key=lambda t: t.env_id)]
-        self.ledger.add("delivered", len(trajs))
+        episodes = [sorted(ge.finished, key=lambda t: t.env_id) for ge in taken]
+        self.ledger.add("delivered", sum(len(e) for e in episodes))
+        trajs = [t for group in episodes for t in split_group(group, self._seeds.new_group_key)]
         failed, queued = self._metrics.take_failed(), sum(self._ready.sizes().values())
         metrics = self._metrics.take(self.ledger, trajs, self.policy_version, queued, len(self._busy))
         return RolloutBatch(trajs, failed, metrics)

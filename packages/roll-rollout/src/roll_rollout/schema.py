@@ -10,9 +10,10 @@ msgspec into typed structs that mirror `Turn` and `Trajectory` field for field, 
 checked down to its element type and range (the rules are in `roll_rollout.wire`): a corrupt, foreign
 or out-of-range payload fails with a `PayloadError` naming the field path, never deep inside training.
 Unknown and missing fields are errors too: the version says which fields a payload has. Version 2 added
-`Turn.action_is_refused` and `Turn.observation`; version 1 payloads (written before them, e.g. saved
-trajectory dumps) still decode, with `action_is_refused` False and `observation` equal to `state_key` (version
-1 recorded the observation as the state key).
+`Turn.action_is_refused` and `Turn.observation`; version 3 added the players of a multi-player game
+(`Turn.player`, `Trajectory.player`, `Trajectory.player_success`). Older payloads (e.g. saved trajectory
+dumps) still decode: a version 1 turn has `action_is_refused` False and `observation` equal to `state_key`
+(version 1 recorded the observation as the state key), and a version 1 or 2 payload has no players.
 """
 
 from __future__ import annotations
@@ -37,15 +38,15 @@ from roll_rollout.wire import (
 )
 
 SCHEMA_NAME = "roll.trajectory"
-SCHEMA_VERSION = 2
-"""The version `encode_trajectory` writes: 2, turns carry `action_is_refused` and `observation`."""
+SCHEMA_VERSION = 3
+"""The version `encode_trajectory` writes: 3, turns and trajectories carry their player."""
 
-READ_VERSIONS = (1, 2)
-"""The versions `decode_trajectory` reads: 1 is version 2 without `Turn.action_is_refused` and
-`Turn.observation`."""
+READ_VERSIONS = (1, 2, 3)
+"""The versions `decode_trajectory` reads: each is the next one without the fields that one added."""
 
-_ADDED_IN_2 = ("action_is_refused", "observation")
-"""Turn fields a version 2 payload has and a version 1 payload has not."""
+_TURN_ADDED = {"action_is_refused": 2, "observation": 2, "player": 3}
+_TRAJECTORY_ADDED = {"player": 3, "player_success": 3}
+"""The version that added each field (a payload of an older version has none of them)."""
 
 
 @dataclass
@@ -58,6 +59,8 @@ class Turn:
     `observation` is the env's observation the turn acted on (the last one its prompt shows); `state_key`
     the env's key of that state (`info["state_key"]`, the observation when the env gives none): equal for
     equal states, it is the turn's GiGPO anchor (`anchor_id`) even where the observation carries more.
+    `player` is the seat that took the turn in a multi-player game ("" for one agent); its `reward` is
+    that player's reward from this move until its next one (the other players' moves included).
     """
 
     prompt_ids: list[int]
@@ -72,6 +75,7 @@ class Turn:
     response_text: str = ""
     action_is_refused: bool = False
     observation: str = ""
+    player: str = ""
 
     @property
     def anchor_id(self) -> int:
@@ -81,7 +85,12 @@ class Turn:
 
 @dataclass
 class Trajectory:
-    """One episode of one env slot; `group_id` groups the envs that share the episode seed."""
+    """One episode of one env slot; `group_id` groups the envs that share the episode seed.
+
+    A multi-player game's episode holds the turns of every seat the policy played (`Turn.player`) and
+    `player_success` (each of those seats: did it win); `split_players` makes one trajectory per seat of
+    it (`player` set), which trains as a trajectory of its own.
+    """
 
     env_id: int
     group_id: int
@@ -94,6 +103,8 @@ class Trajectory:
     truncated: bool = False
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    player: str = ""
+    player_success: dict[str, bool] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -128,8 +139,9 @@ class _TurnWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     policy_version: Count
     finish_reason: Name
     response_text: Text
-    action_is_refused: bool | msgspec.UnsetType = msgspec.UNSET  # required in version 2, absent in 1
-    observation: Text | msgspec.UnsetType = msgspec.UNSET  # required in version 2, absent in 1
+    action_is_refused: bool | msgspec.UnsetType = msgspec.UNSET  # required from version 2 (`_TURN_ADDED`)
+    observation: Text | msgspec.UnsetType = msgspec.UNSET  # required from version 2
+    player: Name | msgspec.UnsetType = msgspec.UNSET  # required from version 3
 
 
 class _TrajectoryWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -146,6 +158,8 @@ class _TrajectoryWire(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     truncated: bool
     metrics: dict[Name, FiniteFloat]
     error: Text | None
+    player: Name | msgspec.UnsetType = msgspec.UNSET  # required from version 3 (`_TRAJECTORY_ADDED`)
+    player_success: dict[Name, bool] | msgspec.UnsetType = msgspec.UNSET  # required from version 3
 
 
 class _Payload(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -188,6 +202,7 @@ def decode_trajectory(payload: bytes) -> Trajectory:
     if decoded is None or decoded.schema != SCHEMA_NAME or decoded.version not in READ_VERSIONS:
         _raise_payload_error(payload)
     body = decoded.trajectory
+    _check_added_fields(body, _TRAJECTORY_ADDED, decoded.version, "trajectory")
     turns = []
     for i, t in enumerate(body.turns):
         if len(t.log_probs) != len(t.response_ids):
@@ -195,14 +210,7 @@ def decode_trajectory(payload: bytes) -> Trajectory:
                 f"trajectory.turns[{i}]: {len(t.log_probs)} log_probs for {len(t.response_ids)} response "
                 "ids; they must have the same length (one log-prob per sampled token)"
             )
-        for name in _ADDED_IN_2:
-            if (getattr(t, name) is msgspec.UNSET) != (decoded.version == 1):
-                state = "has no field" if getattr(t, name) is msgspec.UNSET else "has an unknown field"
-                raise PayloadError(
-                    f"trajectory.turns[{i}]: {state} {name} for schema version {decoded.version} "
-                    "(version 2 turns carry it, version 1 turns do not). The payload breaks the trajectory "
-                    "schema: fix the code that built it (only encode values the dataclass types allow)"
-                )
+        _check_added_fields(t, _TURN_ADDED, decoded.version, f"trajectory.turns[{i}]")
         turns.append(
             Turn(
                 t.prompt_ids,
@@ -217,6 +225,7 @@ def decode_trajectory(payload: bytes) -> Trajectory:
                 t.response_text,
                 t.action_is_refused is True,
                 t.state_key if t.observation is msgspec.UNSET else t.observation,
+                _or(t.player, ""),
             )
         )
     return Trajectory(
@@ -231,7 +240,27 @@ def decode_trajectory(payload: bytes) -> Trajectory:
         body.truncated,
         body.metrics,
         body.error,
+        _or(body.player, ""),
+        _or(body.player_success, {}),
     )
+
+
+def _or(value: Any, default: Any) -> Any:
+    """`value`, or `default` for a field an older payload has not (`msgspec.UNSET`)."""
+    return default if value is msgspec.UNSET else value
+
+
+def _check_added_fields(struct: Any, added: dict[str, int], version: int, where: str) -> None:
+    """A field is present exactly in the versions from the one that added it."""
+    for name, since in added.items():
+        unset = getattr(struct, name) is msgspec.UNSET
+        if unset != (version < since):
+            state = "has no field" if unset else "has an unknown field"
+            raise PayloadError(
+                f"{where}: {state} {name} for schema version {version} (payloads carry it from version "
+                f"{since} on). The payload breaks the trajectory schema: fix the code that built it (only "
+                "encode values the dataclass types allow)"
+            )
 
 
 def _raise_payload_error(payload: bytes) -> NoReturn:
@@ -245,7 +274,7 @@ def _raise_payload_error(payload: bytes) -> NoReturn:
     if type(envelope.version) is not int or envelope.version not in READ_VERSIONS:
         raise PayloadError(
             f"trajectory schema version {envelope.version!r:.80} is not supported (expected the int "
-            f"{SCHEMA_VERSION}, or 1 for payloads written before Turn.action_is_refused); producer and "
+            f"{SCHEMA_VERSION}, or one of {READ_VERSIONS} for older payloads); producer and "
             "consumer run different roll-rollout versions: install the same version on both"
         )
     if not len(envelope.trajectory):

@@ -28,6 +28,7 @@ from roll_envs.random_state import EnvRandomState
 from roll_rollout.env_calls import EnvCalls
 from roll_rollout.env_manager import EpisodeJob, TrajEnvManager, failure_kind
 from roll_rollout.errors import PayloadError
+from roll_rollout.players import check_fixed_players
 from roll_rollout.policy import PolicyClient, SamplingSettings
 from roll_rollout.prompts import ChatTokenizer, PromptBuilder
 from roll_rollout.schema import Trajectory, encode_trajectory
@@ -46,6 +47,7 @@ class EnvSlotSpec:
     max_context_tokens: int = 2048
     instruction: str | None = None  # None: the env's own `instruction`
     response_prefix: str = ""  # text every assistant turn starts with (prompt ids, read by the env)
+    fixed_players: dict[str, str] = field(default_factory=dict)  # seat -> the env's fixed policy playing it
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class EnvWorker:
             # the slot's own `random` and `np.random`; building here fails fast on a bad env config
             random_state = EnvRandomState()
             env = random_state.run(env_factory, spec.env_type, dict(spec.env_config))
+            check_fixed_players(env, spec.fixed_players, f"env tag {spec.tag!r}")
             instruction = env.instruction if spec.instruction is None else spec.instruction
             key = (instruction, spec.max_history_turns, spec.response_prefix)
             if key not in builders:
@@ -150,6 +153,7 @@ class EnvWorker:
                 self.calls,
                 env=env,
                 random_state=random_state,
+                fixed_players=spec.fixed_players,
             )
             self._slots[spec.env_id] = _Slot(manager)
         self._done: list[bytes] = []

@@ -75,7 +75,9 @@ class CustomEnvConfig(StrictModel):
     """An env tag: which registered env type, its config, and the episode limits."""
 
     env_type: str = Field("frozen_lake", description="registry id of the env (`roll-envs list`)")
-    max_actions_per_traj: int = Field(8, ge=1, description="agent turns per episode")
+    max_actions_per_traj: int = Field(
+        8, ge=1, description="agent turns per episode (a multi-player game: every seat's moves together)"
+    )
     max_tokens_per_step: int = Field(
         128, ge=1, description="new tokens per turn (a short reasoning and the answer)"
     )
@@ -91,6 +93,12 @@ class CustomEnvConfig(StrictModel):
     )
     env_config: dict[str, Any] = Field(
         default_factory=dict, description="keyword config of the env (validated by the env)"
+    )
+    fixed_players: dict[str, str] = Field(
+        default_factory=dict,
+        description="seats of a multi-player env played by one of its fixed policies, e.g. {O: random}; the"
+        " trained policy plays every other seat (self-play when that is more than one), each seat's turns"
+        " training as trajectories of their own",
     )
 
 

@@ -3,6 +3,7 @@ worker, model or Ray instance starts, so a bad value fails in a second instead o
 
 - each `custom_envs.<tag>.env_type` is a registered env (with the registered list and a did-you-mean);
 - each `env_config` validates against that env's own pydantic config (unknown keys are errors);
+- each `fixed_players` names seats of a multi-player env and fixed policies it offers;
 - `resume_from_checkpoint` exists, is complete and verifies against its manifest;
 - `pretrain` is `builtin:NAME` of a known tiny model, a local model folder, or a Hugging Face hub id that
   is in the local Hugging Face cache (or, online, on the hub);
@@ -60,7 +61,25 @@ def check_env_configs(custom_envs: Any) -> list[str]:
             build_config(model, {**spec.defaults, **env_config}, {}, env_name=spec.id)
         except roll_envs.EnvConfigError as exc:
             problems.append(f"{where}.env_config: {exc}".replace("\n", "\n    "))
+            continue
+        problems += _fixed_players_problems(env_type, env_config, entry.get("fixed_players"), where)
     return problems
+
+
+def _fixed_players_problems(
+    env_type: str, env_config: Mapping[str, Any], fixed: Any, where: str
+) -> list[str]:
+    """`fixed_players` names the env's seats and fixed policies (the env is built to ask it)."""
+    import roll_envs
+    from roll_rollout import SeatsError, check_fixed_players
+
+    if not fixed or not isinstance(fixed, Mapping):
+        return []  # none, or the schema reports the wrong type
+    try:
+        check_fixed_players(roll_envs.make(env_type, render_mode=None, **env_config), fixed, where)
+    except SeatsError as exc:
+        return [str(exc).replace(f"{where}: ", f"{where}.", 1)]
+    return []
 
 
 def check_resume(resume_from_checkpoint: Any) -> list[str]:

@@ -18,7 +18,8 @@ envs in turn (for runs with a FrozenLake and a Sokoban tag); the tokenizer is th
 `builtin:tiny-four-choice`, the model of the learning test (tests/test_learning.py), warms up in seconds on the
 one-turn `four_choice` env: lights answered with a uniformly random letter whatever the colour (so it starts at
 chance), and lights asked `which colour` answered `<answer>COLOUR</answer>` (it reads the light, as any
-pretrained LLM does); which letter each colour wants is left to RL.
+pretrained LLM does); which letter each colour wants is left to RL. `builtin:tiny-tictactoe` warms up on
+TicTacToe boards of both seats answered with a random cell (the two-player example).
 """
 
 from __future__ import annotations
@@ -109,6 +110,14 @@ BUILTIN_MODELS: dict[str, TinyModelSpec] = {
     # four distinct prompts, short answers: 200 steps learn the format and the colours (about 10 s). Built on the
     # format alone, the model was still at chance (0.23 greedy) after 40 RL steps at lr 1e-3, and at 3e-3 it
     # lost the format.
+    # TicTacToe boards from random play (both seats), answered with a uniformly random cell number (taken
+    # cells too): the answer format and no strategy; playing well, and free cells, are left to RL
+    "tiny-tictactoe": TinyModelSpec(
+        envs=(WarmupEnv("tictactoe", instruction=NO_INSTRUCTION),),
+        warmup_steps=200,
+        warmup_examples=2000,
+        revision=1,
+    ),
     "tiny-four-choice": TinyModelSpec(
         envs=(WarmupEnv("four_choice", instruction=NO_INSTRUCTION),),
         warmup_steps=200,

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-VOCABULARY_EXCLUDED_ENVS = frozenset({"four_choice"})
+VOCABULARY_EXCLUDED_ENVS = frozenset({"four_choice", "tictactoe"})
 """Registered envs whose text stays out of `vocabulary_corpus`: added after the tiny models were built and
 measured, their new words would change every model's tokenizer, hence its weights, while the cache keeps a
 build by revision. A model warmed up on such an env still gets its words, from its warm-up examples."""

@@ -93,6 +93,7 @@ def slots_of(settings: RolloutSettings, layout: EnvLayout, worker: int) -> list[
                 settings.sequence_length,
                 env.env_instruction,
                 env.response_prefix,
+                dict(env.fixed_players),
             )
         )
     return slots
