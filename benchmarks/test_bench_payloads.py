@@ -74,12 +74,12 @@ _LEGACY_TURN = {
     "prompt_ids": (list,), "response_ids": (list,), "log_probs": (list,), "reward": (float, int),
     "action_is_valid": (bool,), "action_is_effective": (bool,), "state_key": (str,),
     "policy_version": (int,), "finish_reason": (str,), "response_text": (str,), "action_is_refused": (bool,),
-    "observation": (str,),
+    "observation": (str,), "player": (str,),
 }  # fmt: skip
 _LEGACY_TRAJ = {
     "env_id": (int,), "group_id": (int,), "episode_id": (int,), "tag": (str,), "seed": (int,),
     "turns": (list,), "success": (bool,), "terminated": (bool,), "truncated": (bool,),
-    "metrics": (dict,), "error": (str, type(None)),
+    "metrics": (dict,), "error": (str, type(None)), "player": (str,), "player_success": (dict,),
 }  # fmt: skip
 
 
@@ -93,7 +93,7 @@ def _legacy_fields(obj: Any, types: dict[str, tuple[type, ...]]) -> None:
 
 def legacy_decode(payload: bytes) -> Trajectory:
     msg = msgpack.unpackb(payload, raw=False, strict_map_key=True)
-    if not isinstance(msg, dict) or msg.get("schema") != "roll.trajectory" or msg.get("version") != 2:
+    if not isinstance(msg, dict) or msg.get("schema") != "roll.trajectory" or msg.get("version") != 3:
         raise ValueError("schema")
     body = msg["trajectory"]
     _legacy_fields(body, _LEGACY_TRAJ)
@@ -147,6 +147,7 @@ def _pydantic_model() -> Any:
         response_text: Annotated[str, Field(max_length=1 << 20)]
         action_is_refused: bool
         observation: Annotated[str, Field(max_length=1 << 20)]
+        player: Annotated[str, Field(max_length=256)]
 
     class PTraj(BaseModel):
         model_config = ConfigDict(strict=True, extra="forbid")
@@ -161,6 +162,8 @@ def _pydantic_model() -> Any:
         truncated: bool
         metrics: dict[str, finite]
         error: str | None
+        player: Annotated[str, Field(max_length=256)]
+        player_success: dict[str, bool]
 
     return PTraj
 
@@ -201,7 +204,7 @@ def test_bench_encode_typed(benchmark, payloads, trajectories):
 def test_bench_encode_legacy(benchmark, payloads, trajectories):
     def legacy() -> list[bytes]:
         return [
-            msgpack.packb({"schema": "roll.trajectory", "version": 2, "trajectory": asdict(t)})
+            msgpack.packb({"schema": "roll.trajectory", "version": 3, "trajectory": asdict(t)})
             for t in trajectories
         ]
 

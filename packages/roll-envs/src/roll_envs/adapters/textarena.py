@@ -9,7 +9,8 @@ so that equal boards match although the histories differ.
 
 Other players stay inside the env: each plays a random move from the list of moves its observation
 offers (`Available Moves: '[0]', '[1]', ...`), drawn from the episode's generator. A game whose
-observation lists no moves needs one player (`GuessTheNumber-v0`) or roll's players (not yet).
+observation lists no moves needs one player (`GuessTheNumber-v0`). This adapter does not expose TextArena's
+players as roll seats yet (self-play or a named fixed player: docs/envs/players.md, shown on roll's `tictactoe`).
 Some TextArena envs download word lists (nltk) at run time (Wordle, Hangman, ...); TicTacToe and
 GuessTheNumber do not.
 """
