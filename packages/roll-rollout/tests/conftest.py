@@ -11,15 +11,14 @@ CHAT_TEMPLATE = (
 WORDS = ["Left", "Right", "Up", "Down", "system", "user", "assistant", "go", "you", "are", "on", "a", "lake"]
 
 
-@pytest.fixture(scope="session")
-def chat_tokenizer():
+def word_level_tokenizer(words: list[str]):
+    """A word-level tokenizer of `words` (plus the chat specials and answer tags) with CHAT_TEMPLATE."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>", "<unk>", "<|im_start|>", "<|im_end|>"]
     tags = ["<answer>", "</answer>"]
-    chars = ["\n", "_", "P", "O", "G", "X", "√", ".", ",", ":"]
-    vocab = {tok: i for i, tok in enumerate(specials + tags + chars + WORDS)}
+    vocab = {tok: i for i, tok in enumerate(specials + tags + words)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[A-Z]?[a-z]+|\n|[^\s]"), behavior="isolated")
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
@@ -32,6 +31,17 @@ def chat_tokenizer():
         unk_token="<unk>",
         chat_template=CHAT_TEMPLATE,
     )
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer():
+    return word_level_tokenizer(["\n", "_", "P", "O", "G", "X", "√", ".", ",", ":", *WORDS])
+
+
+@pytest.fixture(scope="session")
+def make_word_tokenizer():
+    """`make_word_tokenizer(words)`: a tokenizer built as `chat_tokenizer` is, over other words."""
+    return word_level_tokenizer
 
 
 @pytest.fixture

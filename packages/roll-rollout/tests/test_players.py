@@ -13,6 +13,7 @@ import random
 import msgpack
 import pytest
 import roll_envs
+import roll_envs.tictactoe
 from roll_rollout import (
     EnvLayout,
     EnvSlotSpec,
@@ -43,30 +44,10 @@ class CellPolicy:
 
 
 @pytest.fixture(scope="module")
-def digit_tokenizer():
+def digit_tokenizer(make_word_tokenizer):
     """A word-level tokenizer that reads the TicTacToe board and answers (digits, marks, tags)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<|endoftext|>", "<unk>", "<|im_start|>", "<|im_end|>"]
-    tags = ["<answer>", "</answer>"]
-    chars = [*"123456789|XO.\n", "You", "play", "Your", "move", "won", "Draw", "system", "user", "assistant"]
-    vocab = {tok: i for i, tok in enumerate(specials + tags + chars)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[A-Z]?[a-z]+|\n|[^\s]"), behavior="isolated")
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    tok.add_special_tokens(specials)
-    tok.add_tokens(tags)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token="<unk>",
-        chat_template=(
-            "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-        ),
-    )
+    board = [*"123456789|XO.\n", "You", "play", "Your", "move", "won", "Draw"]
+    return make_word_tokenizer([*board, "system", "user", "assistant"])
 
 
 def make_env(_type, config):
@@ -254,3 +235,23 @@ def test_a_batch_of_self_play_groups_gives_each_seat_a_group_of_its_own(digit_to
         groups.setdefault(t.group_id, set()).add(t.player)
     assert len(groups) == 4 and all(len(seats) == 1 for seats in groups.values())
     assert sorted(sum(t.group_id == g for t in batch.trajectories) for g in groups) == [3, 3, 3, 3]
+
+
+class LostTurnEnv(roll_envs.tictactoe.TicTacToeEnv):
+    """Names a seat that does not exist as the next player."""
+
+    def _players_info(self, mover, rewards):
+        return {**super()._players_info(mover, rewards), "next_player": "Z"}
+
+
+def test_an_env_that_names_an_unknown_next_player_fails_the_episode_as_an_env_error(digit_tokenizer):
+    from roll_rollout import EnvCalls, TrajEnvManager, failure_kind
+    from roll_rollout.prompts import PromptBuilder
+
+    manager = TrajEnvManager(
+        LostTurnEnv, "ttt", PromptBuilder(digit_tokenizer, None, None), 10, 512, EnvCalls(1, 30.0)
+    )
+    job = EpisodeJob(0, 0, 0, 0, SamplingSettings(max_new_tokens=8))
+    traj = asyncio.run(manager.run_episode(job, CellPolicy(digit_tokenizer)))
+    manager.close()
+    assert failure_kind(traj) == "env_error" and "next_player 'Z'" in traj.error

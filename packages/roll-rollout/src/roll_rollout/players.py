@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from roll_rollout.env_calls import EnvCallError
 from roll_rollout.schema import Trajectory, Turn
 
 
@@ -74,7 +75,7 @@ class Seats:
         players = tuple(getattr(env, "players", ()) or ())
         mover = str(reset_info.get("next_player", "")) if players else ""
         if players and mover not in players:
-            raise SeatsError(
+            raise EnvCallError(  # the env is at fault: the episode fails as an env error
                 f"env {type(env).__name__} has players {list(players)} but its reset info names "
                 f"next_player {mover!r}; a multi-player env's reset must say who moves first."
             )
@@ -122,7 +123,7 @@ class Seats:
             return
         nxt = str(info.get("next_player", ""))
         if nxt not in self.players:
-            raise SeatsError(
+            raise EnvCallError(  # the env is at fault: the episode fails as an env error
                 f"the env's step info names next_player {nxt!r} while the game goes on; expected one of "
                 f"{list(self.players)}."
             )
