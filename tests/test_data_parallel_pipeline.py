@@ -34,7 +34,7 @@ EXACT = [
     "print_baselines=false",
 ]
 
-TIMED = ("time/", "weight_sync/seconds", "rollout/env_worker_threads_max")
+TIMED = ("time/", "weight_sync/seconds", "rollout/env_worker_threads_max", "memory/")
 
 
 def _run(out: Path, exp: str, *extra: str) -> tuple[int, RunSummary]:

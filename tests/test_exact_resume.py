@@ -43,8 +43,9 @@ EXACT = [
     "print_baselines=false",
 ]
 
-TIMED = ("time/", "weight_sync/seconds", "rollout/env_worker_threads_max")
-"""Metrics that measure time or thread scheduling, not the run's result (and every `*_per_s` rate)."""
+TIMED = ("time/", "weight_sync/seconds", "rollout/env_worker_threads_max", "memory/")
+"""Metrics that measure time, thread scheduling or the processes' memory, not the run's result (and every
+`*_per_s` rate)."""
 
 HANG_GUARD_S = 900.0  # only against a hung child; no assertion on speed
 

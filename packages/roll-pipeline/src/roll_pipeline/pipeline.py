@@ -3,7 +3,9 @@
 One step: rollout (whole env groups, `rollout_setup`) -> experience (`experience`: samples, old /
 reference log-probs, values, KL, advantages) -> critic update (`critic_update`, only for an estimator that
 declares needs_critic, e.g. gae) -> actor update (`actor_update`: PPO mini-batches; skipped during
-`critic_warmup`) -> KL controller update -> weights synced to the inference worker -> metrics; validation
+`critic_warmup`) -> KL controller update -> weights synced to the inference worker -> metrics (a vllm
+inference engine on the trainer's GPUs sleeps from the end of the rollout to the weight sync:
+`runtime.infer_sleep`); validation
 (greedy, fixed held-out seeds) every `eval_steps` and at the end (with `render_save_dir`, a few of its
 episodes drawn as GIFs: `render`); a checkpoint every `save_steps`. With `async_generation_ratio` r > 0
 the env loops keep generating while the actor trains, so the rollout of step k + 1 overlaps the update of
@@ -22,12 +24,14 @@ from typing import Any
 
 from roll_rollout import RemotePolicy, validation_seeds
 
+from roll_pipeline.config.colocation import infer_sleep
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.observe.metrics import mean, rollout_metrics, val_metrics
 from roll_pipeline.observe.render import env_sources, renderer_of
 from roll_pipeline.observe.tracking import Tracker
 from roll_pipeline.runtime.cluster import Cluster, make_cluster
+from roll_pipeline.runtime.infer_sleep import InferSleeper
 from roll_pipeline.runtime.placement import model_folder, optimiser_kwargs
 from roll_pipeline.runtime.policy_server import PolicyServer
 from roll_pipeline.runtime.ranks import RankGroup
@@ -157,6 +161,11 @@ class AgenticPipeline:
             stop_strings=cfg.actor_infer.generating_args.stop_strings,
             max_batch_size=cfg.actor_infer.infer_batch_size,
         )
+        self.infer_sleep = InferSleeper(
+            infer_sleep(self.spawn_settings.roles, names),
+            lambda method, *args: self.cluster.call(self.policy_server, method, *args),
+            _log,
+        )
         self.reference: RankGroup | None = None  # the worker holding the reference model (`ExperienceMaker`)
         if cfg.reference_in_trainer:
             self.reference = self.actor_train
@@ -255,6 +264,7 @@ class AgenticPipeline:
                     metrics.update(val)
                 if self.step % cfg.save_steps == 0 or self.step == cfg.max_steps:
                     summary.last_checkpoint = await self._save_checkpoint()
+                metrics.update(await self._release_memory())
                 # a validation step is logged whatever logging_steps is: its row is the learning curve
                 if validated or self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:
                     self.tracker.log(metrics, self.step)
@@ -262,6 +272,7 @@ class AgenticPipeline:
                 bar.set_postfix_str(_postfix(metrics, summary))
         finally:
             bar.close()
+            await self.infer_sleep.before_weight_sync()  # a step that failed in training leaves it asleep
             await self.train_rollout.stop()
             await self.val_rollout.stop()
             self.tracker.close()
@@ -283,6 +294,7 @@ class AgenticPipeline:
         metrics["rollout/infer_batch_size/mean"] = mean(
             await self.cluster.call(self.policy_server, "batch_sizes")
         )
+        timings.update(await self.infer_sleep.before_training())
         if any(t.turns for t in batch.trajectories):
             metrics.update(await self._update(batch.trajectories, timings))
             self._skipped_in_a_row = 0
@@ -291,6 +303,7 @@ class AgenticPipeline:
             self._skip("every trajectory ended before its first turn (a prompt longer than sequence_length?)")
         self.step += 1
         t1 = time.perf_counter()
+        timings.update(await self.infer_sleep.before_weight_sync())
         metrics.update(await self._sync_weights())
         timings["time/step_model_update"] = time.perf_counter() - t1
         timings["time/step_total"] = time.perf_counter() - t0
@@ -352,6 +365,18 @@ class AgenticPipeline:
         await self.cluster.call(self.policy_server, "batch_sizes")  # validation's batches are not training's
         return metrics
 
+    async def _release_memory(self) -> dict[str, float]:
+        """Every worker process gives its freed heap memory back to the OS (`roll_strategies.allocator`: glibc
+        keeps a step's freed tensors resident otherwise); memory/rss_gb: the resident sets after, summed over
+        the distinct processes (in-process workers share the driver's)."""
+        handles = [self.policy_server]
+        for group in (self.actor_train, self.critic, self.reference):
+            if group is not None:
+                handles.extend(h for h in group.ranks if all(h is not seen for seen in handles))
+        reports = await asyncio.gather(*(self.cluster.call(h, "release_memory") for h in handles))
+        rss = {report.pid: report.rss_bytes for report in reports}
+        return {"memory/rss_gb": sum(rss.values()) / 2**30}
+
     # ----------------------------------------------------------------- checkpoints
     async def _save_checkpoint(self) -> Path:
         state = pipeline_state(
@@ -387,6 +412,12 @@ class AgenticPipeline:
     def close(self) -> None:
         """Stop the workers."""
         self.cluster.shutdown()
+
+
+def _log(message: str) -> None:
+    from tqdm.auto import tqdm
+
+    tqdm.write(message)
 
 
 def _progress_bar(total: int, initial: int, enabled: bool) -> Any:

@@ -14,6 +14,7 @@ from roll_rollout.policy import (
     RandomPolicy,
     RemotePolicy,
     SamplingSettings,
+    StreamingPolicy,
 )
 from roll_rollout.prompts import PromptBuilder
 from roll_rollout.scheduler import RolloutScheduler, SchedulerSettings
@@ -51,6 +52,7 @@ __all__ = [
     "SchedulerSettings",  # sync/async mode, fault limits, timeout, StarPO-S filter
     "SeatsError",  # fixed_players that do not fit the env
     "SpawnWorker",  # worker index -> WorkerLink of a fresh env worker
+    "StreamingPolicy",  # hands each request to a continuously batching engine at once (vLLM)
     "TagMix",  # splits a batch's groups among tags in the partition's proportions
     "TrajEnvManager",  # one env's episode loop
     "Trajectory",  # one episode, msgpack-encodable

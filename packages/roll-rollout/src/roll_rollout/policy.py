@@ -4,7 +4,11 @@ Token ids in, token ids and log-probs out (token-in/token-out), so the ids train
 ids that were sampled. Requests and results cross process boundaries as msgpack.
 
 - `BatchingPolicy`: in-process; gathers the requests of many concurrent env loops into one batched
-  call of a `generate_batch` function (the inference backend).
+  call of a `generate_batch` function (static batching: backends such as hf_infer that generate a
+  batch at a time).
+- `StreamingPolicy`: in-process; hands every request to an async `generate_one` function as soon as it
+  arrives, with no batch and no lock held while generating (continuous batching: backends such as vLLM
+  whose engine schedules the requests in flight itself).
 - `RemotePolicy`: coalesces the requests of the env loops in its process into one msgpack list per
   remote call of `generate_many(bytes) -> bytes` (a Ray actor hosting a `BatchingPolicy`): one actor
   call per turn of a worker's envs instead of one per env.
@@ -15,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -71,6 +76,7 @@ class PolicyClient(Protocol):
 
 
 GenerateBatchFn = Callable[[Sequence[GenerateRequest]], list[GenerateResult]]
+GenerateOneFn = Callable[[GenerateRequest], Awaitable[GenerateResult]]
 
 
 def encode_request(request: GenerateRequest) -> bytes:
@@ -224,6 +230,91 @@ class BatchingPolicy:
 
     async def generate_many_payload(self, payload: bytes) -> bytes:
         """The msgpack form of `generate` over a list of requests, for remote callers (see `RemotePolicy`)."""
+        requests = decode_requests(payload)
+        return encode_results(await asyncio.gather(*(self.generate(r) for r in requests)))
+
+
+class DrainLock:
+    """Requests generate together (shared holders); an exclusive holder (a weight update, an engine put to
+    sleep) waits until the requests in flight have finished and holds new ones back until it releases.
+
+    Used like the `asyncio.Lock` of `BatchingPolicy`: `async with lock:`, or `await lock.acquire()` and
+    `lock.release()` (an engine asleep between two remote calls holds it all that time). `shared()` is
+    what each request holds while it generates. An exclusive holder that waits goes first: requests arriving
+    after it queue behind it (the gate is a FIFO `asyncio.Lock`), so a steady stream of requests never
+    starves an update.
+    """
+
+    def __init__(self) -> None:
+        self._gate = asyncio.Lock()  # held by the exclusive holder; each request passes through it
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.active = 0
+        """Shared holders now (requests being generated)."""
+
+    @asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        """Held by one request while it generates."""
+        async with self._gate:
+            self.active += 1
+            self._idle.clear()
+        try:
+            yield
+        finally:
+            self.active -= 1
+            if self.active == 0:
+                self._idle.set()
+
+    async def acquire(self) -> None:
+        """Take the lock exclusively: wait for the gate, then for the requests in flight to finish."""
+        await self._gate.acquire()
+        try:
+            await self._idle.wait()
+        except BaseException:
+            self._gate.release()
+            raise
+
+    def release(self) -> None:
+        """Let requests in again."""
+        self._gate.release()
+
+    def locked(self) -> bool:
+        """Whether an exclusive holder has the lock (or is waiting for the requests in flight)."""
+        return self._gate.locked()
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+class StreamingPolicy:
+    """Hands each `generate` call to `generate_one` (a coroutine function) at once: continuous batching.
+
+    For an engine that schedules the requests in flight itself (vLLM): it sees each request as soon as an
+    env loop sends it, and answers each as soon as it is done, while others keep generating. Nothing is
+    batched or held back here, except by `lock` (a `DrainLock`): a weight update takes it, which waits for
+    the requests in flight and holds new ones until the new weights are in, so every result was sampled by
+    one version of the weights. `batch_sizes` records, per request, how many were in flight (itself
+    included) when it went in: the concurrency the engine saw, the counterpart of `BatchingPolicy`'s
+    batch sizes.
+    """
+
+    def __init__(self, generate_one: GenerateOneFn) -> None:
+        self._generate_one = generate_one
+        self.lock = DrainLock()
+        self.batch_sizes: list[int] = []
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Submit `request` now and wait for its result."""
+        async with self.lock.shared():
+            self.batch_sizes.append(self.lock.active)
+            return await self._generate_one(request)
+
+    async def generate_many_payload(self, payload: bytes) -> bytes:
+        """The msgpack form of `generate` over a list of requests (see `RemotePolicy`): each request goes to
+        the engine on its own at once; the reply, one msgpack list, is sent when the last of them is done."""
         requests = decode_requests(payload)
         return encode_results(await asyncio.gather(*(self.generate(r) for r in requests)))
 

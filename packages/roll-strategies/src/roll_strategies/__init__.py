@@ -6,6 +6,13 @@ sync is versioned and bucketed (`sync_weights`). The tiny offline model the embe
 built by `build_tiny_model` (CLI: `uv run python tools/build_tiny_model.py --out DIR`).
 """
 
+from roll_strategies.allocator import (
+    HeapStats,
+    ProcessMemory,
+    configure_allocator,
+    heap_stats,
+    release_freed_memory,
+)
 from roll_strategies.critic import HFCriticStrategy, ValueLossFn
 from roll_strategies.data_parallel import DataParallel, DataParallelSpec, free_port, join_group
 from roll_strategies.deepspeed_config import build_deepspeed_config
@@ -24,7 +31,13 @@ from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInfer
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
 from roll_strategies.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
 from roll_strategies.master_weights import MasterWeightOptimizer
-from roll_strategies.protocols import InferStrategy, LogProbStrategy, SleepableStrategy, TrainStrategy
+from roll_strategies.protocols import (
+    InferStrategy,
+    LogProbStrategy,
+    SleepableStrategy,
+    StreamingInferStrategy,
+    TrainStrategy,
+)
 from roll_strategies.qwen_shaped import build_qwen_shaped_model, build_qwen_style_tokenizer
 from roll_strategies.registry import (
     STRATEGIES,
@@ -87,12 +100,14 @@ __all__ = [
     "HFCriticStrategy",
     "HFInferStrategy",
     "HFTrainStrategy",
+    "HeapStats",
     "InferStrategy",
     "LogProbStrategy",
     "LossFn",
     "MasterWeightOptimizer",
     "ModelNotFoundError",
     "NonFiniteCount",
+    "ProcessMemory",
     "ReferenceWorker",
     "SleepableStrategy",
     "StaleWeightsError",
@@ -101,6 +116,7 @@ __all__ = [
     "StrategyError",
     "StrategyNotAvailableError",
     "StrategySpec",
+    "StreamingInferStrategy",
     "TensorSpec",
     "TokenOutputs",
     "TrainStrategy",
@@ -122,11 +138,13 @@ __all__ = [
     "build_tiny_model",
     "build_tiny_tokenizer",
     "check_strategy",
+    "configure_allocator",
     "create_strategy",
     "encode_chat_example",
     "ensure_model_folder",
     "export_named_weights",
     "free_port",
+    "heap_stats",
     "join_group",
     "lm_outputs",
     "load_named_weights",
@@ -135,6 +153,7 @@ __all__ = [
     "packing_supported",
     "plan_buckets",
     "position_ids_from_mask",
+    "release_freed_memory",
     "run_train_step",
     "strategy_class",
     "sync_weights",

@@ -222,12 +222,14 @@ class HFInferStrategy:
         """Fingerprint of the weights held (the sender's, after a bucketed update)."""
         return self.receiver.fingerprint
 
-    def sleep(self, level: int = 1) -> None:
+    def sleep(self, level: int = 1) -> bool:
         """Free accelerator memory while training runs (colocated): the model moves to the CPU (any `level`);
-        a no-op on the CPU."""
-        if self.device.type != "cpu":
-            self.model.to("cpu")
-            torch.cuda.empty_cache()
+        a no-op on the CPU. Returns whether the model left its device."""
+        if self.device.type == "cpu":
+            return False
+        self.model.to("cpu")
+        torch.cuda.empty_cache()
+        return True
 
     def wake_up(self) -> None:
         """Undo `sleep`: the model returns to its device."""

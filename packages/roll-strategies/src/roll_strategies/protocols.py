@@ -18,7 +18,7 @@ from roll_strategies.hf_infer import GenerationOutput, GenerationParams
 from roll_strategies.hf_train import LossFn
 from roll_strategies.weight_sync import WeightBucket, WeightSyncPlan
 
-__all__ = ["InferStrategy", "LogProbStrategy", "SleepableStrategy", "TrainStrategy"]
+__all__ = ["InferStrategy", "LogProbStrategy", "SleepableStrategy", "StreamingInferStrategy", "TrainStrategy"]
 
 
 @runtime_checkable
@@ -86,9 +86,22 @@ class InferStrategy(Protocol):
 
 
 @runtime_checkable
-class SleepableStrategy(Protocol):
-    """An inference strategy that can free accelerator memory while a colocated trainer runs."""
+class StreamingInferStrategy(Protocol):
+    """An inference strategy whose engine batches continuously (vllm): each request is submitted on its own,
+    as soon as it comes, and answered as soon as it is done, while the engine's scheduler batches the
+    requests in flight. The capability that makes the policy server stream (`roll_rollout.StreamingPolicy`)
+    rather than batch (`BatchingPolicy`)."""
 
-    def sleep(self, level: int = 1) -> None: ...
+    async def agenerate_one(
+        self, prompt: Sequence[int], params: GenerationParams, sample_key: int | None = None
+    ) -> GenerationOutput: ...
+
+
+@runtime_checkable
+class SleepableStrategy(Protocol):
+    """An inference strategy that can free accelerator memory while a colocated trainer runs; `sleep`
+    returns whether it sleeps now (False where it cannot, e.g. on the CPU)."""
+
+    def sleep(self, level: int = 1) -> bool: ...
 
     def wake_up(self) -> None: ...

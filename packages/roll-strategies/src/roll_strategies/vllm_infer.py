@@ -2,24 +2,32 @@
 
 vllm is imported only when a strategy is built (the `vllm` extra). The engine runs on its own asyncio
 loop in a background thread, so `generate` works from plain code and from inside another event loop;
-`agenerate` is the awaitable form. Weight updates go through the same `WeightReceiver` as hf_infer
-(versioned, bucketed, stale and partial updates refused) and land in the running engine in place
-through `RollWorkerExtension.roll_load_weights`, after which the prefix cache is reset.
+`agenerate` is the awaitable form on that loop. `agenerate_one` submits one request from any event loop
+and returns as soon as that request is done: continuous batching, the engine's scheduler batching the
+requests in flight (`roll_rollout.StreamingPolicy` drives it so; `generate` waits for a whole batch).
+Weight updates go through the same `WeightReceiver` as hf_infer (versioned, bucketed, stale and partial
+updates refused) and land in the running engine in place through `RollWorkerExtension.roll_load_weights`,
+after which the prefix cache is reset.
 
 Log-probs are vLLM's "processed_logprobs": log_softmax(logits / temperature) of the sampled id, with
 top-k / top-p filtering applied (equal to hf_infer's raw-logit log-probs when top_p = 1 and top_k = 0,
 the pipeline's defaults). `strategy_config` keys go to vLLM's `AsyncEngineArgs` (upstream ROLL's:
 gpu_memory_utilization, max_model_len, block_size, enforce_eager, max_num_seqs, ...), plus `sleep_level`
-(1: offload weights, 2: drop them), `update_chunk_bytes` (bytes per weight-loading RPC, whole layers) and
-`per_request_seed` (default: on CUDA only; see the note in `__init__`).
+(0: never sleep; 1: offload weights to the CPU; 2: drop them, the next weight sync reloads them),
+`update_chunk_bytes` (bytes per weight-loading RPC, whole layers) and `per_request_seed` (default: on CUDA
+only; see the note in `__init__`).
+
+Sleep needs vLLM's sleep mode (CUDA and ROCm platforms; `sleep_unavailable` says why not elsewhere): on the
+CPU build `sleep` logs that reason once and does nothing, and the engine keeps its memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,10 +43,38 @@ from roll_strategies.vllm_worker import encode_tensors
 from roll_strategies.weight_receiver import WeightReceiver
 from roll_strategies.weight_sync import DEFAULT_BUCKET_BYTES, WeightBucket
 
-__all__ = ["VLLMInferStrategy", "checkpoint_tensor_shapes", "layer_chunks"]
+__all__ = [
+    "SLEEP_LEVELS",
+    "VLLMInferStrategy",
+    "checkpoint_tensor_shapes",
+    "layer_chunks",
+    "sleep_unavailable",
+]
 
 T = TypeVar("T")
 _OUR_KEYS = {"sleep_level", "update_chunk_bytes", "per_request_seed"}
+_LOG = logging.getLogger(__name__)
+SLEEP_LEVELS = (0, 1, 2)
+"""0: never sleep; 1: offload the weights to the CPU (the KV cache is dropped); 2: drop the weights too."""
+DROPPED_WEIGHTS = "dropped by sleep level 2"
+"""The weights fingerprint after a level-2 sleep: matches no trainer's, so the next sync sends the weights."""
+
+
+def sleep_unavailable(device_type: str, sleep_level: int, platform_has_sleep_mode: bool) -> str | None:
+    """Why an engine cannot sleep (None: it can): `sleep_level` 0, or no sleep mode on this platform/device."""
+    if sleep_level not in SLEEP_LEVELS:
+        raise StrategyError(
+            f"Expected strategy_config sleep_level in {SLEEP_LEVELS} (0: never sleep, 1: offload the weights, "
+            f"2: drop them), got {sleep_level!r}."
+        )
+    if sleep_level == 0:
+        return "sleep_level is 0"
+    if not platform_has_sleep_mode or device_type != "cuda":
+        return (
+            f"vLLM has no sleep mode on this platform (device {device_type!r}; the CPU build ignores sleep): the "
+            "engine keeps its weights and KV cache while the trainer runs"
+        )
+    return None
 
 
 def layer_chunks(
@@ -90,6 +126,7 @@ class VLLMInferStrategy:
         strategy_config: Mapping[str, Any] | None = None,
     ) -> None:
         from vllm import AsyncEngineArgs  # lazy: the vllm extra
+        from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
         if gguf_file:
@@ -109,7 +146,10 @@ class VLLMInferStrategy:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.sleep_enabled = self.device.type == "cuda" and self.sleep_level > 0
+        self.sleep_unavailable = sleep_unavailable(
+            self.device.type, self.sleep_level, current_platform.is_sleep_mode_available()
+        )
+        self.sleep_enabled = self.sleep_unavailable is None
         engine_kwargs: dict[str, Any] = {
             "model": str(self.model_path),
             "dtype": dtype,
@@ -127,17 +167,24 @@ class VLLMInferStrategy:
                 f"Expected strategy_config keys of vLLM's AsyncEngineArgs (or {sorted(_OUR_KEYS)}), got "
                 f"{sorted(config)}: {err}. Fix the role's strategy_config."
             ) from err
+        self._start(lambda: AsyncLLM.from_engine_args(engine_args), checkpoint_tensor_shapes(self.model_path))
+
+    def _start(self, make_engine: Callable[[], Any], shapes: Mapping[str, tuple[int, ...]]) -> None:
+        """Start the engine's loop thread and build the engine on it with `make_engine` (its output task binds
+        to that loop); then the request counters, the sleep state and the weight receiver."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True)
         self._thread.start()
-        self.engine = self._run(self._make_engine(AsyncLLM, engine_args))
+        self.engine = self._run(self._on_loop(make_engine))
         self._requests = itertools.count()
         self._calls = itertools.count()
-        self.receiver = WeightReceiver(checkpoint_tensor_shapes(self.model_path), self._apply_weights)
+        self.asleep_level = 0  # the level the engine sleeps at now (0: awake)
+        self._sleep_skip_logged = False
+        self.receiver = WeightReceiver(shapes, self._apply_weights)
 
     @staticmethod
-    async def _make_engine(engine_cls: Any, engine_args: Any) -> Any:
-        return engine_cls.from_engine_args(engine_args)  # on the loop thread: its output task binds there
+    async def _on_loop(make_engine: Callable[[], Any]) -> Any:
+        return make_engine()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -201,17 +248,43 @@ class VLLMInferStrategy:
         params: GenerationParams,
         sample_keys: Sequence[int | None] | None = None,
     ) -> list[GenerationOutput]:
-        """Sample a continuation of each prompt concurrently; with `per_request_seed`, each request is seeded
-        by (seed, its sample key), or (seed, call, row) without one; else by the engine's seed."""
+        """Sample a continuation of each prompt concurrently (on the engine's loop); with `per_request_seed`,
+        each request is seeded by (seed, its sample key), or (seed, call, row) without one; else by the
+        engine's seed."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise StrategyError(
                 "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
             )
+        self._check_awake()
         keys = row_keys(self.seed, next(self._calls), len(prompts), sample_keys)
         outs = await asyncio.gather(
             *(self._one(p, self._sampling_params(params, key)) for p, key in zip(prompts, keys, strict=True))
         )
         return [self._output(o.outputs[0]) for o in outs]
+
+    async def agenerate_one(
+        self, prompt: Sequence[int], params: GenerationParams, sample_key: int | None = None
+    ) -> GenerationOutput:
+        """Sample one continuation, awaitable from any event loop: the request goes to the engine at once and
+        is batched continuously with the others in flight; this returns as soon as it is done. Seeded as a
+        row of `agenerate` (the same tokens for the same sample key). Cancelling the await aborts the
+        request in the engine."""
+        future = asyncio.run_coroutine_threadsafe(self.agenerate([prompt], params, [sample_key]), self._loop)
+        (output,) = await asyncio.wrap_future(future)
+        return output
+
+    def _check_awake(self) -> None:
+        """Refuse to sample from a sleeping engine, or from the weights a level-2 sleep dropped."""
+        if self.asleep_level:
+            raise StrategyError(
+                f"Expected an awake engine to sample from, got one sleeping at level {self.asleep_level}; call "
+                "wake_up() first (the pipeline wakes it before the weight sync that precedes each rollout)."
+            )
+        if self.receiver.fingerprint == DROPPED_WEIGHTS:
+            raise StrategyError(
+                "Expected weights to sample with, but a level-2 sleep dropped them; send them first (a weight "
+                "sync, update_weights), or use sleep_level 1, which keeps them on the CPU."
+            )
 
     @staticmethod
     def _output(completion: Any) -> GenerationOutput:
@@ -236,6 +309,7 @@ class VLLMInferStrategy:
         """[B, T] log-probs of the given sequences (vLLM prompt log-probs at temperature 1), aligned with
         input_ids like `token_log_probs`: 0 at padding and at each row's first real token. vLLM batches the
         rows itself, so `micro_batch_size` is not used."""
+        self._check_awake()
         ids, mask = batch["input_ids"], batch["attention_mask"].bool()
         params = GenerationParams(max_new_tokens=1)
         rows = [ids[b][mask[b]].tolist() for b in range(ids.shape[0])]
@@ -281,18 +355,37 @@ class VLLMInferStrategy:
         return self.receiver.fingerprint
 
     # ----------------------------------------------------------------- colocation
-    def sleep(self, level: int | None = None) -> None:
-        """Release the KV cache (level 1: weights offloaded to the CPU; 2: dropped) while training runs.
+    def sleep(self, level: int | None = None) -> bool:
+        """Release the engine's GPU memory while a colocated trainer runs: the KV cache, and the weights
+        (level 1: offloaded to the CPU; 2: dropped). `level` None: the strategy_config's `sleep_level`.
 
-        Only with vLLM's sleep mode (CUDA); a no-op on the CPU build.
+        Returns whether the engine sleeps now. Where it cannot (`sleep_unavailable`: the CPU build, or
+        sleep_level 0) nothing happens, and the reason is logged once.
         """
-        if self.sleep_enabled:
-            self._run(self.engine.sleep(level or self.sleep_level))
+        if self.sleep_unavailable is not None:
+            if not self._sleep_skip_logged:
+                _LOG.warning("roll: vllm engine not put to sleep: %s.", self.sleep_unavailable)
+                self._sleep_skip_logged = True
+            return False
+        if self.asleep_level:
+            return True
+        level = self.sleep_level if level is None else level
+        sleep_unavailable(self.device.type, level, True)  # a level outside SLEEP_LEVELS is refused
+        if level == 0:
+            return False
+        self._run(self.engine.sleep(level))
+        self.asleep_level = level
+        return True
 
     def wake_up(self) -> None:
-        """Undo `sleep` (after level 2, sync weights before sampling again)."""
-        if self.sleep_enabled:
-            self._run(self.engine.wake_up())
+        """Undo `sleep`; a no-op when awake. After level 2 the weights are gone: the fingerprint then matches
+        no trainer's, so the next weight sync sends them all (sample only after it)."""
+        if not self.asleep_level:
+            return
+        self._run(self.engine.wake_up())
+        if self.asleep_level >= 2:
+            self.receiver.fingerprint = DROPPED_WEIGHTS
+        self.asleep_level = 0
 
     def close(self) -> None:
         """Shut the engine down and stop its loop thread."""

@@ -15,18 +15,23 @@ import numpy as np
 import torch
 
 from roll_strategies._loading import load_model_and_tokenizer
+from roll_strategies.allocator import ProcessMemory, configure_allocator, release_freed_memory
 from roll_strategies.critic import ValueLossFn
 from roll_strategies.errors import StrategyError
 from roll_strategies.forward import REFERENCE_KEY, ReferenceKL, packing_supported, reference_kl
 from roll_strategies.hf_infer import GenerationOutput, GenerationParams
 from roll_strategies.hf_train import HFTrainStrategy, LossFn
+from roll_strategies.protocols import SleepableStrategy, StreamingInferStrategy
 from roll_strategies.registry import create_strategy
 from roll_strategies.weight_sync import WeightBucket, WeightSyncPlan
 
 __all__ = ["ActorInferWorker", "ActorTrainWorker", "CriticWorker", "ReferenceWorker"]
 
 
-def _set_threads(num_threads: int | None) -> None:
+def _set_up_process(num_threads: int | None) -> None:
+    """Torch's threads, and glibc's malloc set to give freed tensors back to the OS (`allocator`): a role's
+    worker owns its process (a Ray actor, a rank's child) or shares the driver's (`cluster.backend=local`)."""
+    configure_allocator()
     if num_threads is not None:
         torch.set_num_threads(max(1, int(num_threads)))
 
@@ -65,7 +70,7 @@ class ActorTrainWorker:
         reference_dtype: str = "float32",
         **strategy_kwargs: Any,
     ) -> None:
-        _set_threads(num_threads)
+        _set_up_process(num_threads)
         self.strategy = create_strategy(
             strategy_name, "train", model_path, strategy_config=strategy_config, **strategy_kwargs
         )
@@ -146,6 +151,10 @@ class ActorTrainWorker:
         model = _policy_model(self.strategy)
         return reference_kl(model, self._reference(), batch, micro_batch_size, device=self.strategy.device)
 
+    def release_memory(self) -> ProcessMemory:
+        """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
+        return release_freed_memory()
+
 
 class ActorInferWorker:
     """Owns the sampling copy of the policy (`hf_infer` or `vllm`); other kwargs go to the strategy."""
@@ -159,7 +168,7 @@ class ActorInferWorker:
         strategy_config: Mapping[str, Any] | None = None,
         **strategy_kwargs: Any,
     ) -> None:
-        _set_threads(num_threads)
+        _set_up_process(num_threads)
         self.strategy = create_strategy(
             strategy_name, "infer", model_path, strategy_config=strategy_config, **strategy_kwargs
         )
@@ -173,6 +182,22 @@ class ActorInferWorker:
         """Batched sampling, token ids in and out, with per-token log-probs; a row with a sample key gets the
         same tokens whatever it is batched with (see the strategy's `generate`)."""
         return self.strategy.generate(prompts, params, sample_keys)
+
+    def streams(self) -> bool:
+        """Whether the strategy batches continuously (`StreamingInferStrategy`, vllm): requests should reach it
+        one by one as they come (`agenerate_one`), not gathered into `generate` batches."""
+        return isinstance(self.strategy, StreamingInferStrategy)
+
+    async def agenerate_one(
+        self, prompt: Sequence[int], params: GenerationParams, sample_key: int | None = None
+    ) -> GenerationOutput:
+        """One request, submitted to a continuously batching engine at once (see `streams`)."""
+        if not isinstance(self.strategy, StreamingInferStrategy):
+            raise StrategyError(
+                f"Expected a continuously batching strategy (vllm) for agenerate_one, got "
+                f"{type(self.strategy).__name__}; use generate, which batches."
+            )
+        return await self.strategy.agenerate_one(prompt, params, sample_key)
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """Log-probs [B, T] under the current sampling weights."""
@@ -194,19 +219,38 @@ class ActorInferWorker:
         """Fingerprint of the weights held."""
         return self.strategy.weights_fingerprint()
 
-    def sleep(self, level: int = 1) -> None:
-        """Free accelerator memory while a colocated trainer runs (a no-op where unsupported)."""
-        if hasattr(self.strategy, "sleep"):
-            self.strategy.sleep(level)
+    def sleep(self, level: int | None = None) -> bool:
+        """Free accelerator memory while a colocated trainer runs (`level` None: the strategy's own, vllm's
+        `sleep_level`). Returns whether it sleeps now: False where unsupported (the strategy logs why)."""
+        if not isinstance(self.strategy, SleepableStrategy):
+            return False
+        return bool(self.strategy.sleep() if level is None else self.strategy.sleep(level))
+
+    def sleep_unavailable(self) -> str | None:
+        """Why the strategy cannot sleep here (vllm's reason, e.g. the CPU build), None when it can or when it
+        says nothing."""
+        if not isinstance(self.strategy, SleepableStrategy):
+            return f"{type(self.strategy).__name__} has no sleep"
+        return getattr(self.strategy, "sleep_unavailable", None)
 
     def wake_up(self) -> None:
         """Undo `sleep`."""
-        if hasattr(self.strategy, "wake_up"):
+        if isinstance(self.strategy, SleepableStrategy):
             self.strategy.wake_up()
 
     def get_policy_version(self) -> int:
         """Version passed with the last update (0 before any)."""
         return self.strategy.policy_version
+
+    def release_memory(self) -> ProcessMemory:
+        """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
+        return release_freed_memory()
+
+    def close(self) -> None:
+        """Shut the strategy's engine down where it runs one (vllm: its engine processes and loop thread)."""
+        close = getattr(self.strategy, "close", None)
+        if callable(close):
+            close()
 
 
 class ReferenceWorker:
@@ -222,7 +266,7 @@ class ReferenceWorker:
         strategy_name: str = "hf_train",
         strategy_config: Mapping[str, Any] | None = None,
     ) -> None:
-        _set_threads(num_threads)
+        _set_up_process(num_threads)
         self.strategy = create_strategy(
             strategy_name,
             "reference",
@@ -235,6 +279,10 @@ class ReferenceWorker:
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """Reference log-probs [B, T] aligned with input_ids."""
         return self.strategy.compute_log_probs(batch, micro_batch_size)
+
+    def release_memory(self) -> ProcessMemory:
+        """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
+        return release_freed_memory()
 
 
 class CriticWorker:
@@ -249,7 +297,7 @@ class CriticWorker:
         strategy_config: Mapping[str, Any] | None = None,
         **strategy_kwargs: Any,
     ) -> None:
-        _set_threads(num_threads)
+        _set_up_process(num_threads)
         self.strategy = create_strategy(
             strategy_name, "critic", model_path, strategy_config=strategy_config, **strategy_kwargs
         )
@@ -279,3 +327,7 @@ class CriticWorker:
     def load_checkpoint(self, path: str | Path) -> None:
         """See the strategy's `load_checkpoint`."""
         self.strategy.load_checkpoint(Path(path))
+
+    def release_memory(self) -> ProcessMemory:
+        """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
+        return release_freed_memory()

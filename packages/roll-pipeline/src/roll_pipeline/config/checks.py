@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from roll_algos import AlgosError, estimator_spec, registered_estimators
 
+from roll_pipeline.config.colocation import SLEEP_LEVELS, infer_sleep, sleep_level_of
 from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs
 from roll_pipeline.config.tiny_recipe import TINY_RECIPE
 
@@ -257,6 +258,45 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
     return problems
 
 
+def _vllm_problems(cfg: AgenticConfig) -> list[str]:
+    """A vllm actor_infer: the trainer must recompute the old log-probs, and its sleep (when colocated,
+    `config.colocation`) must fit the rollout mode and the weight-sync frequency."""
+    infer = cfg.actor_infer
+    if infer.strategy_args.strategy_name != "vllm":
+        return []
+    problems = []
+    if not cfg.recompute_old_log_probs:
+        problems.append(
+            "actor_infer.strategy_args.strategy_name=vllm samples with vLLM's own kernels (other numerics than"
+            " the trainer's; bf16 on a GPU), so its log-probs are not the trainer's and the PPO ratio must"
+            " start from the trainer's own: set recompute_old_log_probs=true (tis_cap can then reweight by"
+            " vLLM's log-probs)"
+        )
+    level = sleep_level_of(infer)
+    if not isinstance(level, int) or isinstance(level, bool) or level not in SLEEP_LEVELS:
+        problems.append(
+            f"actor_infer.strategy_args.strategy_config.sleep_level={level!r}: expected one of {SLEEP_LEVELS}"
+            " (0: never sleep, 1: offload the weights to the CPU while training runs, 2: drop them)"
+        )
+        return problems
+    sleep = infer_sleep(_roles(cfg), cfg.spawned_roles)
+    if sleep.enabled and cfg.async_generation_ratio > 0:
+        problems.append(
+            f"actor_infer (vllm, sleep_level={sleep.level}) shares GPUs with {list(sleep.shared_with)}, so its"
+            " engine sleeps while they run and the rollout cannot overlap training, but"
+            f" async_generation_ratio={cfg.async_generation_ratio}; set async_generation_ratio=0, or"
+            " sleep_level: 0 in actor_infer.strategy_args.strategy_config (lower gpu_memory_utilization so both"
+            " fit), or give actor_infer GPUs of its own (device_mapping)"
+        )
+    if sleep.enabled and sleep.level == 2 and cfg.model_update_frequency > 1:
+        problems.append(
+            f"actor_infer sleeps at sleep_level=2, which drops its weights every step, but"
+            f" model_update_frequency={cfg.model_update_frequency} would keep serving the dropped ones between"
+            " syncs; set model_update_frequency=1, or sleep_level: 1 (weights kept on the CPU)"
+        )
+    return problems
+
+
 def _honoured_settings_problems(cfg: AgenticConfig) -> list[str]:
     """Settings that would be accepted and not honoured: W&B's arguments with W&B off, and a tag's token budget
     above the sampler's (a turn stops at the smaller of the two)."""
@@ -295,4 +335,5 @@ def config_problems(cfg: AgenticConfig) -> list[str]:
         + _rank_problems(cfg)
         + _estimator_problems(cfg)
         + _loss_problems(cfg)
+        + _vllm_problems(cfg)
     )

@@ -142,8 +142,9 @@ class StrategyArgs(StrictModel):
     )
     strategy_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="backend-specific options (deepspeed_train: DeepSpeed config keys; vllm: engine arguments);"
-        " the hf backends read none and reject a non-empty one",
+        description="backend-specific options (deepspeed_train: DeepSpeed config keys; vllm: engine arguments,"
+        " plus sleep_level 0/1/2, how its engine sleeps while roles on its GPUs train); the hf backends read"
+        " none and reject a non-empty one",
     )
 
 

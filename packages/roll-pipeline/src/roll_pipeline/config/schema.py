@@ -122,7 +122,8 @@ class AgenticConfig(StrictModel):
     recompute_old_log_probs: bool = Field(
         False,
         description="recompute the rollout's log-probs with the training model; false reuses the sampler's"
-        " (exact when both run the same weights and numerics, e.g. HF on the CPU; set true for vLLM or bf16)."
+        " (exact when both run the same weights and numerics, e.g. HF on the CPU; set true for bf16, and a vllm"
+        " actor_infer requires it)."
         " With async_generation_ratio > 0, false makes the PPO ratio pi / pi_behaviour (the clip bounds the"
         " off-policy ratio); true makes it pi / pi_current and tis_cap corrects pi_current / pi_behaviour",
     )
@@ -364,6 +365,17 @@ class AgenticConfig(StrictModel):
     def reference_in_trainer(self) -> bool:
         """Whether the reference is a frozen copy inside actor_train: an exact KL needs both models' logits."""
         return self.uses_reference and self.kl_penalty in FULL_KL_KINDS
+
+    @property
+    def spawned_roles(self) -> list[str]:
+        """The roles a run spawns a worker for: the critic only for an estimator that needs one, the reference
+        only when a KL term reads it and the trainer does not hold it."""
+        names = ["actor_train", "actor_infer"]
+        if self.uses_critic:
+            names.append("critic")
+        if self.uses_reference and not self.reference_in_trainer:
+            names.append("reference")
+        return names
 
     @property
     def train_rollout_batch_size(self) -> int:

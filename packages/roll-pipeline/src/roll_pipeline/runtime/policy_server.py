@@ -1,19 +1,35 @@
-"""Pipeline-side worker glue: the policy server (inference strategy + request batching).
+"""Pipeline-side worker glue: the policy server (inference strategy + how requests reach it).
 
-Plain class; `cluster.spawn` makes it a Ray actor or keeps it in-process.
+Plain class; `cluster.spawn` makes it a Ray actor or keeps it in-process. The strategy's capability picks
+how requests reach it: a backend that generates a batch at a time (hf_infer) gets them gathered into
+batches (`BatchingPolicy`); one whose engine batches continuously (vllm, `ActorInferWorker.streams`) gets
+each on its own as soon as it arrives, and answers each as soon as it is done (`StreamingPolicy`). A remote
+call (`generate_many`) may carry several requests: each still goes to the engine on its own, and the call
+returns when the last of its requests is done.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from roll_rollout import BatchingPolicy, GenerateRequest, GenerateResult
+from roll_rollout import (
+    BatchingPolicy,
+    GenerateRequest,
+    GenerateResult,
+    SamplingSettings,
+    StreamingPolicy,
+)
 
 
 class PolicyServer:
-    """Serves `generate` requests from env managers with batched calls of an inference strategy."""
+    """Serves `generate` requests from env managers through an inference strategy: batched calls
+    (`BatchingPolicy`), or one submission per request to a continuously batching engine (`StreamingPolicy`).
+
+    `max_batch_size` caps a batch of `BatchingPolicy`; a streaming engine caps its own (vLLM's
+    `max_num_seqs` in strategy_config)."""
 
     def __init__(
         self,
@@ -42,21 +58,40 @@ class PolicyServer:
             strategy_name=strategy_name,
             strategy_config=strategy_config,
         )
-        self.policy = BatchingPolicy(self._generate_batch, max_batch_size=max_batch_size)
+        self.policy: BatchingPolicy | StreamingPolicy = (
+            StreamingPolicy(self._generate_one)
+            if self.worker.streams()
+            else BatchingPolicy(self._generate_batch, max_batch_size=max_batch_size)
+        )
         self.version = 0
+        self._asleep = False
 
-    def _generate_batch(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+    def streams(self) -> bool:
+        """Whether requests reach the engine one by one as they come (continuous batching)."""
+        return isinstance(self.policy, StreamingPolicy)
+
+    def _params(self, sampling: SamplingSettings, max_new_tokens: int) -> Any:
         from roll_strategies import GenerationParams
 
-        s = requests[0].sampling
-        params = GenerationParams(
-            max_new_tokens=max(r.sampling.max_new_tokens for r in requests),
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            greedy=s.greedy,
+        return GenerationParams(
+            max_new_tokens=max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            greedy=sampling.greedy,
             stop_strings=self.stop_strings,
         )
+
+    async def _generate_one(self, request: GenerateRequest) -> GenerateResult:
+        """One request to a continuously batching engine, seeded by its own sample key."""
+        params = self._params(request.sampling, request.sampling.max_new_tokens)
+        out = await self.worker.agenerate_one(request.prompt_ids, params, request.sample_key)
+        # the version cannot change while a request is in flight: an update waits for it (`DrainLock`)
+        return GenerateResult(list(out.output_ids), list(out.log_probs), out.finish_reason, self.version)
+
+    def _generate_batch(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        max_new_tokens = max(r.sampling.max_new_tokens for r in requests)
+        params = self._params(requests[0].sampling, max_new_tokens)
         # Each request's own sample key: its tokens do not depend on what else is in this batch.
         outputs = self.worker.generate(
             [r.prompt_ids for r in requests], params, [r.sample_key for r in requests]
@@ -79,6 +114,7 @@ class PolicyServer:
 
     async def update_weights(self, named_tensors: dict[str, Any], version: int) -> None:
         """Load new weights once no batch is being generated."""
+        self._check_awake()
         async with self.policy.lock:
             self.worker.update_weights(named_tensors, version)
             self.version = version
@@ -89,6 +125,7 @@ class PolicyServer:
 
     async def receive_weight_bucket(self, bucket: Any) -> dict[str, float] | None:
         """One bucket of a versioned update; the last one is applied once no batch is being generated."""
+        self._check_awake()
         if bucket.index < bucket.num_buckets - 1:  # staged only: the served weights do not change
             return self.worker.receive_weight_bucket(bucket)
         async with self.policy.lock:
@@ -98,14 +135,62 @@ class PolicyServer:
 
     async def confirm_weights(self, version: int, fingerprint: str) -> int:
         """Serve the weights held (`fingerprint`) as `version` without a transfer; returns the version."""
+        self._check_awake()
         async with self.policy.lock:
             self.worker.confirm_weights(version, fingerprint)
             self.version = self.worker.get_policy_version()
         return self.version
 
+    async def sleep(self) -> bool:
+        """Put the engine to sleep while a colocated trainer runs: wait for the requests in flight, then hold
+        new ones back until `wake_up`. Returns whether it sleeps; False where the strategy cannot (the CPU
+        build of vLLM; `sleep_unavailable` says why), and requests then go on as before."""
+        if self._asleep:
+            return True
+        await self.policy.lock.acquire()
+        try:
+            slept = await asyncio.to_thread(self.worker.sleep)
+        except BaseException:
+            self.policy.lock.release()
+            raise
+        if not slept:
+            self.policy.lock.release()
+        self._asleep = slept
+        return slept
+
+    async def wake_up(self) -> None:
+        """Undo `sleep` and let requests in again (after a level-2 sleep, sync the weights before sampling)."""
+        if not self._asleep:
+            return
+        try:
+            await asyncio.to_thread(self.worker.wake_up)
+        finally:
+            self._asleep = False
+            self.policy.lock.release()
+
+    def _check_awake(self) -> None:
+        if self._asleep:  # the lock is held until wake_up: waiting for it here would never end
+            raise RuntimeError(
+                "Expected an awake inference engine to load weights into, got a sleeping one; call wake_up "
+                "before the weight sync (the pipeline does, `InferSleeper.before_weight_sync`)."
+            )
+
+    def sleep_unavailable(self) -> str | None:
+        """Why the engine cannot sleep here (None: it can)."""
+        return self.worker.sleep_unavailable()
+
+    def close(self) -> None:
+        """Shut the inference engine down (the cluster calls this at shutdown)."""
+        self.worker.close()
+
     def get_policy_version(self) -> int:
         """The version stamped on every result generated now."""
         return self.version
+
+    def release_memory(self) -> Any:
+        """Give this process's freed heap memory back to the OS (`roll_strategies.release_freed_memory`); its pid
+        and resident set after."""
+        return self.worker.release_memory()
 
     async def batch_sizes(self, reset: bool = True) -> list[int]:
         """Sizes of the batches generated since the last call."""

@@ -128,18 +128,14 @@ def rollout_settings(config: AgenticConfig) -> RolloutSettings:
 
 
 def spawn_settings(cfg: AgenticConfig) -> SpawnSettings:
-    """The worker roles (the critic only for an estimator that needs one; the reference only when a KL term
-    reads it and the trainer does not hold it), their thread share, and the env workers of both rollouts."""
+    """The worker roles (`AgenticConfig.spawned_roles`), their thread share, and the env workers of both
+    rollouts."""
     roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer, "reference": cfg.reference}
-    names = ["actor_train", "actor_infer"]
     if cfg.uses_critic:
         roles["critic"] = cfg.critic
-        names.append("critic")
-    if cfg.uses_reference and not cfg.reference_in_trainer:
-        names.append("reference")
     return SpawnSettings(
         roles=roles,
-        names=names,
+        names=cfg.spawned_roles,
         backend=cfg.cluster.backend,
         # while the actor trains, an asynchronous rollout keeps the inference role busy: split the cores
         thread_share=0.5 if cfg.async_generation_ratio > 0 else 1.0,

@@ -1,0 +1,74 @@
+"""The pipeline's step order with a sleeping inference engine: rollout, sleep, train, wake, weight sync.
+
+The real pipeline (tiny model, in-process) with the colocation plan forced on and hf_infer's sleep made to
+report success on the CPU, so the order is checked where no GPU is: every generate call falls outside the
+sleep, every optimiser step inside it, and the engine wakes before each weight sync."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from roll_pipeline import AgenticPipeline
+from roll_pipeline import pipeline as pipeline_module
+from roll_pipeline.config.colocation import InferSleep
+from roll_pipeline.config.compose import compose
+from roll_pipeline.runtime.policy_server import PolicyServer
+from roll_strategies import HFInferStrategy, HFTrainStrategy
+from small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
+
+
+@pytest.mark.slow
+def test_each_step_sleeps_after_the_rollout_and_wakes_before_the_weight_sync(tmp_path, monkeypatch):
+    events: list[str] = []
+    monkeypatch.setattr(pipeline_module, "infer_sleep", lambda roles, names: InferSleep(1, ("actor_train",)))
+
+    def sleep(self, level: int = 1) -> bool:
+        events.append("sleep")
+        return True  # as a GPU engine would
+
+    monkeypatch.setattr(HFInferStrategy, "sleep", sleep)
+    monkeypatch.setattr(HFInferStrategy, "wake_up", lambda self: events.append("wake"))
+    train_step = HFTrainStrategy.train_step
+
+    def recorded_train_step(self, *args, **kwargs):
+        events.append("train")
+        return train_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(HFTrainStrategy, "train_step", recorded_train_step)
+    generate_many, confirm = PolicyServer.generate_many, PolicyServer.confirm_weights
+    receive = PolicyServer.receive_weight_bucket
+
+    async def recorded_generate_many(self, payload):
+        events.append("generate")
+        return await generate_many(self, payload)
+
+    async def recorded_receive(self, bucket):
+        events.append("weights")
+        return await receive(self, bucket)
+
+    async def recorded_confirm(self, version, fingerprint):
+        events.append("weights")
+        return await confirm(self, version, fingerprint)
+
+    monkeypatch.setattr(PolicyServer, "generate_many", recorded_generate_many)
+    monkeypatch.setattr(PolicyServer, "receive_weight_bucket", recorded_receive)
+    monkeypatch.setattr(PolicyServer, "confirm_weights", recorded_confirm)
+    overrides = [*steps(2), *SMALL_FROZEN_LAKE, *FEW_WORKERS, "cluster.backend=local"]
+    cfg = compose(None, None, [*overrides, "async_generation_ratio=0", f"output_dir={tmp_path}"])
+    pipeline = AgenticPipeline(cfg, progress=False)
+    try:
+        pipeline.run()
+    finally:
+        pipeline.close()
+    compact = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]  # runs of one kind as one
+    # weights, validation, then per step: rollout, sleep, train, wake, weights; validation at the end (a
+    # validation and the next rollout both generate: one run of "generate")
+    step = ["sleep", "train", "wake", "weights", "generate"]
+    assert compact == ["weights", "generate", *step, *step], events
+    assert events.count("sleep") == events.count("wake") == 2
+    assert asyncio.run(_unlocked(pipeline)) is True
+
+
+async def _unlocked(pipeline: AgenticPipeline) -> bool:
+    return not pipeline.policy_server.policy.lock.locked()
