@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from roll_pipeline.runtime.cluster import RayCluster
+from roll_pipeline.runtime.cluster import ClusterError, RayCluster
 from roll_pipeline.runtime.storage import TOKEN_PREFIX, StorageError, StorageProbe, confirm_shared_storage
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -26,6 +26,16 @@ class OtherDiskProbe:
         return StorageProbe().check(
             str(root / Path(token_file).name), token, str(root / Path(model_path).name)
         )
+
+
+class SilentProbe:
+    """A node whose probe never answers (an actor that cannot start there looks the same to the driver)."""
+
+    def check(self, *args: str) -> list[str]:
+        import time
+
+        time.sleep(3600)
+        return []
 
 
 @pytest.fixture()
@@ -51,3 +61,13 @@ def test_every_node_of_a_ray_cluster_sees_the_driver_s_files(ray, tmp_path):
     assert "has no model folder" in text and "NFS" in text
     assert not list(tmp_path.glob(f"{TOKEN_PREFIX}*"))
     assert cluster.cpu_capacity().largest_node == 2.0  # the session's instance (tests/conftest.py)
+
+
+def test_a_node_whose_probe_does_not_answer_is_named_in_the_error(ray, tmp_path):
+    cluster = RayCluster()
+    try:
+        with pytest.raises(ClusterError, match=r"within 2 s, but 1 of 1 did not answer: node ") as caught:
+            cluster.on_each_node(SilentProbe, "check", str(tmp_path), "token", str(tmp_path), timeout_s=2)
+    finally:
+        cluster.shutdown()
+    assert ray.get_runtime_context().get_node_id() in str(caught.value)

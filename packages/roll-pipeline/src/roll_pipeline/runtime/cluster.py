@@ -318,8 +318,10 @@ class RayCluster:
         """The alive nodes with CPUs: every roll actor asks for some CPU, so only these can host one."""
         return [n for n in self._ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
 
-    def on_each_node(self, cls: type, method: str, *args: Any, timeout_s: float = 300) -> dict[str, Any]:
-        """A zero-CPU actor of `cls` pinned to each node that can host a worker; results by node label."""
+    def on_each_node(self, cls: type, method: str, *args: Any, timeout_s: float = 600) -> dict[str, Any]:
+        """A zero-CPU actor of `cls` pinned to each node that can host a worker; results by node label.
+        `ClusterError` naming the nodes that did not answer within `timeout_s` (an actor process could not
+        start there: a node overloaded, out of memory, or unreachable)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = self._worker_nodes()
@@ -334,8 +336,17 @@ class RayCluster:
             ).remote()
             for n in nodes
         ]
+        pending = [getattr(a, method).remote(*args) for a in actors]
         try:
-            results = self._ray.get([getattr(a, method).remote(*args) for a in actors], timeout=timeout_s)
+            ready, _ = self._ray.wait(pending, num_returns=len(pending), timeout=timeout_s)
+            silent = [label for label, ref in zip(labels, pending, strict=True) if ref not in ready]
+            if silent:
+                raise ClusterError(
+                    f"Expected every node to run {cls.__name__}.{method} within {timeout_s:.0f} s, but "
+                    f"{len(silent)} of {len(nodes)} did not answer: {'; '.join(silent)}. An actor process could not"
+                    " start there: check the node's load and memory (`ray status`) and that it is reachable."
+                )
+            results = self._ray.get(pending)
         finally:
             for actor in actors:
                 with contextlib.suppress(Exception):
