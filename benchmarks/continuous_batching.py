@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roll_pipeline.runtime.policy_server import generation_params, within_budgets
 from roll_rollout import BatchingPolicy, GenerateRequest, GenerateResult, SamplingSettings, StreamingPolicy
 
 MODES = ("vllm continuous", "vllm batch-at-a-time", "hf_infer")
@@ -77,18 +78,6 @@ class Measurement:
         return self.tokens / self.wall_s
 
 
-def _params(settings: SamplingSettings, max_new_tokens: int) -> Any:
-    from roll_strategies import GenerationParams
-
-    return GenerationParams(
-        max_new_tokens=max_new_tokens,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        top_k=settings.top_k,
-        greedy=settings.greedy,
-    )
-
-
 def batch_backend(
     strategy: Any, version: int = 0
 ) -> Callable[[Sequence[GenerateRequest]], list[GenerateResult]]:
@@ -98,15 +87,10 @@ def batch_backend(
         budget = max(r.sampling.max_new_tokens for r in requests)
         outs = strategy.generate(
             [r.prompt_ids for r in requests],
-            _params(requests[0].sampling, budget),
+            generation_params(requests[0].sampling, budget),
             [r.sample_key for r in requests],
         )
-        results = []
-        for request, out in zip(requests, outs, strict=True):
-            keep = request.sampling.max_new_tokens
-            reason = out.finish_reason if len(out.output_ids) <= keep else "length"
-            results.append(GenerateResult(out.output_ids[:keep], out.log_probs[:keep], reason, version))
-        return results
+        return within_budgets(requests, outs, version)
 
     return generate_batch
 
@@ -115,7 +99,7 @@ def stream_backend(strategy: Any, version: int = 0) -> Callable[[GenerateRequest
     """`generate_one` over a continuously batching strategy, as `PolicyServer._generate_one` does it."""
 
     async def generate_one(request: GenerateRequest) -> GenerateResult:
-        params = _params(request.sampling, request.sampling.max_new_tokens)
+        params = generation_params(request.sampling, request.sampling.max_new_tokens)
         out = await strategy.agenerate_one(request.prompt_ids, params, request.sample_key)
         return GenerateResult(out.output_ids, out.log_probs, out.finish_reason, version)
 

@@ -70,43 +70,21 @@ class PolicyServer:
         """Whether requests reach the engine one by one as they come (continuous batching)."""
         return isinstance(self.policy, StreamingPolicy)
 
-    def _params(self, sampling: SamplingSettings, max_new_tokens: int) -> Any:
-        from roll_strategies import GenerationParams
-
-        return GenerationParams(
-            max_new_tokens=max_new_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-            greedy=sampling.greedy,
-            stop_strings=self.stop_strings,
-        )
-
     async def _generate_one(self, request: GenerateRequest) -> GenerateResult:
         """One request to a continuously batching engine, seeded by its own sample key."""
-        params = self._params(request.sampling, request.sampling.max_new_tokens)
+        params = generation_params(request.sampling, request.sampling.max_new_tokens, self.stop_strings)
         out = await self.worker.agenerate_one(request.prompt_ids, params, request.sample_key)
         # the version cannot change while a request is in flight: an update waits for it (`DrainLock`)
         return GenerateResult(list(out.output_ids), list(out.log_probs), out.finish_reason, self.version)
 
     def _generate_batch(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
         max_new_tokens = max(r.sampling.max_new_tokens for r in requests)
-        params = self._params(requests[0].sampling, max_new_tokens)
+        params = generation_params(requests[0].sampling, max_new_tokens, self.stop_strings)
         # Each request's own sample key: its tokens do not depend on what else is in this batch.
         outputs = self.worker.generate(
             [r.prompt_ids for r in requests], params, [r.sample_key for r in requests]
         )
-        results = []
-        for req, out in zip(requests, outputs, strict=True):
-            ids, lps, reason = out.output_ids, out.log_probs, out.finish_reason
-            if len(ids) > req.sampling.max_new_tokens:  # a shorter budget inside a mixed batch
-                ids, lps, reason = (
-                    ids[: req.sampling.max_new_tokens],
-                    lps[: req.sampling.max_new_tokens],
-                    "length",
-                )
-            results.append(GenerateResult(list(ids), list(lps), reason, self.version))
-        return results
+        return within_budgets(requests, outputs, self.version)
 
     async def generate_many(self, payload: bytes) -> bytes:
         """msgpack list of requests in, msgpack list of results out (see `RemotePolicy`)."""
@@ -198,6 +176,40 @@ class PolicyServer:
         if reset:
             self.policy.batch_sizes.clear()
         return sizes
+
+
+def generation_params(
+    sampling: SamplingSettings, max_new_tokens: int, stop_strings: Sequence[str] = ()
+) -> Any:
+    """The strategy's `GenerationParams` for requests sampled with `sampling`, up to `max_new_tokens`."""
+    from roll_strategies import GenerationParams
+
+    return GenerationParams(
+        max_new_tokens=max_new_tokens,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        greedy=sampling.greedy,
+        stop_strings=tuple(stop_strings),
+    )
+
+
+def within_budgets(
+    requests: Sequence[GenerateRequest], outputs: Sequence[Any], version: int
+) -> list[GenerateResult]:
+    """One batch's outputs as results, each cut to its request's own token budget (a batch runs to the
+    largest): a cut response ends for "length"."""
+    results = []
+    for req, out in zip(requests, outputs, strict=True):
+        ids, lps, reason = out.output_ids, out.log_probs, out.finish_reason
+        if len(ids) > req.sampling.max_new_tokens:  # a shorter budget inside a mixed batch
+            ids, lps, reason = (
+                ids[: req.sampling.max_new_tokens],
+                lps[: req.sampling.max_new_tokens],
+                "length",
+            )
+        results.append(GenerateResult(list(ids), list(lps), reason, version))
+    return results
 
 
 def _checked_stop_strings(stop_strings: Sequence[str]) -> tuple[str, ...]:
