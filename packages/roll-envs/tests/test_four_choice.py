@@ -70,6 +70,29 @@ def test_a_given_colour_is_checked():
         env.reset(options={"colour": "purple"})
 
 
+def test_a_configured_colour_shows_on_every_seed_and_an_option_still_wins():
+    env = roll_envs.make("four_choice", colour="yellow")
+    assert {colour_shown(env.reset(seed=seed)[0]) for seed in range(50)} == {"yellow"}
+    assert env.step("<answer>B</answer>")[1] == 1.0
+    assert env.reset(seed=0, options={"colour": "red"})[0] == "The light is red."
+    assert roll_envs.check_env(env, seeds=(0, 1)) == []
+    with pytest.raises(EnvConfigError, match="colour"):
+        roll_envs.make("four_choice", colour="purple")
+
+
+def test_a_configured_colour_has_a_fixed_answer_that_always_wins():
+    env = roll_envs.make("four_choice", colour="blue")
+    episodes = 50
+    wins = {letter: 0 for letter in LETTERS}
+    for seed in range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes):
+        for letter in LETTERS:
+            env.reset(seed=seed)
+            wins[letter] += env.step(f"<answer>{letter}</answer>")[1] == 1.0
+    assert wins == {"A": 0, "B": 0, "C": 0, "D": episodes}
+    found = env_baselines(env, turns=1, episodes=episodes)
+    assert found is not None and found.success == {"random": 0.25, "best_fixed_answer": 1.0}
+
+
 def test_the_env_passes_check_env_and_is_registered_with_gymnasium():
     assert roll_envs.check_env(roll_envs.make("four_choice"), seeds=tuple(range(8))) == []
     env = gymnasium.make("roll_envs/FourChoice-v0")

@@ -96,3 +96,14 @@ def test_roll_baselines_of_an_env_without_any(capsys):
     assert "has no baselines" in capsys.readouterr().err
     assert cli.main(["baselines", "--env", "sokobn"]) == 2
     assert "sokoban" in capsys.readouterr().err  # did you mean
+
+
+def test_a_validation_curve_gets_only_the_validation_tags_baselines():
+    # trained on one fixed colour per tag (each tag's best fixed answer always wins), validated on drawn colours
+    cfg = compose(str(EXAMPLES_DIR / "smollm2-cpu-agentic"), "agent_four_choice", [])
+    assert cfg.val_env_manager.tags == ["FourChoice"] and len(cfg.train_env_manager.tags) == 4
+    every = baseline_lines(cfg)
+    assert every["Red best_fixed_answer baseline"] == 1.0 and len(every) == 10
+    validation = baseline_lines(cfg, validation_only=True)
+    assert set(validation) == {"random baseline", "best_fixed_answer baseline"}
+    assert validation["random baseline"] == 0.25 and 0.25 <= validation["best_fixed_answer baseline"] < 0.3

@@ -9,7 +9,7 @@ the pipeline's learning test (tests/test_learning.py) trains the builtin tiny mo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -38,6 +38,11 @@ class FourChoiceConfig(EnvConfig):
         le=100_000,
         description="turns before the episode is truncated; above 1 an invalid answer may be retried",
     )
+    colour: Literal["red", "green", "blue", "yellow"] | None = Field(
+        None,
+        description="show this colour every episode (null: the seed draws it). A training run can give each colour"
+        " its own env tag with a fixed share of the groups, so every batch holds the colours in equal numbers",
+    )
 
 
 def right_answer(colour: str) -> str:
@@ -48,7 +53,8 @@ def right_answer(colour: str) -> str:
 class FourChoiceEnv(BaseEnv):
     """FourChoice: name the hidden answer (A-D) of the colour the light shows; one turn, reward 1 or 0.
 
-    `reset(options={"colour": "blue"})` shows a given colour instead of a seeded one.
+    `reset(options={"colour": "blue"})` shows a given colour instead of a seeded one; so does the config's
+    `colour`, for every episode (the option wins where both are given).
 
     >>> env = FourChoiceEnv()
     >>> env.reset(seed=0)[0]
@@ -80,13 +86,15 @@ class FourChoiceEnv(BaseEnv):
         return list(ANSWERS)
 
     def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
-        """Draw the colour from `rng`, or take `options["colour"]`."""
+        """Take `options["colour"]`, else the config's `colour`, else draw the colour from `rng`."""
         if "colour" in options:
             if options["colour"] not in COLOURS:
                 raise EnvConfigError(
                     f"four_choice: options['colour'] must be one of {list(COLOURS)}; got {options['colour']!r}."
                 )
             self.colour = options["colour"]
+        elif self.config.colour is not None:
+            self.colour = self.config.colour
         else:
             self.colour = COLOURS[int(rng.integers(len(COLOURS)))]
         self.answer = None
@@ -111,18 +119,20 @@ class FourChoiceEnv(BaseEnv):
     def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines:
         """`random` and `best_fixed_answer` (`four_choice_baselines`) on `episodes` held-out episodes."""
         note = "At or below best_fixed_answer the agent does not read the colour."
-        return EnvBaselines("FourChoice", "episodes", turns, four_choice_baselines(episodes), note, {})
+        success = four_choice_baselines(episodes, colour=self.config.colour)
+        return EnvBaselines("FourChoice", "episodes", turns, success, note, {})
 
 
-def four_choice_baselines(episodes: int = 1000) -> dict[str, float]:
+def four_choice_baselines(episodes: int = 1000, colour: str | None = None) -> dict[str, float]:
     """Success of the policies that ignore the colour, on the held-out episodes from `HELD_OUT_SEED_START`.
 
     - `random`: a uniformly random letter, right with probability 1/4 whatever the colour (exact);
     - `best_fixed_answer`: the one letter that is right on the most held-out episodes (measured; about 1/4,
-      above it by the sampling noise of the colours drawn). Any turn cap gives the same numbers: the first
-      valid answer ends the episode.
+      above it by the sampling noise of the colours drawn; 1.0 where `colour` shows one colour every
+      episode, as the config's `colour` does). Any turn cap gives the same numbers: the first valid answer
+      ends the episode.
     """
-    env = FourChoiceEnv(render_mode=None)
+    env = FourChoiceEnv(render_mode=None, colour=colour)
     counts = dict.fromkeys(ANSWERS, 0)
     for seed in range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes):
         env.reset(seed=seed)

@@ -129,7 +129,9 @@ def _sweep_finish(results: list[Any], out: Path, meta: dict[str, Any]) -> int:
 
     json_path, md_path = write_report(results, out, meta)
     with_config = [r.run_dir for r in results if (r.run_dir / "config.json").exists()]
-    png = plot_sweep(results, out / "sweep.png", _run_baselines(with_config[0]) if with_config else None)
+    # the sweep plots validation success: only the validation tags' baselines apply
+    baselines = _run_baselines(with_config[0], validation_only=True) if with_config else None
+    png = plot_sweep(results, out / "sweep.png", baselines)
     print(f"\n[sweep] greedy validation success; min→x on the {CLOCK}")
     print(format_table(results))
     print(f"[sweep] wrote {json_path}, {md_path}, {png}")
@@ -202,9 +204,9 @@ def plot(argv: list[str]) -> int:
     return 0
 
 
-def _run_baselines(run_dir: Path) -> dict[str, float] | None:
-    """The baselines of the run's tags at their turn caps, drawn as reference lines; None when no tag's
-    env has any."""
+def _run_baselines(run_dir: Path, validation_only: bool = False) -> dict[str, float] | None:
+    """The baselines of the run's tags (`validation_only`: of its validation tags) at their turn caps, drawn
+    as reference lines; None when no such tag's env has any."""
     import json
 
     from roll_pipeline.config.schema import AgenticConfig
@@ -221,7 +223,7 @@ def _run_baselines(run_dir: Path) -> dict[str, float] | None:
             f"[roll] {path} is not a config this version reads ({exc.__class__.__name__}); no baselines drawn"
         )
         return None
-    return baseline_lines(config) or None
+    return baseline_lines(config, validation_only=validation_only) or None
 
 
 def _run_target_kl(run_dir: Path) -> float | None:

@@ -30,10 +30,13 @@ def _draw_baselines(
 ) -> None:
     """Dashed reference lines named at the right end; a line whose name starts with a tag of `colors`
     takes that tag's colour, the others are gray."""
+    values = sorted((baselines or {}).values())
     for name, value in (baselines or {}).items():
         tag = next((t for t in colors or {} if name.startswith(f"{t} ")), None)
         ax.axhline(value, linestyle="--", color=colors[tag] if colors and tag else "gray", linewidth=1)  # type: ignore[attr-defined]
-        y = value - 0.04 if value > 0.95 else value + 0.01  # a line at the top: its name below it
+        # a name goes above its line, below it at the top or where a line just above would cover it
+        crowded = any(value < other < value + 0.05 for other in values)
+        y = value - 0.04 if value > 0.95 or crowded else value + 0.01
         transform = ax.get_yaxis_transform()  # type: ignore[attr-defined]
         ax.text(0.99, y, name, color="gray", fontsize=8, ha="right", transform=transform)  # type: ignore[attr-defined]
 

@@ -44,13 +44,17 @@ def envs_with_baselines() -> list[str]:
     return ids
 
 
-def tag_baselines(config: AgenticConfig, episodes: int = 1000) -> dict[str, EnvBaselines]:
-    """`roll_envs.EnvBaselines` of each tag the run plays (validation tags first) whose env has some, at the
-    tag's turn cap: the smaller of `max_actions_per_traj` and the env's `max_steps`."""
+def tag_baselines(
+    config: AgenticConfig, episodes: int = 1000, *, validation_only: bool = False
+) -> dict[str, EnvBaselines]:
+    """`roll_envs.EnvBaselines` of each tag the run plays (validation tags first; `validation_only`: only
+    them) whose env has some, at the tag's turn cap: the smaller of `max_actions_per_traj` and the env's
+    `max_steps`."""
     import roll_envs
 
+    tags = [*config.val_env_manager.tags, *([] if validation_only else config.train_env_manager.tags)]
     found = {}
-    for tag in dict.fromkeys([*config.val_env_manager.tags, *config.train_env_manager.tags]):
+    for tag in dict.fromkeys(tags):
         spec = config.custom_envs[tag]
         env = roll_envs.make(spec.env_type, render_mode=None, **spec.env_config)
         turns = min(spec.max_actions_per_traj, env.config.max_steps)
@@ -61,10 +65,10 @@ def tag_baselines(config: AgenticConfig, episodes: int = 1000) -> dict[str, EnvB
     return found
 
 
-def baseline_lines(config: AgenticConfig) -> dict[str, float]:
+def baseline_lines(config: AgenticConfig, *, validation_only: bool = False) -> dict[str, float]:
     """The reference lines of a learning curve: `NAME baseline` per success rate, prefixed by the tag
-    when several tags have baselines."""
-    found = tag_baselines(config)
+    when several tags have baselines (`validation_only`: the validation tags', for a validation curve)."""
+    found = tag_baselines(config, validation_only=validation_only)
     prefix = len(found) > 1
     return {
         f"{tag} {name} baseline" if prefix else f"{name} baseline": value
