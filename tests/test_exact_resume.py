@@ -140,6 +140,21 @@ def test_a_run_killed_after_step_3_resumes_into_the_uninterrupted_run_exactly(tm
     assert all(torch.equal(final[k], reference[k]) for k in reference)
 
 
+def test_each_checkpoint_is_written_after_its_steps_metrics_row(tmp_path, monkeypatch):
+    """A resume from checkpoint N keeps the rows up to N: a row written after its checkpoint would be lost for
+    good by a kill between the two (CI caught it: rows [0, 1, 2, 4, 5, 6])."""
+    rows_at_save: dict[int, list[int]] = {}
+    save = CheckpointManager.save
+
+    async def recording_save(self, step, state, save_models):
+        rows_at_save[step] = [r["step"] for r in _rows(tmp_path / "run")]
+        return await save(self, step, state, save_models)
+
+    monkeypatch.setattr(CheckpointManager, "save", recording_save)
+    _run_in_process(tmp_path, "run", "max_steps=2", "save_steps=1", "actor_infer.infer_batch_size=8")
+    assert rows_at_save == {1: [0, 1], 2: [0, 1, 2]}
+
+
 def _threads_stopped(pid: int) -> bool:
     """Whether every thread of `pid` is stopped (SIGSTOP is delivered asynchronously)."""
     try:

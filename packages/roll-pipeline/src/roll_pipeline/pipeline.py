@@ -262,12 +262,14 @@ class AgenticPipeline:
                     val = await self._validate()
                     summary.val_history.append((self.step, val))
                     metrics.update(val)
-                if self.step % cfg.save_steps == 0 or self.step == cfg.max_steps:
-                    summary.last_checkpoint = await self._save_checkpoint()
                 metrics.update(await self._release_memory())
                 # a validation step is logged whatever logging_steps is: its row is the learning curve
                 if validated or self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:
                     self.tracker.log(metrics, self.step)
+                # After the row: a resume from this checkpoint keeps the rows up to its step, so a process
+                # killed between a save and its row's write would have lost the row for good.
+                if self.step % cfg.save_steps == 0 or self.step == cfg.max_steps:
+                    summary.last_checkpoint = await self._save_checkpoint()
                 bar.update(1)
                 bar.set_postfix_str(_postfix(metrics, summary))
         finally:
