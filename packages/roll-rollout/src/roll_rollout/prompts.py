@@ -41,6 +41,12 @@ class ChatTokenizer(Protocol):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
 
 
+def instruction_for(env: Any, configured: str | None) -> str:
+    """The system instruction an env's episodes are prompted with: the configured one (`""`: none), or the
+    env's own `instruction` where none is configured."""
+    return env.instruction if configured is None else configured
+
+
 class PromptBuilder:
     """Builds the prompt ids of each turn of an episode."""
 

@@ -30,7 +30,7 @@ from roll_rollout.env_manager import EpisodeJob, TrajEnvManager, failure_kind
 from roll_rollout.errors import PayloadError
 from roll_rollout.players import check_fixed_players
 from roll_rollout.policy import PolicyClient, SamplingSettings
-from roll_rollout.prompts import ChatTokenizer, PromptBuilder
+from roll_rollout.prompts import ChatTokenizer, PromptBuilder, instruction_for
 from roll_rollout.schema import Trajectory, encode_trajectory
 
 
@@ -138,7 +138,7 @@ class EnvWorker:
             random_state = EnvRandomState()
             env = random_state.run(env_factory, spec.env_type, dict(spec.env_config))
             check_fixed_players(env, spec.fixed_players, f"env tag {spec.tag!r}")
-            instruction = env.instruction if spec.instruction is None else spec.instruction
+            instruction = instruction_for(env, spec.instruction)
             key = (instruction, spec.max_history_turns, spec.response_prefix)
             if key not in builders:
                 builders[key] = PromptBuilder(

@@ -61,13 +61,11 @@ def format_warmup_examples(spec: TinyModelSpec) -> list[tuple[list[dict[str, str
     take turns among `spec.envs`, all drawn from one random stream seeded by `spec.seed`.
     """
     import roll_envs
+    from roll_rollout.prompts import instruction_for
 
     rng = random.Random(spec.seed)
     envs = [roll_envs.make(w.env_type, **w.env_config) for w in spec.envs]
-    instructions = [
-        env.instruction if w.instruction is None else w.instruction
-        for env, w in zip(envs, spec.envs, strict=True)
-    ]
+    instructions = [instruction_for(env, w.instruction) for env, w in zip(envs, spec.envs, strict=True)]
     examples: list[tuple[list[dict[str, str]], str]] = []
     episode = 0
     while len(examples) < spec.warmup_examples:
