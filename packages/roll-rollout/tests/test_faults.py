@@ -80,9 +80,20 @@ def test_5pct_raising_and_1pct_hanging_steps_512_trajectories(scheduler_factory,
 def test_hung_calls_get_the_worker_recycled_and_the_batch_still_comes(scheduler_factory, answer_ids):
     release = threading.Event()
     hangs = Counter()
+    made = iter(range(100_000))
 
+    # The first worker's 4 envs hang on every step, later envs never: the recycle is certain, not a draw
+    # (a 20% hang rate let a batch of 4 finish with one hang, depending on the tests run before).
     def factory(_type, _config):
-        return FaultyEnv(CountdownEnv(min_turns=3), 0.0, 0.2, seed=1, record=hangs.update, release=release)
+        p_hang = 1.0 if next(made) < 4 else 0.0
+        return FaultyEnv(
+            CountdownEnv(min_turns=3),
+            0.0,
+            p_hang,
+            seed=1,
+            record=lambda kind: hangs.update([kind]),
+            release=release,
+        )
 
     layout = EnvLayout(2, 2, ("A",), (2,), max_env_num_per_worker=4)
     scheduler = scheduler_factory(
@@ -104,4 +115,5 @@ def test_hung_calls_get_the_worker_recycled_and_the_batch_still_comes(scheduler_
         release.set()
     assert len(batch) == 4 and all(t.error is None for t in batch.trajectories)
     assert batch.metrics["rollout/env_worker_recycles"] >= 1
+    assert hangs["hang"] >= 2  # the recycle answered hung calls, not something else
     assert sum(scheduler.ledger.total.values()) == scheduler.dispatched
