@@ -172,12 +172,12 @@ def model_folder(name: str) -> Path:
         from roll_pipeline.models.cache import resolve_pretrain
 
         return Path(resolve_pretrain("builtin:tiny-frozen-lake-sighted", seed=0))
-    from roll_strategies.gguf import SMOLLM2_GGUF, ensure_model_folder, find_smollm2_gguf
+    from roll_strategies.gguf import smollm2_folder
 
-    source = find_smollm2_gguf()
-    if source is None:
-        raise SystemExit("SmolLM2 not fetched: uv run python tools/convert_gguf.py --fetch-smollm2")
-    return ensure_model_folder(source.parent, SMOLLM2_GGUF)
+    try:
+        return smollm2_folder()
+    except FileNotFoundError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def build_strategies(folder: Path, max_num_seqs: int, threads: int) -> dict[str, Any]:

@@ -43,15 +43,12 @@ def model_path(name: str) -> str:
     """The converted SmolLM2 folder (`smollm2`), or any `pretrain` value roll resolves."""
     if name != SMOLLM2:
         return str(resolve_pretrain(name))
-    from roll_strategies import ensure_model_folder
-    from roll_strategies.gguf import find_smollm2_gguf
+    from roll_strategies.gguf import smollm2_folder
 
-    gguf = find_smollm2_gguf()
-    if gguf is None:
-        raise SystemExit(
-            "SmolLM2's GGUF is not installed: uv run python tools/convert_gguf.py --fetch-smollm2"
-        )
-    return str(ensure_model_folder(gguf.parent, gguf.name))
+    try:
+        return str(smollm2_folder())
+    except FileNotFoundError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def four_choice_rows(tokenizer, rows: int) -> list[Trajectory]:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 from roll_strategies import GenerationParams, HFInferStrategy, ModelNotFoundError
-from roll_strategies.gguf import GGUF_INFO_FILE, ensure_model_folder, find_smollm2_gguf
+from roll_strategies import gguf as roll_gguf
+from roll_strategies.gguf import GGUF_INFO_FILE, ensure_model_folder, find_smollm2_gguf, smollm2_folder
 
 gguf = pytest.importorskip("gguf", reason="needs the gguf extra (uv sync --all-packages --extra gguf)")
 
@@ -77,6 +78,20 @@ def test_no_gguf_file_keeps_the_folder_and_a_missing_one_says_how_to_fetch(tmp_p
     assert ensure_model_folder(tmp_path) == tmp_path
     with pytest.raises(ModelNotFoundError, match="--fetch-smollm2"):
         ensure_model_folder(tmp_path, "absent.gguf", cache_dir=tmp_path)
+
+
+def test_smollm2_folder_converts_the_found_gguf_and_says_how_to_fetch_a_missing_one(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("ROLL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(roll_gguf, "find_smollm2_gguf", lambda: None)
+    with pytest.raises(FileNotFoundError, match=r"tools/convert_gguf\.py --fetch-smollm2"):
+        smollm2_folder()
+    source = write_gguf(tiny_model_dir, tmp_path / "tiny.gguf")  # stands in for SmolLM2's file
+    monkeypatch.setattr(roll_gguf, "find_smollm2_gguf", lambda: source)
+    folder = smollm2_folder()
+    assert folder.is_relative_to(tmp_path / "cache")
+    assert json.loads((folder / GGUF_INFO_FILE).read_text())["source"] == str(source.resolve())
 
 
 @pytest.mark.slow

@@ -38,6 +38,7 @@ __all__ = [
     "ensure_model_folder",
     "find_smollm2_gguf",
     "gguf_fingerprint",
+    "smollm2_folder",
 ]
 
 GGUF_INFO_FILE = "roll_gguf.json"
@@ -117,6 +118,18 @@ def _plain_copy(model: PreTrainedModel, dtype: str) -> PreTrainedModel:
     plain = AutoModelForCausalLM.from_config(config, dtype=resolve_dtype(dtype))
     plain.load_state_dict(model.state_dict())
     return plain
+
+
+def smollm2_folder() -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face folder: its GGUF (`find_smollm2_gguf`) converted once, cached.
+
+    Raises FileNotFoundError naming the command that fetches the GGUF when it is not there."""
+    source = find_smollm2_gguf()
+    if source is None:
+        raise FileNotFoundError(
+            "SmolLM2's GGUF is not fetched: uv run python tools/convert_gguf.py --fetch-smollm2"
+        )
+    return ensure_model_folder(source.parent, source.name)
 
 
 def ensure_model_folder(
