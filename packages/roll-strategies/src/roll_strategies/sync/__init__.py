@@ -1,0 +1,7 @@
+"""Weight sync from a train strategy to inference strategies: versioned, bucketed, refused when stale or partial.
+
+- `weight_sync.py`: the sending side and the protocol: `WeightSyncPlan`, `WeightBucket`, `WeightExporter`, `sync_weights`.
+- `weight_receiver.py`: `WeightReceiver`, the receiving side: stages buckets, applies only complete updates in order.
+- `weights.py`: named-tensor export and strict load of a model's weights, tied weights once.
+- `endpoints.py`: the sync methods of the backends (through their receiver or exporter), written once.
+"""
