@@ -12,7 +12,7 @@ import pytest
 # the repository's ignored .cache/ instead of rebuilding it per machine user or per temp dir.
 _CACHE = Path(__file__).resolve().parent / ".cache"
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(_CACHE / "torch_extensions"))
-# Converted GGUF models and fetched model packages (roll_strategies.gguf), kept across runs, never committed.
+# Converted GGUF models and fetched model packages (roll_strategies.models.gguf), kept across runs, never committed.
 os.environ.setdefault("ROLL_CACHE_DIR", str(_CACHE / "roll"))
 
 

@@ -172,7 +172,7 @@ def model_folder(name: str) -> Path:
         from roll_pipeline.models.cache import resolve_pretrain
 
         return Path(resolve_pretrain("builtin:tiny-frozen-lake-sighted", seed=0))
-    from roll_strategies.gguf import smollm2_folder
+    from roll_strategies.models.gguf import smollm2_folder
 
     try:
         return smollm2_folder()

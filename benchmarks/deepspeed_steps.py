@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import torch
-from roll_strategies import build_tiny_model, create_strategy
+from roll_strategies import OptimizerSettings, build_tiny_model, create_strategy
 
 CONFIGS = {
     "hf_train": None,
@@ -67,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             "hf_train" if config is None else "deepspeed_train",
             "train",
             model_dir,
-            learning_rate=1e-3,
-            warmup_steps=2,
+            optimizer=OptimizerSettings(learning_rate=1e-3, warmup_steps=2),
             dtype=dtype,
             **({} if config is None else {"strategy_config": config}),
         )

@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import roll_envs
 import torch
 import train_bench as tb
+from roll_pipeline.assembly.settings import actor_loss
 from roll_pipeline.config.compose import tiny_config
 from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.trainer.samples import build_samples
-from roll_pipeline.trainer.settings import actor_loss
 from roll_rollout import PromptBuilder, Trajectory, Turn
 
 SMOLLM2 = "smollm2"
@@ -43,7 +43,7 @@ def model_path(name: str) -> str:
     """The converted SmolLM2 folder (`smollm2`), or any `pretrain` value roll resolves."""
     if name != SMOLLM2:
         return str(resolve_pretrain(name))
-    from roll_strategies.gguf import smollm2_folder
+    from roll_strategies.models.gguf import smollm2_folder
 
     try:
         return str(smollm2_folder())
@@ -80,10 +80,13 @@ def cpu_bf16_flags() -> str:
 
 def run(model: str, rows: int, micro_batch_rows: int, repeats: int) -> dict[str, dict[str, float]]:
     """{dtype: {"train_s", "forward_s", "tokens"}} for one train step and one forward pass of `rows` rows."""
-    from roll_strategies import HFTrainStrategy
+    from roll_strategies import HFTrainStrategy, OptimizerSettings
 
     path = model_path(model)
-    strategies = {dtype: HFTrainStrategy(path, dtype=dtype, learning_rate=2e-5) for dtype in DTYPES}
+    strategies = {
+        dtype: HFTrainStrategy(path, dtype=dtype, optimizer=OptimizerSettings(learning_rate=2e-5))
+        for dtype in DTYPES
+    }
     samples = build_samples(four_choice_rows(strategies["float32"].tokenizer, rows), 0, "step")
     plan, _ = tb.micro_batches(samples, "fixed", micro_batch_rows, 8192)
     batch = {"input_ids": samples.input_ids, "attention_mask": samples.attention_mask}

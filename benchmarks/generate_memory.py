@@ -3,7 +3,7 @@
     uv run python benchmarks/generate_memory.py                      # 64 rows x 64 new tokens, vocab 49152 and 151936
     uv run python benchmarks/generate_memory.py --rows 16 --new-tokens 32 --vocab 49152
 
-"old" is hf_infer before issue 25: `generate(output_logits=True)` keeps [rows, new tokens, vocab] float32
+"old" is hf_infer's previous generate: `generate(output_logits=True)` keeps [rows, new tokens, vocab] float32
 logits, stacked and log-softmaxed after the call (each a full copy). "new" is `HFInferStrategy.generate`
 (`SampledLogProbs`: one [rows, vocab] row held at a time). The model is a random LlamaForCausalLM (hidden 64,
 2 layers) with the given vocabulary, so the vocabulary-sized tensors dominate as they do at Qwen sizes.
@@ -32,7 +32,7 @@ PROMPT_TOKENS = 16
 def build_model_folder(folder: Path, vocab: int) -> Path:
     """A random LlamaForCausalLM (hidden 64, 2 layers, `vocab` outputs) with the tiny tokenizer (its ids are
     a prefix of the vocabulary: pad and eos exist; nothing here decodes)."""
-    from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
+    from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -65,8 +65,8 @@ def _reset_peak() -> None:
 
 
 def old_generate(strategy, prompts: list[list[int]], params) -> torch.Tensor:
-    """hf_infer's generate before issue 25, up to the log-probs: [B, N] from the kept [B, N, V] logits."""
-    from roll_strategies.sampling import KeyedSampler, row_keys
+    """hf_infer's previous generate, up to the log-probs: [B, N] from the kept [B, N, V] logits."""
+    from roll_strategies.infer.sampling import KeyedSampler, row_keys
     from transformers import GenerationConfig, LogitsProcessorList
 
     input_ids, mask = strategy._pad_left(prompts)

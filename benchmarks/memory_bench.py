@@ -135,7 +135,7 @@ def _batch(vocab: int, rows: int, response: int):
 def _unchunked_logits(model, b):
     """[N, V] float32 logits at the response positions, as the removed `forward._padded` built them: the
     model's own logits from the first response column on (`logits_to_keep`), read at each position."""
-    from roll_strategies.logprobs import position_ids_from_mask
+    from roll_strategies.compute.logprobs import position_ids_from_mask
 
     ids, mask, needed = b["input_ids"], b["attention_mask"], b["response_mask"]
     rows, cols = needed.nonzero(as_tuple=True)
@@ -185,9 +185,9 @@ def _unchunked(role: str, model, ref, b) -> None:
 
 
 def _chunked(role: str, model, ref, b) -> None:
-    """The role as the strategies now run it (`roll_strategies.forward` / `logprobs`)."""
-    from roll_strategies.forward import lm_outputs, reference_kl
-    from roll_strategies.logprobs import batched_log_probs
+    """The role as the strategies now run it (`roll_strategies.compute.forward` / `logprobs`)."""
+    from roll_strategies.compute.forward import lm_outputs, reference_kl
+    from roll_strategies.compute.logprobs import batched_log_probs
 
     rows = b["input_ids"].shape[0]
     if role == "reference":
@@ -214,7 +214,7 @@ def _chunked(role: str, model, ref, b) -> None:
 def _child(args: dict) -> dict:
     import gc
 
-    import roll_strategies.forward  # noqa: F401  (imported before the baseline is read)
+    import roll_strategies.compute.forward  # noqa: F401  (imported before the baseline is read)
     import torch
     from roll_algos import entropy_from_logits  # noqa: F401
 

@@ -4,7 +4,7 @@ A rollout step decodes one payload per trajectory; the reference load is 512 tra
 (256 prompt ids and 32 response ids per turn). Compared, on the same payloads:
 
 - `typed`: `decode_trajectory` (msgspec typed structs, every element checked);
-- `legacy`: the decoder before issue 16 (msgpack + container-level checks only), kept here verbatim;
+- `legacy`: the previous decoder (msgpack + container-level checks only), kept here verbatim;
 - `unpack_only`: `msgpack.unpackb` with no check at all (the floor);
 - `python_checks` / `pydantic`: the two alternatives weighed against msgspec, each checking the
   element rules the typed decoder checks.
@@ -68,7 +68,7 @@ def payloads(trajectories) -> list[bytes]:
     return [encode_trajectory(t) for t in trajectories]
 
 
-# ---- the decoder before issue 16 (container-level checks only), for comparison --------------------
+# ---- the previous decoder (container-level checks only), for comparison -------------------------
 
 _LEGACY_TURN = {
     "prompt_ids": (list,), "response_ids": (list,), "log_probs": (list,), "reward": (float, int),
@@ -219,7 +219,7 @@ def test_decoders_side_by_side(benchmark, payloads):
     model = _pydantic_model()
     decoders = {
         "typed (decode_trajectory)": lambda: [decode_trajectory(p) for p in payloads],
-        "legacy (before issue 16)": lambda: [legacy_decode(p) for p in payloads],
+        "legacy (containers only)": lambda: [legacy_decode(p) for p in payloads],
         "unpack only (no checks)": lambda: [msgpack.unpackb(p, raw=False) for p in payloads],
         "python checks": lambda: [python_checks_decode(p) for p in payloads],
         "pydantic": lambda: [model.model_validate(msgpack.unpackb(p)["trajectory"]) for p in payloads],

@@ -13,7 +13,7 @@ import itertools
 import pytest
 import torch
 from roll_strategies import WeightExporter, WeightReceiver, export_named_weights, load_named_weights
-from roll_strategies.weights import tensor_shape, unique_named_tensors
+from roll_strategies.sync.weights import tensor_shape, unique_named_tensors
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 TINY = Qwen2Config(

@@ -1,5 +1,5 @@
 """P4: the train path's micro-batches on a real multi-turn length mix: naive padding vs dynamic batching
-vs packing, padding fraction and train tokens/s of each (issue 11).
+vs packing, padding fraction and train tokens/s of each.
 
 The length mix: FrozenLake (4x4, up to 8 turns) and Sokoban (6x6, up to 12 turns) episodes played with
 random moves through the rollout's own `PromptBuilder` and the tiny model's tokenizer, prompts keeping
@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import roll_envs
 import torch
+from roll_pipeline.assembly.settings import actor_loss
 from roll_pipeline.config.compose import tiny_config
 from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.models.recipes import TINY_FROZEN_LAKE_INSTRUCTION
 from roll_pipeline.trainer.micro_batches import TrainLayout, build_micro_batches
 from roll_pipeline.trainer.samples import Samples, build_samples
-from roll_pipeline.trainer.settings import actor_loss
 from roll_rollout import PromptBuilder, Trajectory, Turn
 
 ENVS = {"frozen_lake": ({}, 8), "sokoban": ({"dim_x": 6, "dim_y": 6, "num_boxes": 1}, 12)}
@@ -137,9 +137,9 @@ def run(
 ) -> tuple[list[Result], dict[str, float]]:
     """Every mode on the same samples, round-robin `repeats` times after one warm-up each (so every mode
     meets the same load); min wall time per mode. Returns the results and the length statistics."""
-    from roll_strategies import HFTrainStrategy
+    from roll_strategies import HFTrainStrategy, OptimizerSettings
 
-    strategy = HFTrainStrategy(tiny_model_path(), learning_rate=1e-3)
+    strategy = HFTrainStrategy(tiny_model_path(), optimizer=OptimizerSettings(learning_rate=1e-3))
     samples = build_samples(length_mix(strategy.tokenizer, episodes_per_env), 0, shape)  # type: ignore[arg-type]
     lengths = samples.lengths.tolist()
     info = {

@@ -91,8 +91,8 @@ def run_case(model: str, mode: str, dtype: str, bucket_mb: int, repeats: int) ->
     """One case in this process (called in the subprocess)."""
     import torch
     from roll_strategies import WeightExporter, WeightReceiver, export_named_weights, load_named_weights
-    from roll_strategies._loading import resolve_dtype
-    from roll_strategies.weights import tensor_shape, unique_named_tensors
+    from roll_strategies.models._loading import resolve_dtype
+    from roll_strategies.sync.weights import tensor_shape, unique_named_tensors
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)

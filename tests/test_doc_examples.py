@@ -55,3 +55,13 @@ def test_env_answer_format_example_runs(tmp_path: Path) -> None:
         "valid=True refused=True reward=0.0",
         "valid=True refused=False reward=1.0",
     ]
+
+
+def test_policy_loss_plugin_example_runs(tmp_path: Path) -> None:
+    script = tmp_path / "example.py"
+    script.write_text(python_block_after(DOCS / "algos" / "policy_loss.md", "## A loss from a plugin"))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "0.1008 1.2734"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from roll_pipeline import AgenticPipeline
-from roll_pipeline.config.compose import compose
+from roll_pipeline.preflight import compose
 
 SMALL = [
     "cluster.backend=local",

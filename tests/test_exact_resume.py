@@ -1,4 +1,4 @@
-"""Exact resume, proved by a real kill (issue #13).
+"""Exact resume, proved by a real kill.
 
 A `roll train` process is killed with SIGKILL (no flag, no cooperation) and resumed with
 `resume_from_checkpoint=auto`; the resumed run must log the same metrics and end with the same weights as
@@ -142,7 +142,7 @@ def test_a_run_killed_after_step_3_resumes_into_the_uninterrupted_run_exactly(tm
 
 def test_each_checkpoint_is_written_after_its_steps_metrics_row(tmp_path, monkeypatch):
     """A resume from checkpoint N keeps the rows up to N: a row written after its checkpoint would be lost for
-    good by a kill between the two (CI caught it: rows [0, 1, 2, 4, 5, 6])."""
+    good by a kill between the two."""
     rows_at_save: dict[int, list[int]] = {}
     save = CheckpointManager.save
 

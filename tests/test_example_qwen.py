@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from roll_pipeline.cli import commands as cli
-from roll_pipeline.config.compose import compose
+from roll_pipeline.preflight import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ["--config_path", "qwen2.5-0.5B-agentic", "--config_name", "agent_val_frozen_lake"]

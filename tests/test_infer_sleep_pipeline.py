@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 from roll_pipeline import AgenticPipeline
-from roll_pipeline import pipeline as pipeline_module
+from roll_pipeline.assembly import parts as parts_module
 from roll_pipeline.config.colocation import InferSleep
 from roll_pipeline.config.compose import compose
 from roll_pipeline.runtime.policy_server import PolicyServer
@@ -21,7 +21,7 @@ from small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
 @pytest.mark.slow
 def test_each_step_sleeps_after_the_rollout_and_wakes_before_the_weight_sync(tmp_path, monkeypatch):
     events: list[str] = []
-    monkeypatch.setattr(pipeline_module, "infer_sleep", lambda roles, names: InferSleep(1, ("actor_train",)))
+    monkeypatch.setattr(parts_module, "infer_sleep", lambda roles, names: InferSleep(1, ("actor_train",)))
 
     def sleep(self, level: int = 1) -> bool:
         events.append("sleep")

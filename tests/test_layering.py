@@ -218,7 +218,7 @@ def test_a_train_worker_runs_the_actor_loss_without_the_orchestrator():
     """The pipeline's configured actor loss, pickled as it travels to a train worker, unpickles and runs in a
     process that imports neither roll_pipeline nor roll_rollout."""
     from roll_pipeline import tiny_config
-    from roll_pipeline.trainer.settings import actor_loss
+    from roll_pipeline.assembly.settings import actor_loss
 
     loss = actor_loss(tiny_config(skip_confident_tokens=0.99, use_kl_loss=True, kl_penalty="k3"), 0.1)
     assert type(loss).__module__.startswith("roll_algos.")
@@ -243,8 +243,8 @@ def _names_used(path: Path) -> set[str]:
 
 def test_trainer_and_runtime_components_never_receive_the_whole_config():
     """Below the entry points a component gets its own settings (a config section such as a role's
-    WorkerConfig is fine): in trainer/ and runtime/ only trainer/settings.py, the translation, uses the run's
-    AgenticConfig."""
+    WorkerConfig is fine): no module of trainer/ or runtime/ uses the run's AgenticConfig (the translation is
+    assembly/settings.py, a floor above)."""
     modules = _module_files()
     readers = sorted(
         name
@@ -252,4 +252,81 @@ def test_trainer_and_runtime_components_never_receive_the_whole_config():
         if name.startswith(("roll_pipeline.trainer.", "roll_pipeline.runtime."))
         and "AgenticConfig" in _names_used(path)
     )
-    assert readers == ["roll_pipeline.trainer.settings"]
+    assert readers == []
+
+
+PIPELINE_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("cli",),
+    ("pipeline", "serving", "experiments"),
+    ("assembly", "preflight"),
+    ("trainer",),
+    ("runtime", "observe", "migrate"),
+    ("config",),
+    ("state", "models", "roll_keys"),
+)
+"""roll_pipeline's rooms, top floor first (docs/architecture.md draws them): a module imports only from its own
+room or from a floor below, never up and never sideways. The package's `__init__` is the face above them all."""
+
+
+def _room(module: str, package: str) -> str | None:
+    """The room of a module of `package` (its sub-package or top-level module); None for the package itself."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == package and len(parts) > 1 else None
+
+
+def _floor_breaks(graph: dict[str, set[str]], package: str, floors: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Each import between two rooms of `package` that does not go down a floor, as `a -> b (room up/sideways)`;
+    and each room the floors do not name."""
+    level = {room: i for i, rooms in enumerate(floors) for room in rooms}
+    breaks = []
+    for source, targets in sorted(graph.items()):
+        here = _room(source, package)
+        if here is None:
+            continue
+        if here not in level:
+            breaks.append(f"{source}: room {here!r} is on no floor")
+            continue
+        for target in sorted(targets):
+            there = _room(target, package)
+            if there is None or there == here:
+                continue
+            if there not in level:
+                breaks.append(f"{target}: room {there!r} is on no floor")
+            elif level[there] <= level[here]:
+                way = "up" if level[there] < level[here] else "sideways"
+                breaks.append(f"{source} -> {target} ({here} imports {there}, {way})")
+    return breaks
+
+
+def test_floor_check_finds_a_function_level_import_that_goes_up(tmp_path):
+    """The check itself: a lazy import from a lower room into a higher one, or between two rooms of one floor,
+    is a break; an import down a floor or inside a room is not."""
+    for room in ("top", "low", "side"):
+        (tmp_path / "pkg" / room).mkdir(parents=True)
+        (tmp_path / "pkg" / room / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "top" / "a.py").write_text("from pkg.low.b import x\n")
+    (tmp_path / "pkg" / "low" / "b.py").write_text(
+        "from pkg.low.c import y\ndef f():\n    from pkg.top.a import z\n"
+    )
+    (tmp_path / "pkg" / "low" / "c.py").write_text("import pkg.side.d\n")
+    (tmp_path / "pkg" / "side" / "d.py").write_text("")
+    modules = {}
+    for path in (tmp_path / "pkg").rglob("*.py"):
+        parts = path.relative_to(tmp_path).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: _imports(path, name, modules) for name, path in modules.items()}
+    floors = (("top",), ("low", "side"))
+    assert _floor_breaks(graph, "pkg", floors) == [
+        "pkg.low.b -> pkg.top.a (low imports top, up)",
+        "pkg.low.c -> pkg.side.d (low imports side, sideways)",
+    ]
+
+
+def test_roll_pipeline_floors_run_one_way():
+    """No import of roll_pipeline, at module level or inside a function, goes up a floor or sideways."""
+    modules = {name: path for name, path in _module_files().items() if name.startswith("roll_pipeline")}
+    graph = {name: _imports(path, name, modules) for name, path in modules.items()}
+    rooms = {_room(name, "roll_pipeline") for name in modules} - {None}
+    assert rooms == {room for floor in PIPELINE_FLOORS for room in floor}, "a room is missing from the floors"
+    assert _floor_breaks(graph, "roll_pipeline", PIPELINE_FLOORS) == []

@@ -28,9 +28,8 @@ from roll_pipeline.models.warmup import (
 EXAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples" / "tiny-cpu-agentic"
 EXAMPLE = "agent_four_choice"
 STEPS = 40
-"""Training steps of the example (its max_steps). Measured on seeds 0-19 (2026-11-27, validating every 5 steps):
-greedy 1.0 on every seed by step 5-25 and at step 40; seeds 0, 1 and 2 by steps 20, 20 and 20 (0.8 by 5, 5 and 20).
-Before the colours were balanced per batch, seed 0 ended at 0.81 here and in CI."""
+"""Training steps of the example (its max_steps): seeds 0-19 each reach greedy 1.0 within them, seeds 0, 1 and 2
+by step 20 (measured in docs/training.md, "four_choice (tiny offline model)")."""
 
 CHANCE = 0.25
 LETTERS = ("A", "B", "C", "D")

@@ -1,12 +1,12 @@
-"""Memory per step: an in-process run keeps nothing of a step once it is over (issue 25's "leak").
+"""Memory per step: an in-process run keeps nothing of a step once it is over.
 
 In a `cluster.backend=local` run every worker is an object of this process, so after each step a garbage
 collection and a count of the live torch tensors (every worker's: weights, optimiser state, anything a step left
 behind) and of the rollout's trajectories and turns show what the run retains. Past the first step (lazy state:
 the optimiser's moments, the LM head's probe) the tensors' count and bytes are the same at every step, and the
 episodes alive stay below three batches' worth: a tensor kept per step (a list of batches, a cache keyed by step, a
-loss holding its autograd graph) or a trajectory kept per step fails it, in steps, not seconds. What glibc keeps of the freed memory, the part that grew in issue 25, is
-`roll_strategies.allocator`'s (its tests, packages/roll-strategies/tests/test_allocator.py); here each step
+loss holding its autograd graph) or a trajectory kept per step fails it, in steps, not seconds. What glibc keeps of the freed memory, which grows the resident set from step to step, is
+`roll_strategies.workers.allocator`'s (its tests, packages/roll-strategies/tests/test_allocator.py); here each step
 reports the resident set after giving it back (`memory/rss_gb`).
 """
 

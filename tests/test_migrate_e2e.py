@@ -14,8 +14,8 @@ import math
 from pathlib import Path
 
 import pytest
-from roll_pipeline.config.compose import compose
 from roll_pipeline.migrate.translate import migrate_file, to_yaml
+from roll_pipeline.preflight import compose
 
 ROLL_CONFIGS = Path(__file__).resolve().parents[1] / "packages" / "roll-pipeline" / "tests" / "roll_configs"
 

@@ -33,7 +33,7 @@ def test_rules_on_hand_built_boards(board: list[str], vertical: str, horizontal:
 def test_rule_success_on_a_given_map_matches_a_hand_count() -> None:
     # roll_envs' FrozenLake on seed s: replay the rule by hand on each map, with its own move function.
     import roll_envs
-    from roll_envs.frozen_lake import move
+    from roll_envs.envs.frozen_lake import move
 
     seeds = list(range(40))
     env = roll_envs.make("frozen_lake")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from roll_pipeline import AgenticPipeline
-from roll_pipeline.config.compose import ConfigError, compose
+from roll_pipeline.config.compose import ConfigError
+from roll_pipeline.preflight import compose
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-cpu-agentic"
 SMALL = [

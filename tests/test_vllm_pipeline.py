@@ -9,9 +9,8 @@ Runs only where vllm is installed: on a machine without a GPU, in the throwaway 
 Three lockstep steps (the sampler's weights are the trainer's at every turn), so the log-probs vLLM returned
 with each sampled token and the ones the trainer recomputes for the PPO ratio differ only by numerics (vLLM's
 CPU kernels against torch's, both float32): checked token by token within `LOGPROB_TOLERANCE`, at step 1 and
-after two weight syncs into the running engine. Measured on the 2-core CPU VM (2026-11-25, two runs): largest
-difference per token 2.4e-5 to 5.6e-5, mean per step 5e-6 to 7e-6, over 254 sampled tokens (16 one-turn
-four_choice episodes of at most 8 tokens a step); the whole test takes 2-3 minutes (engine start ~30-60 s).
+after two weight syncs into the running engine: 16 one-turn four_choice episodes of at most 8 tokens a step.
+The measured differences and the test's run time are in docs/benchmarks.md ("vLLM inside the pipeline").
 """
 
 from __future__ import annotations
@@ -36,8 +35,8 @@ MEAN_LOGPROB_TOLERANCE = 1e-4
 
 @pytest.fixture
 def smollm2() -> None:
-    from roll_pipeline.config import preflight
-    from roll_strategies.gguf import find_smollm2_gguf
+    from roll_pipeline import preflight
+    from roll_strategies.models.gguf import find_smollm2_gguf
 
     source = find_smollm2_gguf()
     if source is None or preflight._converted_gguf(source) is None:

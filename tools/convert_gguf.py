@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from roll_strategies import GenerationParams, HFInferStrategy
-from roll_strategies.gguf import (
+from roll_strategies.models.gguf import (
     GGUF_INFO_FILE,
     SMOLLM2_GGUF,
     default_cache_dir,

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import roll_envs
-from roll_envs.frozen_lake import ACTIONS, frozen_lake_neighbours
+from roll_envs.envs.frozen_lake import ACTIONS, frozen_lake_neighbours
 
 Rule = Callable[[list[str]], str]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import roll_envs
 from pydantic import Field
-from roll_envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv
+from roll_envs.envs.frozen_lake import FrozenLakeConfig, FrozenLakeEnv
 from roll_pipeline import AgenticPipeline
 from roll_pipeline.config.compose import compose
 

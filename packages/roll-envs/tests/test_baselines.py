@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 from roll_envs.baseline_types import HELD_OUT_SEED_START
-from roll_envs.frozen_lake import ACTIONS, FrozenLakeEnv
-from roll_envs.frozen_lake.baselines import (
+from roll_envs.envs.frozen_lake import ACTIONS, FrozenLakeEnv
+from roll_envs.envs.frozen_lake.baselines import (
     PRECOMPUTED_SEQUENCES,
     SEARCH_MAPS,
     SEARCH_SEED_START,

@@ -11,7 +11,7 @@ import roll_envs
 import roll_envs.baselines as generic
 from roll_envs import ActionOutcome, BaseEnv, EnvBaselines, env_baselines, registry
 from roll_envs.baselines import HELD_OUT_SEED_START, has_baselines
-from roll_envs.frozen_lake import baselines as frozen_lake_module
+from roll_envs.envs.frozen_lake import baselines as frozen_lake_module
 
 
 class CoinEnv(BaseEnv):

@@ -12,7 +12,7 @@ from roll_envs import EnvConfigError, FourChoiceEnv, env_baselines, four_choice_
 from roll_envs.baseline_types import HELD_OUT_SEED_START
 
 REFERENCE_KEY = {"red": "C", "green": "A", "blue": "D", "yellow": "B"}
-"""The answer key of the env's spec (roll_envs.four_choice), restated here rather than imported from the env."""
+"""The answer key of the env's spec (roll_envs.envs.four_choice), restated here rather than imported from the env."""
 
 LETTERS = ("A", "B", "C", "D")
 

@@ -50,7 +50,7 @@ def test_cli_list_and_check(capsys):
     out = capsys.readouterr().out
     assert "frozen_lake" in out and "webshop_lite" in out
     assert {"gem:*", "textarena:*", "reasoning_gym:*"} <= {line.split()[0] for line in out.splitlines()}
-    assert cli.main(["check", "roll_envs.frozen_lake:FrozenLakeEnv", "--set", "size=5"]) == 0
+    assert cli.main(["check", "roll_envs.envs.frozen_lake:FrozenLakeEnv", "--set", "size=5"]) == 0
     assert "passes every check" in capsys.readouterr().out
     assert cli.main(["check", "frozen_lak"]) == 1
     assert "Did you mean 'frozen_lake'" in capsys.readouterr().err

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 import roll_envs
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
-from roll_envs.frozen_lake import ACTIONS, FrozenLakeEnv, frozen_lake_neighbours, generate_map, has_path, move
+from roll_envs.envs.frozen_lake import (
+    ACTIONS,
+    FrozenLakeEnv,
+    frozen_lake_neighbours,
+    generate_map,
+    has_path,
+    move,
+)
 
 INFO_KEYS = {"action_is_valid", "action_is_effective", "success", "metrics", "state_key"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 import roll_envs
-from roll_envs.gym_adapter import GymAdapterEnv, latest_gym_id
+from roll_envs.adapters.gym import GymAdapterEnv, latest_gym_id
 
 
 def test_cliff_walking_text_and_rewards_match_gymnasium():

@@ -150,7 +150,7 @@ def test_entry_point_plugins_are_loaded(monkeypatch):
 
 def test_builtins_are_registered_with_gymnasium():
     import gymnasium
-    from roll_envs.builtins import BUILTINS, GYM_NAMESPACE
+    from roll_envs.envs.builtins import BUILTINS, GYM_NAMESPACE
 
     names = [b.gym_name for b in BUILTINS if b.gym_name]
     assert {

@@ -8,7 +8,7 @@ from collections import deque
 import numpy as np
 import pytest
 import roll_envs
-from roll_envs.sokoban import ALTERNATIVE_GRID, Room, SokobanEnv, generate_room
+from roll_envs.envs.sokoban import ALTERNATIVE_GRID, Room, SokobanEnv, generate_room
 
 VARIANTS = {  # registry id, config, (height, width, boxes)
     "simple_sokoban": ("simple_sokoban", {}, (6, 6, 1)),

@@ -11,16 +11,16 @@ import pytest
 import roll_envs
 from roll_envs.baseline_types import HELD_OUT_SEED_START
 from roll_envs.baselines import env_baselines
-from roll_envs.frozen_lake.baselines import frozen_lake_baselines
-from roll_envs.sokoban import Room, SokobanEnv
-from roll_envs.sokoban.baselines import (
+from roll_envs.envs.frozen_lake.baselines import frozen_lake_baselines
+from roll_envs.envs.sokoban import Room, SokobanEnv
+from roll_envs.envs.sokoban.baselines import (
     _held_out_graphs,
     held_out_rooms,
     random_policy_success,
     room_graph,
     sokoban_baselines,
 )
-from roll_envs.sokoban.env import ACTIONS
+from roll_envs.envs.sokoban.env import ACTIONS
 
 
 def monte_carlo_random_success(seeds: range, turns: int, episodes: int, rng: np.random.Generator) -> float:

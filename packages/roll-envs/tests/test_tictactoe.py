@@ -8,8 +8,8 @@ import pytest
 import roll_envs
 from roll_envs import check_env
 from roll_envs.checker_players import check_players
+from roll_envs.envs.tictactoe import TicTacToeEnv, best_moves, minimax_value, winner
 from roll_envs.random_state import IsolatedEnv
-from roll_envs.tictactoe import TicTacToeEnv, best_moves, minimax_value, winner
 
 
 def answer(cell: int | str) -> str:

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import roll_envs
 from PIL import Image
+from roll_envs.envs.frozen_lake import FROZEN_LAKE_TILES
+from roll_envs.envs.sokoban import Room
+from roll_envs.envs.sokoban.env import SOKOBAN_TILES
 from roll_envs.frames import caption_frame, filmstrip, save_gif
-from roll_envs.frozen_lake import FROZEN_LAKE_TILES
-from roll_envs.sokoban import Room
-from roll_envs.sokoban.env import SOKOBAN_TILES
 from roll_envs.tiles import Tile, tile_frame
 
 CELL = 48

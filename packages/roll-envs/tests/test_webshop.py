@@ -8,9 +8,16 @@ import random
 
 import pytest
 import roll_envs
-from roll_envs.webshop import Goal, WebShopLiteEnv, generate_catalog, load_catalog, make_goal, score_purchase
-from roll_envs.webshop.catalog import catalog_path, default_engine
-from roll_envs.webshop.reward import type_reward
+from roll_envs.envs.webshop import (
+    Goal,
+    WebShopLiteEnv,
+    generate_catalog,
+    load_catalog,
+    make_goal,
+    score_purchase,
+)
+from roll_envs.envs.webshop.catalog import catalog_path, default_engine
+from roll_envs.envs.webshop.reward import type_reward
 
 
 def answer(action: str) -> str:

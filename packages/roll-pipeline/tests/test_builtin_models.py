@@ -82,7 +82,7 @@ def test_a_multi_env_model_interleaves_episodes_of_its_envs():
 
 def _neighbours_from_the_env_state(env) -> str:
     """The reference: the env's own map and move function, not the text board."""
-    from roll_envs.frozen_lake import ACTIONS, move
+    from roll_envs.envs.frozen_lake import ACTIONS, move
 
     flat = "".join(env.desc)
     cells = []

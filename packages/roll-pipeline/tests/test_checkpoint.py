@@ -19,7 +19,7 @@ from roll_pipeline.state.checkpoint import (
     newest_verified,
     verify_checkpoint,
 )
-from roll_strategies import HFTrainStrategy, build_tiny_model
+from roll_strategies import HFTrainStrategy, OptimizerSettings, build_tiny_model
 from roll_strategies.errors import CheckpointError as StrategyCheckpointError
 
 DAMAGED = {
@@ -44,7 +44,7 @@ def run(tmp_path_factory) -> Path:
     """checkpoints/ of a short run: checkpoint-1 and checkpoint-2 of a tiny model, written by the manager."""
     root = tmp_path_factory.mktemp("run")
     model = build_tiny_model(root / "init", vocab_texts=["a b c d e f g h"], hidden_size=32, num_layers=1)
-    strategy = HFTrainStrategy(model, learning_rate=1e-2)
+    strategy = HFTrainStrategy(model, optimizer=OptimizerSettings(learning_rate=1e-2))
     manager = CheckpointManager(root / "checkpoints")
 
     async def save_model(path: Path) -> None:
@@ -92,7 +92,7 @@ def test_a_truncated_file_is_named_and_the_previous_good_checkpoint_resumes(kind
         assert CheckpointManager(checkpoints).latest() == good
     # the fallback resumes: its state loads, and its weights and optimiser state restore a strategy
     assert CheckpointManager.load_state(good)["step"] == 1
-    strategy = HFTrainStrategy(run.parent / "init", learning_rate=1e-2)
+    strategy = HFTrainStrategy(run.parent / "init", optimizer=OptimizerSettings(learning_rate=1e-2))
     strategy.load_checkpoint(CheckpointManager.model_dir(good))
     assert strategy.step == 1
     saved = torch.load(good / "model" / "trainer_state.pt", weights_only=True)
@@ -135,7 +135,7 @@ def test_a_verified_checkpoint_is_not_hashed_again_unless_it_changes(checkpoints
 
 def test_the_train_strategy_names_a_damaged_file_even_without_a_manifest(checkpoints, run):
     model_dir = checkpoints / "checkpoint-2" / "model"
-    strategy = HFTrainStrategy(run.parent / "init", learning_rate=1e-2)
+    strategy = HFTrainStrategy(run.parent / "init", optimizer=OptimizerSettings(learning_rate=1e-2))
     for name in ("model.safetensors", "trainer_state.pt"):
         shutil.copy(run / "checkpoint-2" / "model" / "model.safetensors", model_dir / "model.safetensors")
         truncate(model_dir / name)

@@ -92,7 +92,7 @@ def test_env_workers_ask_for_env_worker_cpus(monkeypatch, validation):
             return None
 
     from roll_pipeline import tiny_config
-    from roll_pipeline.trainer.settings import rollout_settings
+    from roll_pipeline.assembly.settings import rollout_settings
 
     cfg = tiny_config()
     manager = cfg.val_env_manager if validation else cfg.train_env_manager

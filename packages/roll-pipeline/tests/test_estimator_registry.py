@@ -17,11 +17,11 @@ from roll_algos import (
     AdvantageOutput,
     register_estimator,
 )
+from roll_pipeline.assembly.settings import experience_settings
 from roll_pipeline.config.compose import ConfigError, compose, tiny_config
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.trainer.experience import step_advantages
 from roll_pipeline.trainer.samples import Samples, build_samples
-from roll_pipeline.trainer.settings import experience_settings
 from roll_rollout import Trajectory, Turn
 
 R = 1 / math.sqrt(2)

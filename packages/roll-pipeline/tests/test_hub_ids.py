@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from roll_pipeline.cli import commands as cli
-from roll_pipeline.config.preflight import check_pretrain
 from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.models.hub import HubModelError, add_to_hub_cache, hub_cache_dir, hub_problem
+from roll_pipeline.preflight import check_pretrain
 
 
 @pytest.fixture()

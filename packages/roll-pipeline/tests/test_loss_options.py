@@ -13,9 +13,9 @@ import math
 
 import pytest
 import torch
+from roll_pipeline.assembly.settings import actor_loss
 from roll_pipeline.config.compose import tiny_config
 from roll_pipeline.config.schema import AgenticConfig
-from roll_pipeline.trainer.settings import actor_loss
 
 # 3 rows x 7 tokens; row 0 is a trajectory row with two turns (segments 1 and 2), rows 1-2 single turns
 MASK = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from roll_pipeline.assembly.settings import actor_loss
 from roll_pipeline.config.compose import tiny_config
 from roll_pipeline.trainer.micro_batches import (
     TrainLayout,
@@ -12,7 +13,6 @@ from roll_pipeline.trainer.micro_batches import (
     mini_batches,
     plan_micro_batches,
 )
-from roll_pipeline.trainer.settings import actor_loss
 
 
 def layout(mode: str, rows: int = 8, max_tokens: int = 256, round_to: int = 8) -> TrainLayout:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 from roll_pipeline.cli.commands import main
-from roll_pipeline.config.compose import ConfigError, compose, validate
+from roll_pipeline.config.compose import ConfigError, validate
 from roll_pipeline.migrate.load import load_roll_file, parse_device_mapping
 from roll_pipeline.migrate.report import MigrationError
 from roll_pipeline.migrate.translate import migrate_file, to_yaml
+from roll_pipeline.preflight import compose
 
 ROLL_CONFIGS = Path(__file__).resolve().parent / "roll_configs"
 QWEN = ROLL_CONFIGS / "qwen2.5-0.5B-agentic"

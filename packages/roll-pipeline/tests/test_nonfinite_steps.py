@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 from roll_algos import ActorLoss, CriticLoss
+from roll_pipeline.assembly import settings
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.runtime.cluster import LocalCluster
 from roll_pipeline.runtime.ranks import RankGroup
-from roll_pipeline.trainer import settings
 from roll_pipeline.trainer.epochs import (
     NonFiniteStepsError,
     UpdateSchedule,
@@ -27,7 +27,7 @@ from roll_pipeline.trainer.epochs import (
     train_epochs,
 )
 from roll_pipeline.trainer.micro_batches import TrainLayout
-from roll_strategies import ActorTrainWorker, CriticWorker, build_tiny_model
+from roll_strategies import ActorTrainWorker, CriticWorker, OptimizerSettings, build_tiny_model
 
 ROWS, WIDTH = 8, 10
 LAYOUT = TrainLayout("fixed", rows_per_micro_batch=2, rows_per_mini_batch=4, max_tokens=10_000, round_to=1)
@@ -90,7 +90,10 @@ def test_the_limit_comes_from_the_config():
 
 
 def test_nan_advantages_skip_the_actor_steps_and_the_run_stops_at_the_limit(model_dir):
-    cluster, worker = LocalCluster(), ActorTrainWorker(model_dir, learning_rate=1e-3)
+    cluster, worker = (
+        LocalCluster(),
+        ActorTrainWorker(model_dir, optimizer=OptimizerSettings(learning_rate=1e-3)),
+    )
     rows = _rows()
     old = worker.compute_log_probs(rows, ROWS)
     advantages = torch.randn(ROWS, WIDTH, generator=torch.Generator().manual_seed(1)) * rows["response_mask"]
@@ -127,7 +130,7 @@ def test_nan_advantages_skip_the_actor_steps_and_the_run_stops_at_the_limit(mode
 
 
 def test_nan_returns_skip_the_critic_step_and_its_metrics_say_so(model_dir):
-    cluster, worker = LocalCluster(), CriticWorker(model_dir, learning_rate=1e-3)
+    cluster, worker = LocalCluster(), CriticWorker(model_dir, optimizer=OptimizerSettings(learning_rate=1e-3))
     rows = _rows()
     returns = torch.ones(ROWS, WIDTH) * rows["response_mask"]
     returns[0, 5] = math.nan  # one row: only its mini-batch is skipped

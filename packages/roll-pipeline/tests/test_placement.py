@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 from roll_pipeline import pipeline as pipeline_module
+from roll_pipeline.assembly import parts as parts_module
 from roll_pipeline.config.compose import compose
-from roll_pipeline.runtime import workers as workers_module
+from roll_pipeline.runtime import placement as placement_module
 from roll_pipeline.runtime.cluster import ClusterError, CpuCapacity, LocalCluster
 
 
@@ -41,7 +42,7 @@ class RecordingCluster:
 @pytest.mark.slow  # builds the cached builtin tiny model on first use
 def test_roles_are_spawned_with_their_strategy_and_gpu_share(tmp_path, monkeypatch):
     cluster = RecordingCluster()
-    monkeypatch.setattr(pipeline_module, "make_cluster", lambda *args: cluster)
+    monkeypatch.setattr(parts_module, "make_cluster", lambda *args: cluster)
     cfg = compose(
         None,
         None,
@@ -69,7 +70,7 @@ def test_roles_are_spawned_with_their_strategy_and_gpu_share(tmp_path, monkeypat
 
 
 def _pipeline(tmp_path, monkeypatch, cluster: RecordingCluster, *overrides: str) -> Any:
-    monkeypatch.setattr(pipeline_module, "make_cluster", lambda *args: cluster)
+    monkeypatch.setattr(parts_module, "make_cluster", lambda *args: cluster)
     cfg = compose(None, None, [f"output_dir={tmp_path}", "track_with=[]", *overrides])
     return pipeline_module.AgenticPipeline(cfg, progress=False)
 
@@ -78,7 +79,7 @@ def _pipeline(tmp_path, monkeypatch, cluster: RecordingCluster, *overrides: str)
 def test_the_default_run_fits_a_two_core_local_ray_instance(tmp_path, monkeypatch):
     """The default config (asynchronous rollout: each CPU role runs on half the cores) on the 2 CPUs a local
     instance has on a 2-core laptop: the roles share what the 4 env workers leave."""
-    monkeypatch.setattr(workers_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(placement_module.os, "cpu_count", lambda: 2)
     cluster = RecordingCluster(CpuCapacity(available=2.0, largest_node=2.0, can_grow=False))
     pipeline = _pipeline(tmp_path, monkeypatch, cluster)
     asked = {name: spawn["num_cpus"] for name, spawn in cluster.spawned.items()}

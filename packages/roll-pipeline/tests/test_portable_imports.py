@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent(
         return real_import(name, globals, locals, fromlist, level)
     builtins.__import__ = guarded_import
 
-    import roll_pipeline.config.compose, roll_pipeline.config.preflight, roll_pipeline.config.schema
+    import roll_pipeline.config.compose, roll_pipeline.preflight, roll_pipeline.config.schema
     from roll_pipeline.config.schema import AgenticConfig
     AgenticConfig(pretrain="builtin:tiny-frozen-lake")
     print("ok")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from roll_pipeline.cli import commands as cli
-from roll_pipeline.config.compose import compose, parse_args
-from roll_pipeline.config.preflight import check_pretrain
+from roll_pipeline.config.compose import parse_args
+from roll_pipeline.preflight import check_pretrain, compose
 from roll_pipeline.state.checkpoint import CheckpointManager
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

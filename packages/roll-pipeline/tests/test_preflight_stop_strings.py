@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from roll_pipeline.config import preflight
-from roll_pipeline.config.preflight import check_stop_strings, preflight_problems
+from roll_pipeline import preflight
 from roll_pipeline.models.hub import add_to_hub_cache
-from roll_strategies.gguf import SMOLLM2_GGUF, find_smollm2_gguf
+from roll_pipeline.preflight import check_stop_strings, preflight_problems
+from roll_strategies.models.gguf import SMOLLM2_GGUF, find_smollm2_gguf
 from transformers import PreTrainedTokenizerFast
 
 

@@ -15,7 +15,7 @@ from roll_pipeline.runtime.cluster import LocalCluster
 from roll_pipeline.runtime.ranks import RankGroup, row_shares
 from roll_pipeline.trainer.epochs import UpdateSchedule, train_epochs
 from roll_pipeline.trainer.micro_batches import TrainLayout
-from roll_strategies import ActorTrainWorker, build_tiny_model
+from roll_strategies import ActorTrainWorker, OptimizerSettings, build_tiny_model
 
 ROWS, WIDTH = 8, 12
 
@@ -121,7 +121,7 @@ def test_two_rank_processes_train_as_one_rank_does(model_dir, tmp_path):
         "fixed", rows_per_micro_batch=2, rows_per_mini_batch=4, max_tokens=10_000, round_to=1
     )
     schedule = UpdateSchedule(1, 0, 1, 10, "constant", 0.0)
-    kwargs = {"learning_rate": 1e-3, "warmup_steps": 0, "num_threads": 1}
+    kwargs = {"optimizer": OptimizerSettings(learning_rate=1e-3, warmup_steps=0), "num_threads": 1}
     cluster = LocalCluster()
     try:
         ranks = RankGroup(

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from roll_pipeline.cli import commands as cli
-from roll_pipeline.config.preflight import check_cluster_backend
+from roll_pipeline.preflight import check_cluster_backend
 from roll_pipeline.runtime import cluster as cluster_module
 from roll_pipeline.runtime.cluster import ClusterError, RayCluster, make_cluster
 

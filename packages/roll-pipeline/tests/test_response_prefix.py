@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 from roll_pipeline import tiny_config
+from roll_pipeline.assembly.settings import rollout_settings
 from roll_pipeline.cli.play import _openai_policy
 from roll_pipeline.runtime.rollout import layout_of, slots_of
-from roll_pipeline.trainer.settings import rollout_settings
 
 
 def prefixed_config():

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 
-from roll_pipeline.runtime.workers import cpu_threads
+from roll_pipeline.runtime.placement import cpu_threads
 
 
 def test_cpu_roles_default_to_every_core():

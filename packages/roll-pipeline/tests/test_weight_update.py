@@ -17,7 +17,7 @@ from roll_pipeline.runtime.policy_server import PolicyServer
 from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.trainer.weight_update import WeightUpdater
 from roll_rollout import GenerateRequest, SamplingSettings
-from roll_strategies import ActorTrainWorker, build_tiny_model
+from roll_strategies import ActorTrainWorker, OptimizerSettings, build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def _updater(cluster, train, server, frequency: int = 1, bucket_bytes: int = 30_
 
 def test_sampling_log_probs_after_a_sync_equal_the_trainers(model_dir):
     cluster = LocalCluster()
-    train = ActorTrainWorker(model_dir, learning_rate=3e-3)
+    train = ActorTrainWorker(model_dir, optimizer=OptimizerSettings(learning_rate=3e-3))
     server = PolicyServer(model_dir, seed=1)
     update = _updater(cluster, train, server)
     asyncio.run(update(0))
@@ -93,7 +93,7 @@ def test_sampling_log_probs_after_a_sync_equal_the_trainers(model_dir):
 
 def test_model_update_frequency_serves_the_last_synced_version(model_dir):
     cluster = LocalCluster()
-    train = ActorTrainWorker(model_dir, learning_rate=3e-3)
+    train = ActorTrainWorker(model_dir, optimizer=OptimizerSettings(learning_rate=3e-3))
     server = PolicyServer(model_dir, seed=1)
     update = _updater(cluster, train, server, frequency=3)
     versions, sent = [], []
@@ -110,7 +110,7 @@ def test_model_update_frequency_serves_the_last_synced_version(model_dir):
 
 def test_unchanged_weights_move_only_the_version(model_dir):
     cluster = LocalCluster()
-    train = ActorTrainWorker(model_dir, learning_rate=3e-3)
+    train = ActorTrainWorker(model_dir, optimizer=OptimizerSettings(learning_rate=3e-3))
     server = PolicyServer(model_dir, seed=1)
     update = _updater(cluster, train, server)
     assert asyncio.run(update(0))["weight_sync/bytes"] > 0
@@ -128,7 +128,7 @@ def test_log_probs_after_a_sync_from_deepspeed_zero3_equal_the_trainers(model_di
         model_dir,
         strategy_name="deepspeed_train",
         strategy_config={"zero_optimization": {"stage": 3}},
-        learning_rate=3e-3,
+        optimizer=OptimizerSettings(learning_rate=3e-3),
     )
     server = PolicyServer(model_dir, seed=1)
     update = _updater(cluster, train, server, bucket_bytes=20_000)

@@ -13,7 +13,7 @@ import random
 import msgpack
 import pytest
 import roll_envs
-import roll_envs.tictactoe
+import roll_envs.envs.tictactoe
 from roll_rollout import (
     EnvLayout,
     EnvSlotSpec,
@@ -237,7 +237,7 @@ def test_a_batch_of_self_play_groups_gives_each_seat_a_group_of_its_own(digit_to
     assert sorted(sum(t.group_id == g for t in batch.trajectories) for g in groups) == [3, 3, 3, 3]
 
 
-class LostTurnEnv(roll_envs.tictactoe.TicTacToeEnv):
+class LostTurnEnv(roll_envs.envs.tictactoe.TicTacToeEnv):
     """Names a seat that does not exist as the next player."""
 
     def _players_info(self, mover, rewards):

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from roll_algos import balance_partitions
-from roll_strategies import DataParallelSpec, StrategyError, create_strategy
+from roll_strategies import DataParallelSpec, OptimizerSettings, StrategyError, create_strategy
 
 LR, WARMUP, STEPS, POISONED_STEP, ROWS, PROMPT = 1e-3, 2, 5, 3, 8, 3
 MODES = ("hf_train", "hf_critic", "zero2", "zero3")
@@ -79,7 +79,10 @@ def value_loss(values, mb):
 
 def build(mode: str, model_dir: Path, spec: DataParallelSpec | None) -> Any:
     """The strategy of `mode`."""
-    common: dict[str, Any] = {"learning_rate": LR, "warmup_steps": WARMUP, "data_parallel": spec}
+    common: dict[str, Any] = {
+        "optimizer": OptimizerSettings(learning_rate=LR, warmup_steps=WARMUP),
+        "data_parallel": spec,
+    }
     if mode == "hf_train":
         return create_strategy("hf_train", "train", model_dir, **common)
     if mode == "hf_critic":

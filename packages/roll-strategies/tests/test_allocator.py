@@ -1,4 +1,4 @@
-"""glibc's malloc set to give freed tensors back to the OS (`roll_strategies.allocator`).
+"""glibc's malloc set to give freed tensors back to the OS (`roll_strategies.workers.allocator`).
 
 The churn runs in a fresh interpreter each time, so the allocator starts from its defaults: a 16 MiB tensor is
 freed (glibc raises its mmap threshold to 16 MiB, as the first freed layer-sized tensor of a run does), then a
@@ -14,8 +14,9 @@ import subprocess
 import sys
 
 import pytest
-from roll_strategies import ProcessMemory, allocator, heap_stats, release_freed_memory
-from roll_strategies.allocator import TUNING_ENV, configure_allocator
+from roll_strategies import ProcessMemory, heap_stats, release_freed_memory
+from roll_strategies.workers import allocator
+from roll_strategies.workers.allocator import TUNING_ENV, configure_allocator
 
 pytestmark = pytest.mark.skipif(heap_stats() is None, reason="glibc >= 2.33 only (mallinfo2, malloc_trim)")
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from roll_strategies import CriticWorker, HFCriticStrategy, HFTrainStrategy, load_value_model
-from roll_strategies.forward import PACK_CAPACITY_KEY
+from roll_strategies import (
+    CriticWorker,
+    HFCriticStrategy,
+    HFTrainStrategy,
+    OptimizerSettings,
+    load_value_model,
+)
+from roll_strategies.compute.forward import PACK_CAPACITY_KEY
 
 
 def rows(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -42,7 +48,10 @@ def test_value_model_keeps_the_backbone_and_starts_at_zero(warm_model_dir):
 def test_critic_fits_returns_and_packing_changes_nothing(warm_model_dir):
     b = rows(1)
     returns = torch.where(b["response_mask"], torch.linspace(-1, 1, b["input_ids"].shape[1]), 0.0)
-    strategies = [HFCriticStrategy(warm_model_dir, learning_rate=5e-3, seed=0) for _ in range(2)]
+    strategies = [
+        HFCriticStrategy(warm_model_dir, optimizer=OptimizerSettings(learning_rate=5e-3), seed=0)
+        for _ in range(2)
+    ]
     losses: list[list[float]] = [[], []]
     for _ in range(30):
         for k, capacity in enumerate((None, 20)):
@@ -59,7 +68,7 @@ def test_critic_fits_returns_and_packing_changes_nothing(warm_model_dir):
 
 def test_critic_checkpoint_round_trip(warm_model_dir, tmp_path):
     b = rows(2)
-    worker = CriticWorker(warm_model_dir, learning_rate=1e-2)
+    worker = CriticWorker(warm_model_dir, optimizer=OptimizerSettings(learning_rate=1e-2))
     worker.train_step([{**b, "returns": torch.ones(b["input_ids"].shape)}], mse)
     worker.save_checkpoint(tmp_path / "critic")
     before = worker.compute_values(b, 4)

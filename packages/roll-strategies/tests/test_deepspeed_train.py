@@ -11,6 +11,7 @@ from roll_strategies import (
     CheckpointError,
     HFInferStrategy,
     HFTrainStrategy,
+    OptimizerSettings,
     StrategyError,
     create_strategy,
     sync_weights,
@@ -54,7 +55,7 @@ def _run(strategy, steps=PLAN) -> list[dict[str, float]]:
 
 @pytest.fixture(scope="module")
 def hf_reference(tiny_model_dir) -> tuple[list[dict[str, float]], torch.Tensor]:
-    hf = HFTrainStrategy(tiny_model_dir, learning_rate=LR, warmup_steps=WARMUP)
+    hf = HFTrainStrategy(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=LR, warmup_steps=WARMUP))
     return _run(hf), hf.compute_log_probs(_batch(999), 3)
 
 
@@ -65,8 +66,7 @@ def _deepspeed(model_dir: Path, config: dict, dtype: str = "float32"):
         model_dir,
         strategy_config=config,
         dtype=dtype,
-        learning_rate=LR,
-        warmup_steps=WARMUP,
+        optimizer=OptimizerSettings(learning_rate=LR, warmup_steps=WARMUP),
     )
 
 
@@ -162,7 +162,9 @@ def _nan_when_poisoned(log_probs, entropy, mb):
 )
 def test_a_nan_loss_skips_the_step_and_the_run_goes_on_as_hf_train(tiny_model_dir, zero, dtype):
     ds = _deepspeed(tiny_model_dir, {"zero_optimization": zero}, dtype)
-    reference = HFTrainStrategy(tiny_model_dir, learning_rate=LR, warmup_steps=WARMUP, dtype=dtype)
+    reference = HFTrainStrategy(
+        tiny_model_dir, optimizer=OptimizerSettings(learning_rate=LR, warmup_steps=WARMUP), dtype=dtype
+    )
     for strategy in (ds, reference):
         strategy.train_step(_micro_batches(0, 3), nll_loss, with_entropy=True)
     weights, fingerprint = ds.export_weights(), ds.weights_fingerprint()

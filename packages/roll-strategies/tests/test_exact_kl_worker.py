@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from roll_strategies import ActorTrainWorker, HFTrainStrategy, ReferenceWorker
+from roll_strategies import ActorTrainWorker, HFTrainStrategy, OptimizerSettings, ReferenceWorker
 
 LR = 1e-2
 
@@ -58,7 +58,9 @@ def whole_vocabulary(model, ref_model, b, *, grad: bool = False):
 
 
 def test_compute_reference_kl_equals_the_whole_vocabulary_formula(tiny_model_dir):
-    worker = ActorTrainWorker(tiny_model_dir, learning_rate=LR, reference_model_path=tiny_model_dir)
+    worker = ActorTrainWorker(
+        tiny_model_dir, optimizer=OptimizerSettings(learning_rate=LR), reference_model_path=tiny_model_dir
+    )
     b = rows()
     same = worker.compute_reference_kl(b, 2)  # the reference is the initial weights
     torch.testing.assert_close(same.kl, torch.zeros_like(same.kl), rtol=0, atol=1e-6)
@@ -101,9 +103,11 @@ def test_train_step_exact_kl_equals_the_whole_vocabulary_loss(tiny_model_dir, ki
     """Two steps whose loss holds the exact KL: the worker's chunked KL (with grad) and a loss computing it from
     whole logits give the same losses, KL values, gradient norms and weights."""
     b = with_advantages(rows(1), seed=2)
-    worker = ActorTrainWorker(tiny_model_dir, learning_rate=LR, reference_model_path=tiny_model_dir)
+    worker = ActorTrainWorker(
+        tiny_model_dir, optimizer=OptimizerSettings(learning_rate=LR), reference_model_path=tiny_model_dir
+    )
     worker.train_step([b], nll, with_entropy=False)  # start away from the reference (KL and its grad > 0)
-    plain = HFTrainStrategy(tiny_model_dir, learning_rate=LR)
+    plain = HFTrainStrategy(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=LR))
     plain.train_step([b], nll, with_entropy=False)
     frozen = HFTrainStrategy(tiny_model_dir, trainable=False).model
     got = _steps(worker, b, kl_loss(kind, exact=True), with_full_kl=True)
@@ -129,7 +133,11 @@ def test_deepspeed_train_step_exact_kl_follows_hf_train(tiny_model_dir, stage):
     results = []
     for name, extra in (("hf_train", {}), ("deepspeed_train", {"strategy_config": config})):
         worker = ActorTrainWorker(
-            tiny_model_dir, strategy_name=name, learning_rate=LR, reference_model_path=tiny_model_dir, **extra
+            tiny_model_dir,
+            strategy_name=name,
+            optimizer=OptimizerSettings(learning_rate=LR),
+            reference_model_path=tiny_model_dir,
+            **extra,
         )
         worker.train_step([b], nll, with_entropy=False)
         steps = _steps(worker, b, kl_loss("full_forward", exact=True), with_full_kl=True)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import copy
 
 import pytest
-import roll_strategies.logprobs as logprobs_module
+import roll_strategies.compute.logprobs as logprobs_module
 import torch
 from roll_algos import entropy_from_logits
-from roll_strategies import HFTrainStrategy, lm_outputs, packing_supported, token_log_probs
-from roll_strategies.forward import PACK_CAPACITY_KEY, REFERENCE_KEY, reference_kl
-from roll_strategies.logprobs import vocab_stats
+from roll_strategies import HFTrainStrategy, OptimizerSettings, lm_outputs, packing_supported, token_log_probs
+from roll_strategies.compute.forward import PACK_CAPACITY_KEY, REFERENCE_KEY, reference_kl
+from roll_strategies.compute.logprobs import vocab_stats
 
 
 def rl_rows(seed: int = 0, left_pad: bool = False) -> dict[str, torch.Tensor]:
@@ -333,7 +333,7 @@ def test_train_step_packed_equals_padded(warm_model_dir):
     reference = HFTrainStrategy(warm_model_dir, trainable=False).model
     results = []
     for capacity in (None, 24):
-        strategy = HFTrainStrategy(warm_model_dir, learning_rate=1e-3)
+        strategy = HFTrainStrategy(warm_model_dir, optimizer=OptimizerSettings(learning_rate=1e-3))
         mb = {**b, "adv": adv, REFERENCE_KEY: reference}
         if capacity is not None:
             mb[PACK_CAPACITY_KEY] = capacity

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 from roll_strategies import GenerationParams, HFInferStrategy, ModelNotFoundError
-from roll_strategies import gguf as roll_gguf
-from roll_strategies.gguf import GGUF_INFO_FILE, ensure_model_folder, find_smollm2_gguf, smollm2_folder
+from roll_strategies.models import gguf as roll_gguf
+from roll_strategies.models.gguf import GGUF_INFO_FILE, ensure_model_folder, find_smollm2_gguf, smollm2_folder
 
 gguf = pytest.importorskip("gguf", reason="needs the gguf extra (uv sync --all-packages --extra gguf)")
 

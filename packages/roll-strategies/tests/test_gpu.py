@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 import torch
-from roll_strategies import HFInferStrategy, HFTrainStrategy, sync_weights
+from roll_strategies import HFInferStrategy, HFTrainStrategy, OptimizerSettings, sync_weights
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +25,7 @@ def nll_loss(log_probs, entropy, mb):
 
 
 def test_hf_train_on_cuda_syncs_bucketed_bf16_weights(tiny_model_dir):
-    train = HFTrainStrategy(tiny_model_dir, device="cuda", learning_rate=3e-3)
+    train = HFTrainStrategy(tiny_model_dir, device="cuda", optimizer=OptimizerSettings(learning_rate=3e-3))
     infer = HFInferStrategy(tiny_model_dir, device="cuda", dtype="bfloat16")
     first = train.train_step([_batch(0)], nll_loss, with_entropy=True)
     for _ in range(3):
@@ -50,7 +50,7 @@ def test_hf_infer_sleep_frees_gpu_memory(tiny_model_dir):
 DEEPSPEED_ON_CUDA = textwrap.dedent(
     """
     import json, sys, torch
-    from roll_strategies import HFTrainStrategy, create_strategy
+    from roll_strategies import HFTrainStrategy, OptimizerSettings, create_strategy
     model_dir, stage, dtype = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     def batch(seed):
         gen = torch.Generator().manual_seed(seed)
@@ -58,7 +58,7 @@ DEEPSPEED_ON_CUDA = textwrap.dedent(
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     def loss(lp, ent, mb):
         return -lp[:, 1:].mean(), {}
-    kw = dict(device="cuda", dtype=dtype, learning_rate=3e-3, warmup_steps=2)
+    kw = dict(device="cuda", dtype=dtype, optimizer=OptimizerSettings(learning_rate=3e-3, warmup_steps=2))
     hf = HFTrainStrategy(model_dir, **{**kw, "dtype": "float32"})  # the fp32 reference
     ds = create_strategy("deepspeed_train", "train", model_dir, strategy_config={"zero_optimization": {"stage": stage}}, **kw)
     curves = [[s.train_step([batch(i), batch(i + 50)], loss, with_entropy=False)["loss"] for i in range(4)] for s in (hf, ds)]

@@ -3,7 +3,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from roll_strategies import CheckpointError, HFInferStrategy, HFTrainStrategy, StrategyError
+from roll_strategies import (
+    CheckpointError,
+    HFInferStrategy,
+    HFTrainStrategy,
+    OptimizerSettings,
+    StrategyError,
+)
 
 
 def _batch(seed: int = 0, rows: int = 8, width: int = 12) -> dict[str, torch.Tensor]:
@@ -30,7 +36,9 @@ def _micro_batches(batch, size=4):
 
 
 def test_train_steps_reduce_the_loss(tiny_model_dir):
-    strategy = HFTrainStrategy(tiny_model_dir, learning_rate=3e-3, warmup_steps=2)
+    strategy = HFTrainStrategy(
+        tiny_model_dir, optimizer=OptimizerSettings(learning_rate=3e-3, warmup_steps=2)
+    )
     mbs = _micro_batches(_batch())
     first = strategy.train_step(mbs, nll_loss, with_entropy=True)
     for _ in range(5):
@@ -42,8 +50,8 @@ def test_train_steps_reduce_the_loss(tiny_model_dir):
 
 
 def test_loss_scale_weights_micro_batches(tiny_model_dir):
-    a = HFTrainStrategy(tiny_model_dir, learning_rate=1e-3)
-    b = HFTrainStrategy(tiny_model_dir, learning_rate=1e-3)
+    a = HFTrainStrategy(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=1e-3))
+    b = HFTrainStrategy(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=1e-3))
     batch = _batch()
     whole = a.train_step([batch], nll_loss, with_entropy=False)
     halves = [{**mb, "loss_scale": torch.tensor(0.5)} for mb in _micro_batches(batch, 4)]
@@ -53,7 +61,7 @@ def test_loss_scale_weights_micro_batches(tiny_model_dir):
 
 
 def test_export_then_update_gives_identical_log_probs(tiny_model_dir):
-    train = HFTrainStrategy(tiny_model_dir, learning_rate=3e-3)
+    train = HFTrainStrategy(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=3e-3))
     infer = HFInferStrategy(tiny_model_dir)
     batch = _batch(1)
     train.train_step(_micro_batches(batch), nll_loss, with_entropy=False)
@@ -68,12 +76,12 @@ def test_export_then_update_gives_identical_log_probs(tiny_model_dir):
 
 
 def test_checkpoint_round_trip(tiny_model_dir, tmp_path):
-    a = HFTrainStrategy(tiny_model_dir, learning_rate=3e-3, warmup_steps=3)
+    a = HFTrainStrategy(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=3e-3, warmup_steps=3))
     mbs = _micro_batches(_batch(2))
     for _ in range(2):
         a.train_step(mbs, nll_loss, with_entropy=False)
     a.save_checkpoint(tmp_path / "ckpt")
-    b = HFTrainStrategy(tiny_model_dir, learning_rate=3e-3, warmup_steps=3)
+    b = HFTrainStrategy(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=3e-3, warmup_steps=3))
     b.load_checkpoint(tmp_path / "ckpt")
     assert b.step == 2
     for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters(), strict=True):

@@ -11,7 +11,14 @@ import math
 
 import pytest
 import torch
-from roll_strategies import HFCriticStrategy, HFInferStrategy, HFTrainStrategy, sync_weights, token_log_probs
+from roll_strategies import (
+    HFCriticStrategy,
+    HFInferStrategy,
+    HFTrainStrategy,
+    OptimizerSettings,
+    sync_weights,
+    token_log_probs,
+)
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -44,7 +51,7 @@ def _flat(named: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def _deltas(dtype: str, model_dir, steps: int = 3, lr: float = 1e-6) -> torch.Tensor:
-    strategy = HFTrainStrategy(model_dir, dtype=dtype, learning_rate=lr)
+    strategy = HFTrainStrategy(model_dir, dtype=dtype, optimizer=OptimizerSettings(learning_rate=lr))
     before = _flat(_masters(strategy))
     for seed in range(steps):
         strategy.train_step([_batch(seed)], nll, with_entropy=False)
@@ -88,7 +95,9 @@ def test_bf16_masters_move_like_fp32_where_plain_bf16_adamw_does_not(tiny_model_
 
 def test_bf16_step_is_adamw_on_float32_masters_fed_the_upcast_gradients(tiny_model_dir):
     """A hand-written master-weight loop (bf16 model, fp32 copies, fp32 AdamW, clip, copy back) as reference."""
-    strategy = HFTrainStrategy(tiny_model_dir, dtype="bfloat16", learning_rate=1e-3, max_grad_norm=0.5)
+    strategy = HFTrainStrategy(
+        tiny_model_dir, dtype="bfloat16", optimizer=OptimizerSettings(learning_rate=1e-3, max_grad_norm=0.5)
+    )
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
     params = list(model.parameters())
     masters = [p.detach().float() for p in params]
@@ -137,7 +146,9 @@ def test_fp16_loss_scaling_keeps_gradients_that_underflow_without_it(tiny_model_
     assert all(not p.grad.any() for p in model.parameters() if p.grad is not None)  # all underflowed
     reference = HFTrainStrategy(tiny_model_dir)  # the same gradient in float32
     expected = reference.train_step([mb], tiny_loss, with_entropy=False)["grad_norm"]
-    strategy = HFTrainStrategy(tiny_model_dir, dtype="float16", learning_rate=1e-3)
+    strategy = HFTrainStrategy(
+        tiny_model_dir, dtype="float16", optimizer=OptimizerSettings(learning_rate=1e-3)
+    )
     before = _flat(_masters(strategy))
     out = strategy.train_step([mb], tiny_loss, with_entropy=False)
     assert out["grad_scale"] == 2.0**16 and out["overflow_steps"] == 0 and out["nonfinite_steps"] == 0
@@ -146,7 +157,9 @@ def test_fp16_loss_scaling_keeps_gradients_that_underflow_without_it(tiny_model_
 
 
 def test_fp16_overflow_skips_the_step_and_halves_the_scale(tiny_model_dir):
-    strategy = HFTrainStrategy(tiny_model_dir, dtype="float16", learning_rate=1e-3)
+    strategy = HFTrainStrategy(
+        tiny_model_dir, dtype="float16", optimizer=OptimizerSettings(learning_rate=1e-3)
+    )
     trainer = strategy.trainer
     assert trainer is not None and trainer.scaler is not None
     huge = scaled_nll(1e3)  # gradients ~1e1 at the logits: times 2^16 they overflow float16 (max 65504)
@@ -180,8 +193,12 @@ def _nan_on_second_micro_batch(log_probs, entropy, mb):
 def test_a_nan_loss_skips_the_step_and_touches_nothing(tiny_model_dir, dtype):
     good = [{**_batch(0, rows=4), "loss_scale": 0.5}, {**_batch(1, rows=4), "loss_scale": 0.5}]
     bad = [good[0], {**good[1], "poison": torch.tensor(True)}]  # the first micro-batch back-propagates
-    strategy = HFTrainStrategy(tiny_model_dir, dtype=dtype, learning_rate=1e-3, warmup_steps=3)
-    untouched = HFTrainStrategy(tiny_model_dir, dtype=dtype, learning_rate=1e-3, warmup_steps=3)
+    strategy = HFTrainStrategy(
+        tiny_model_dir, dtype=dtype, optimizer=OptimizerSettings(learning_rate=1e-3, warmup_steps=3)
+    )
+    untouched = HFTrainStrategy(
+        tiny_model_dir, dtype=dtype, optimizer=OptimizerSettings(learning_rate=1e-3, warmup_steps=3)
+    )
     assert strategy.trainer is not None
     first = strategy.train_step(good, _nan_on_second_micro_batch, with_entropy=False, lr_scale=0.5)
     untouched.train_step(good, _nan_on_second_micro_batch, with_entropy=False, lr_scale=0.5)
@@ -216,7 +233,7 @@ def test_a_nan_gradient_with_a_finite_loss_is_skipped(tiny_model_dir):
         # sqrt at 0: finite value, infinite slope; times a zero inner slope the gradient is NaN
         return -log_probs[:, 1:].mean() + (log_probs.sum() * 0.0).sqrt(), {}
 
-    strategy = HFTrainStrategy(tiny_model_dir, learning_rate=1e-3)
+    strategy = HFTrainStrategy(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=1e-3))
     before = _masters(strategy)
     out = strategy.train_step([_batch(0)], nan_grad, with_entropy=False)
     assert math.isfinite(out["loss"]) and math.isnan(out["grad_norm"])
@@ -229,13 +246,17 @@ def test_bf16_checkpoint_restores_the_float32_masters_exactly(tiny_model_dir, tm
         mb = {**_batch(3), "poison": torch.tensor(poison)}
         return strategy.train_step([mb], _nan_on_second_micro_batch, with_entropy=False)
 
-    a = HFTrainStrategy(tiny_model_dir, dtype="bfloat16", learning_rate=1e-5, warmup_steps=4)
+    a = HFTrainStrategy(
+        tiny_model_dir, dtype="bfloat16", optimizer=OptimizerSettings(learning_rate=1e-5, warmup_steps=4)
+    )
     run(a), run(a, poison=True), run(a)
     a.save_checkpoint(tmp_path / "ckpt")
     saved = load_file(str(tmp_path / "ckpt" / "model.safetensors"))
     assert {t.dtype for t in saved.values()} == {torch.float32}
     assert all(torch.equal(saved[n], t) for n, t in _masters(a).items() if n in saved)
-    b = HFTrainStrategy(tiny_model_dir, dtype="bfloat16", learning_rate=1e-5, warmup_steps=4)
+    b = HFTrainStrategy(
+        tiny_model_dir, dtype="bfloat16", optimizer=OptimizerSettings(learning_rate=1e-5, warmup_steps=4)
+    )
     b.load_checkpoint(tmp_path / "ckpt")
     assert b.step == 3 and b.trainer.nonfinite.total == 1 and b.trainer.scheduler.last_epoch == 2
     assert all(torch.equal(x, y) for x, y in zip(_masters(a).values(), _masters(b).values(), strict=True))
@@ -247,7 +268,7 @@ def test_bf16_checkpoint_restores_the_float32_masters_exactly(tiny_model_dir, tm
 
 
 def test_bf16_export_and_sync_send_the_masters(tiny_model_dir):
-    train = HFTrainStrategy(tiny_model_dir, dtype="bfloat16", learning_rate=1e-6)
+    train = HFTrainStrategy(tiny_model_dir, dtype="bfloat16", optimizer=OptimizerSettings(learning_rate=1e-6))
     for seed in range(2):
         train.train_step([_batch(seed)], nll, with_entropy=False)
     masters = _masters(train)
@@ -286,7 +307,9 @@ def test_critic_shares_the_step_bf16_masters_and_nan_skips(tiny_model_dir, tmp_p
     response = torch.ones(8, 12, dtype=torch.bool)
     response[:, 0] = False  # a value follows a real token
     mb = {**_batch(5), "response_mask": response}
-    critic = HFCriticStrategy(tiny_model_dir, dtype="bfloat16", learning_rate=1e-6)
+    critic = HFCriticStrategy(
+        tiny_model_dir, dtype="bfloat16", optimizer=OptimizerSettings(learning_rate=1e-6)
+    )
     assert critic.trainer.has_copies
     head = critic.trainer.masters[-1].clone()
     critic.train_step([mb], _values_mse)
@@ -296,7 +319,9 @@ def test_critic_shares_the_step_bf16_masters_and_nan_skips(tiny_model_dir, tmp_p
     assert math.isinf(out["loss"]) and out["nonfinite_steps"] == 1 and critic.step == 2
     assert all(torch.equal(a, b) for a, b in zip(moved, critic.trainer.masters, strict=True))
     critic.save_checkpoint(tmp_path / "critic")
-    again = HFCriticStrategy(tmp_path / "critic", dtype="bfloat16", learning_rate=1e-6)
+    again = HFCriticStrategy(
+        tmp_path / "critic", dtype="bfloat16", optimizer=OptimizerSettings(learning_rate=1e-6)
+    )
     again.load_checkpoint(tmp_path / "critic")
     assert again.trainer.nonfinite.total == 1
     assert all(torch.equal(a, b) for a, b in zip(moved, again.trainer.masters, strict=True))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from roll_strategies import build_qwen_shaped_model, build_qwen_style_tokenizer
-from roll_strategies.qwen_shaped import QWEN25_05B_PARAMETERS, qwen_shaped_config
+from roll_strategies.models.qwen_shaped import QWEN25_05B_PARAMETERS, qwen_shaped_config
 
 CORPUS = [
     "You are solving the FrozenLake puzzle. Answer with <answer>Direction</answer>.",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from roll_strategies import GenerationParams, HFInferStrategy, StrategyError
-from roll_strategies.sampling import KeyedSampler, mix_key, row_keys, step_uniforms
+from roll_strategies.infer.sampling import KeyedSampler, mix_key, row_keys, step_uniforms
 
 IDS = torch.zeros((1, 1), dtype=torch.long)
 

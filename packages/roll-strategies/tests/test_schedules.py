@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from roll_strategies import HFTrainStrategy, StrategyError, lr_decay_factor
+from roll_strategies import HFTrainStrategy, OptimizerSettings, StrategyError, lr_decay_factor
 
 
 @pytest.mark.parametrize("kind", ["constant", "linear", "cosine"])
@@ -34,7 +34,9 @@ def _nll(log_probs, entropy, mb):
 def test_lr_scale_applies_to_one_step_without_compounding(tiny_model_dir):
     import torch
 
-    strategy = HFTrainStrategy(tiny_model_dir, learning_rate=1e-3, warmup_steps=4)
+    strategy = HFTrainStrategy(
+        tiny_model_dir, optimizer=OptimizerSettings(learning_rate=1e-3, warmup_steps=4)
+    )
     mb = [
         {"input_ids": torch.arange(8, 20).repeat(2, 1), "attention_mask": torch.ones(2, 12, dtype=torch.long)}
     ]
@@ -47,11 +49,12 @@ def test_lr_scale_applies_to_one_step_without_compounding(tiny_model_dir):
 
 def test_adamw_with_warmup_and_lr_scale_on_a_bare_parameter():
     import torch
-    from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
+    from roll_strategies.train.schedules import adamw_with_warmup, apply_lr_scale
 
     weight = torch.nn.Parameter(torch.ones(3))
     optimizer, schedule = adamw_with_warmup(
-        [weight], learning_rate=2e-3, weight_decay=0.0, betas=(0.9, 0.98), eps=1e-8, warmup_steps=2
+        [weight],
+        OptimizerSettings(learning_rate=2e-3, weight_decay=0.0, betas=(0.9, 0.98), eps=1e-8, warmup_steps=2),
     )
     lrs = []
     for scale in (1.0, 0.5, 0.5):

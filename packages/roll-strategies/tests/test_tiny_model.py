@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 from roll_strategies import StrategyError, build_tiny_model, build_tiny_tokenizer
-from roll_strategies.tiny_tokenizer import CHAT_TEMPLATE
+from roll_strategies.models.tiny_tokenizer import CHAT_TEMPLATE
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 

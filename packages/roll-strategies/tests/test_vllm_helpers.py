@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 from roll_strategies import GenerationParams, StrategyError
-from roll_strategies.vllm_infer import VLLMInferStrategy, checkpoint_tensor_shapes, layer_chunks
-from roll_strategies.vllm_worker import decode_tensors, encode_tensors
-from roll_strategies.weights import tensor_shape, unique_named_tensors
+from roll_strategies.infer.vllm_infer import VLLMInferStrategy, checkpoint_tensor_shapes, layer_chunks
+from roll_strategies.infer.vllm_worker import decode_tensors, encode_tensors
+from roll_strategies.sync.weights import tensor_shape, unique_named_tensors
 from transformers import AutoModelForCausalLM
 
 

@@ -10,6 +10,7 @@ from roll_strategies import (
     GenerationParams,
     HFInferStrategy,
     HFTrainStrategy,
+    OptimizerSettings,
     StaleWeightsError,
     VLLMInferStrategy,
     create_strategy,
@@ -115,7 +116,7 @@ def test_multi_token_stop_strings_end_rows_as_in_hf_infer(engine, tiny_model_dir
 
 
 def test_weight_update_in_place_with_version(engine, tiny_model_dir, toy):
-    train = HFTrainStrategy(tiny_model_dir, learning_rate=1e-2)
+    train = HFTrainStrategy(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=1e-2))
     prompts = [_ids(p) for p in _prompts(engine.tokenizer, toy, 4)]
     batch_ids = torch.tensor([prompts[0][:20], prompts[1][:20]])
     batch = {"input_ids": batch_ids, "attention_mask": torch.ones_like(batch_ids)}

@@ -19,8 +19,9 @@ from roll_strategies import (
     StrategyError,
     StreamingInferStrategy,
 )
-from roll_strategies.sampling import row_keys
-from roll_strategies.vllm_infer import DROPPED_WEIGHTS, VLLMInferStrategy, sleep_unavailable
+from roll_strategies.infer.sampling import row_keys
+from roll_strategies.infer.sleep import sleep_unavailable
+from roll_strategies.infer.vllm_infer import DROPPED_WEIGHTS, VLLMInferStrategy
 
 
 class FakeSamplingParams:
@@ -153,7 +154,7 @@ def test_a_level_2_sleep_drops_the_weights_until_the_next_sync(fake):
 def test_without_sleep_mode_sleep_is_skipped_with_the_reason_logged_once(monkeypatch, caplog):
     strategy = _strategy(monkeypatch, device="cpu", has_sleep=False)
     try:
-        with caplog.at_level(logging.WARNING, logger="roll_strategies.vllm_infer"):
+        with caplog.at_level(logging.WARNING, logger="roll_strategies.infer.vllm_infer"):
             assert strategy.sleep() is False and strategy.sleep() is False
         (record,) = caplog.records
         assert "not put to sleep" in record.message and "no sleep mode" in record.message

@@ -12,6 +12,7 @@ from roll_strategies import (
     ActorTrainWorker,
     HFInferStrategy,
     HFTrainStrategy,
+    OptimizerSettings,
     StaleWeightsError,
     StrategyError,
     TensorSpec,
@@ -36,7 +37,7 @@ def nll_loss(log_probs, entropy, mb):
 
 @pytest.fixture()
 def trained(tiny_model_dir) -> HFTrainStrategy:
-    train = HFTrainStrategy(tiny_model_dir, learning_rate=3e-3)
+    train = HFTrainStrategy(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=3e-3))
     train.train_step([_batch(1)], nll_loss, with_entropy=False)
     return train
 
@@ -96,7 +97,7 @@ def test_sync_in_the_inference_dtype(tiny_model_dir, trained):
 
 def test_unchanged_weights_are_not_sent_again(tiny_model_dir, trained):
     infer = ActorInferWorker(tiny_model_dir)
-    train = ActorTrainWorker(tiny_model_dir, learning_rate=3e-3)
+    train = ActorTrainWorker(tiny_model_dir, optimizer=OptimizerSettings(learning_rate=3e-3))
     first = sync_weights(train, infer, version=1, dtype="float32")
     again = sync_weights(train, infer, version=2, dtype="float32")
     assert first["weight_sync/skipped"] == 0 and first["weight_sync/bytes"] > 0

@@ -5,13 +5,21 @@ import subprocess
 import sys
 
 import torch
-from roll_strategies import ActorInferWorker, ActorTrainWorker, GenerationParams, ReferenceWorker
+from roll_strategies import (
+    ActorInferWorker,
+    ActorTrainWorker,
+    GenerationParams,
+    OptimizerSettings,
+    ReferenceWorker,
+)
 
 
 def test_workers_delegate(tiny_model_dir):
     threads = torch.get_num_threads()
     try:
-        train = ActorTrainWorker(tiny_model_dir, num_threads=1, learning_rate=1e-3)
+        train = ActorTrainWorker(
+            tiny_model_dir, num_threads=1, optimizer=OptimizerSettings(learning_rate=1e-3)
+        )
         assert torch.get_num_threads() == 1
         infer = ActorInferWorker(tiny_model_dir, seed=3)
         ref = ReferenceWorker(tiny_model_dir)
@@ -27,7 +35,7 @@ def test_workers_delegate(tiny_model_dir):
 
 
 def test_a_worker_releases_its_process_memory(tiny_model_dir):
-    """Once a step the pipeline asks every worker to trim its process's heap (`roll_strategies.allocator`)."""
+    """Once a step the pipeline asks every worker to trim its process's heap (`roll_strategies.workers.allocator`)."""
     report = ReferenceWorker(tiny_model_dir).release_memory()
     assert report.pid == os.getpid() and report.rss_bytes > 0
 

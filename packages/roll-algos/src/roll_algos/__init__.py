@@ -5,6 +5,9 @@ Pure functions on tensors (torch, numpy only). Families share one call shape:
   estimator `fn(AdvantageInputs, AdvantageConfig) -> AdvantageOutput` in an open registry
   (`register_estimator(name, level=..., group_based=...)`, entry-point group `roll_algos.estimators`);
 - losses: `policy_loss(...) -> PolicyLossOutput`, `value_loss(...) -> ValueLossOutput`, `aggregate_loss`;
+- policy losses by name: `compute_policy_loss(name, PolicyLossInputs, PolicyLossConfig) -> PolicyLossOutput`,
+  every loss `fn(PolicyLossInputs, PolicyLossConfig) -> PolicyLossOutput` in an open registry
+  (`register_policy_loss(name)`, entry-point group `roll_algos.policy_losses`): `ppo` (default), `gspo`;
 - KL: `kl_penalty`, `apply_kl_penalty`, `token_kl`, fixed / adaptive controllers;
 - objectives the train workers run: `ActorLoss` (PPO family + KL + entropy), `CriticLoss`;
 - packing and dynamic batching: `pack_sequences`, `dynamic_micro_batches`, `balance_partitions`.
@@ -12,6 +15,7 @@ Pure functions on tensors (torch, numpy only). Families share one call shape:
 
 from roll_algos import estimators as _estimators  # noqa: F401  (registers the estimators)
 from roll_algos import gigpo as _gigpo  # noqa: F401  (registers gigpo)
+from roll_algos import gspo as _gspo  # noqa: F401  (registers the gspo policy loss)
 from roll_algos.advantages import (
     AdvantageConfig,
     AdvantageEstimator,
@@ -35,12 +39,26 @@ from roll_algos.losses import (
     RatioLevel,
     ValueLossOutput,
     aggregate_loss,
+    clipped_policy_loss,
     contiguous_segments,
     policy_loss,
     value_loss,
 )
 from roll_algos.objectives import FULL_KL_KINDS, ActorLoss, CriticLoss, token_kl
 from roll_algos.packing import PackedBatch, pack_sequences, packed_attention_mask, unpack, unpack_padded
+from roll_algos.policy_losses import (
+    DEFAULT_POLICY_LOSS,
+    POLICY_LOSSES,
+    PolicyLossConfig,
+    PolicyLossInputs,
+    PolicyLossSpec,
+    compute_policy_loss,
+    get_policy_loss,
+    load_policy_loss_plugins,
+    policy_loss_spec,
+    register_policy_loss,
+    registered_policy_losses,
+)
 from roll_algos.registry import (
     ADVANTAGE_ESTIMATORS,
     EstimatorSpec,
@@ -63,10 +81,12 @@ from roll_algos.rewards import (
     starpo_group_filter,
 )
 
-__version__ = "0.1.1"
+__version__ = "0.2.0"
 __all__: list[str] = [
     "ADVANTAGE_ESTIMATORS",
+    "DEFAULT_POLICY_LOSS",
     "FULL_KL_KINDS",
+    "POLICY_LOSSES",
     "ActorLoss",
     "AdaptiveKLController",
     "AdvantageConfig",
@@ -82,7 +102,10 @@ __all__: list[str] = [
     "LossAggMode",
     "NormMode",
     "PackedBatch",
+    "PolicyLossConfig",
+    "PolicyLossInputs",
     "PolicyLossOutput",
+    "PolicyLossSpec",
     "RatioLevel",
     "ShapeError",
     "ValueLossOutput",
@@ -93,18 +116,22 @@ __all__: list[str] = [
     "balance_partitions",
     "clip_advantages",
     "clip_rewards",
+    "clipped_policy_loss",
     "cluster_representatives",
     "compute_advantages",
+    "compute_policy_loss",
     "contiguous_segments",
     "dynamic_micro_batches",
     "entropy_from_logits",
     "estimator_spec",
     "get_estimator",
+    "get_policy_loss",
     "group_index",
     "group_normalize",
     "karmarkar_karp",
     "kl_penalty",
     "load_estimator_plugins",
+    "load_policy_loss_plugins",
     "log_probs_from_logits",
     "masked_mean",
     "masked_var",
@@ -113,8 +140,11 @@ __all__: list[str] = [
     "packed_attention_mask",
     "padding_stats",
     "policy_loss",
+    "policy_loss_spec",
     "register_estimator",
+    "register_policy_loss",
     "registered_estimators",
+    "registered_policy_losses",
     "starpo_group_filter",
     "token_kl",
     "unpack",

@@ -20,6 +20,8 @@ __all__ = [
     "RatioLevel",
     "ValueLossOutput",
     "aggregate_loss",
+    "check_policy_loss_args",
+    "clipped_policy_loss",
     "contiguous_segments",
     "policy_loss",
     "value_loss",
@@ -148,6 +150,41 @@ def _ratio(log_probs, old_log_probs, mask, level, segment_ids) -> torch.Tensor:
     return torch.exp(log_ratio.clamp(-20.0, 20.0))
 
 
+def check_policy_loss_args(
+    caller: str,
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    rollout_log_probs: torch.Tensor | None,
+    entropy: torch.Tensor | None,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None,
+) -> None:
+    """Raise `ShapeError` unless every tensor is [B, T] like log_probs, `AlgosError` on a negative clip range
+    or a dual clip <= 1; messages start with `caller`."""
+    check_shape("log_probs", log_probs, [None, None], hint="Per-token log-probs [B, T].")
+    check_same_shape(
+        "log_probs",
+        log_probs,
+        old_log_probs=old_log_probs,
+        advantages=advantages,
+        response_mask=response_mask,
+        rollout_log_probs=rollout_log_probs,
+        entropy=entropy,
+    )
+    if clip_low < 0 or clip_high < 0:
+        raise AlgosError(
+            f"{caller}: clip ranges must be >= 0, got clip_low={clip_low}, clip_high={clip_high}."
+        )
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise AlgosError(
+            f"{caller}: dual_clip must be > 1 (typically 3), got {dual_clip}. Pass None to disable."
+        )
+
+
 def policy_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -186,28 +223,64 @@ def policy_loss(
     Returns:
         `PolicyLossOutput`.
     """
-    check_shape("log_probs", log_probs, [None, None], hint="Per-token log-probs [B, T].")
-    check_same_shape(
-        "log_probs",
+    check_policy_loss_args(
+        "policy_loss",
         log_probs,
-        old_log_probs=old_log_probs,
-        advantages=advantages,
-        response_mask=response_mask,
+        old_log_probs,
+        advantages,
+        response_mask,
         rollout_log_probs=rollout_log_probs,
         entropy=entropy,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        dual_clip=dual_clip,
     )
-    if clip_low < 0 or clip_high < 0:
-        raise AlgosError(
-            f"policy_loss: clip ranges must be >= 0, got clip_low={clip_low}, clip_high={clip_high}."
-        )
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise AlgosError(
-            f"policy_loss: dual_clip must be > 1 (typically 3), got {dual_clip}. Pass None to disable."
-        )
     level = _enum(RatioLevel, ratio_level, "policy_loss ratio_level")
     mask = response_mask.bool()
-    adv = torch.where(mask, advantages, torch.zeros_like(advantages)).detach()
     ratio = _ratio(log_probs, old_log_probs.detach(), mask, level, segment_ids)
+    return clipped_policy_loss(
+        ratio,
+        log_probs,
+        old_log_probs,
+        advantages,
+        mask,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        dual_clip=dual_clip,
+        agg_mode=agg_mode,
+        rollout_log_probs=rollout_log_probs,
+        tis_cap=tis_cap,
+        entropy=entropy,
+        entropy_coef=entropy_coef,
+        norm_constant=norm_constant,
+    )
+
+
+def clipped_policy_loss(
+    ratio: torch.Tensor,
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None = None,
+    agg_mode: LossAggMode | str = LossAggMode.SEQ_MEAN_TOKEN_MEAN,
+    rollout_log_probs: torch.Tensor | None = None,
+    tis_cap: float | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+    norm_constant: float | None = None,
+) -> PolicyLossOutput:
+    """The clipped surrogate of a given importance ratio, its TIS weights, aggregation and diagnostics.
+
+    A loss that differs from PPO only in its ratio (GSPO's per-sequence one, a plugin's) computes the ratio
+    [B, T] (differentiable w.r.t. log_probs) and calls this; `policy_loss` documents the other arguments,
+    which this does not validate. Tokens off `response_mask` contribute nothing.
+    """
+    mask = response_mask.bool()
+    adv = torch.where(mask, advantages, torch.zeros_like(advantages)).detach()
     loss_mat, clip_active, dual_active = _clipped_surrogate(adv, ratio, clip_low, clip_high, dual_clip)
     tis = torch.ones_like(ratio)
     if rollout_log_probs is not None:

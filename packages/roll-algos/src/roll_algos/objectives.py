@@ -13,7 +13,14 @@ from dataclasses import dataclass
 import torch
 
 from roll_algos.kl import kl_penalty
-from roll_algos.losses import aggregate_loss, policy_loss, value_loss
+from roll_algos.losses import aggregate_loss, value_loss
+from roll_algos.policy_losses import (
+    DEFAULT_POLICY_LOSS,
+    PolicyLossConfig,
+    PolicyLossInputs,
+    check_policy_loss_config,
+    compute_policy_loss,
+)
 
 __all__ = ["FULL_KL_KINDS", "ActorLoss", "CriticLoss", "token_kl"]
 
@@ -55,6 +62,9 @@ def _valid_rows(mask: torch.Tensor) -> int:
 class ActorLoss:
     """loss = pg_loss + kl_loss_coef * KL(pi || ref) - entropy_loss_coef * entropy.
 
+    pg_loss is the registered policy loss named `policy_loss` (`ppo`, the default; `gspo`; a plugin's:
+    `roll_algos.register_policy_loss`), run through `compute_policy_loss`; an unknown name, or a
+    `dual_clip` / `ratio_level` the loss does not read, is refused when the objective is built.
     Expects micro-batches with `response_mask`, `old_log_probs`, `advantages`, `loss_scale`;
     `segment_ids` (the turn of each response token) for `ratio_level="segment"`; `ref_log_probs` when
     `kl_loss_coef > 0` (or `full_kl` / `full_kl_forward`, the exact KL added by the strategy from its frozen
@@ -85,6 +95,10 @@ class ActorLoss:
     entropy_scope: str = "response"
     tis_cap: float | None = None
     norm_constant: float = 1.0
+    policy_loss: str = DEFAULT_POLICY_LOSS
+
+    def __post_init__(self) -> None:
+        check_policy_loss_config(self.policy_loss, self._loss_config(None))
 
     @property
     def needs_entropy(self) -> bool:
@@ -98,26 +112,32 @@ class ActorLoss:
     def _aggregate(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return aggregate_loss(x, mask, self.agg_mode, self._norm(mask))
 
-    def __call__(
-        self, log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        mask = mb["response_mask"]
-        pg_mask = self._decision_tokens(mask, mb)
-        pg = policy_loss(
-            log_probs,
-            mb["old_log_probs"],
-            mb["advantages"],
-            pg_mask,
+    def _loss_config(self, pg_mask: torch.Tensor | None) -> PolicyLossConfig:
+        """The policy loss's settings; `norm_constant` from the micro-batch's decision tokens `pg_mask`."""
+        return PolicyLossConfig(
             clip_low=self.clip_low,
             clip_high=self.clip_high,
             dual_clip=self.dual_clip,
             agg_mode=self.agg_mode,
             ratio_level=self.ratio_level,
+            tis_cap=self.tis_cap,
+            norm_constant=None if pg_mask is None else self._norm(pg_mask),
+        )
+
+    def __call__(
+        self, log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        mask = mb["response_mask"]
+        pg_mask = self._decision_tokens(mask, mb)
+        inputs = PolicyLossInputs(
+            log_probs,
+            mb["old_log_probs"],
+            mb["advantages"],
+            pg_mask,
             segment_ids=mb.get("segment_ids") if self.ratio_level == "segment" else None,
             rollout_log_probs=mb.get("rollout_log_probs") if self.tis_cap is not None else None,
-            tis_cap=self.tis_cap,
-            norm_constant=self._norm(pg_mask),
         )
+        pg = compute_policy_loss(self.policy_loss, inputs, self._loss_config(pg_mask))
         loss = pg.loss
         metrics = {
             "actor/pg_loss": float(pg.loss.detach()),

@@ -20,16 +20,15 @@ names a module whose import registers its estimators (loaded on the first lookup
 from __future__ import annotations
 
 import difflib
-import importlib.metadata
+import importlib.metadata  # noqa: F401  (tests patch entry_points through registry.importlib.metadata)
 import inspect
-import re
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Literal, get_args
 
 from roll_algos.advantages import AdvantageConfig, AdvantageInputs, AdvantageOutput, validate_inputs
 from roll_algos.errors import AlgosError
+from roll_algos.plugins import check_call_shape, check_name, import_plugins, where
 from roll_algos.rewards import clip_advantages, clip_rewards, masked_whiten
 
 __all__ = [
@@ -55,7 +54,6 @@ HOW_TO_REGISTER = (
     "Register one with `@roll_algos.register_estimator(name, level=..., group_based=...)` in a module that"
     f" an installed package lists under the entry-point group {ENTRY_POINT_GROUP!r} (docs/algos/registry.md)."
 )
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
 _LEVELS: tuple[str, ...] = get_args(EstimatorLevel)
 
 
@@ -112,22 +110,23 @@ def register_estimator(
             adv = inputs.episode_scores[:, None] * inputs.response_mask
             return AdvantageOutput(adv, adv.clone())
     """
-    key = str(name)
-    if not _NAME.match(key):
-        raise AlgosError(
-            f"register_estimator: expected a name of letters, digits, '_', '.', '-' starting with a letter,"
-            f" got {name!r}."
-        )
+    key = check_name("register_estimator", name)
     if level not in _LEVELS:
         raise AlgosError(f"register_estimator({key!r}): expected level in {list(_LEVELS)}, got {level!r}.")
     _check_options(key, options)
 
     def wrap(fn: EstimatorFn) -> EstimatorFn:
-        _check_call_shape(key, fn)
+        check_call_shape(
+            f"register_estimator({key!r})",
+            fn,
+            family="estimator",
+            inputs="(AdvantageInputs, AdvantageConfig)",
+            output="AdvantageOutput",
+        )
         old = ADVANTAGE_ESTIMATORS.get(key)
         if old is not None and old.fn is not fn and not replace:
             raise AlgosError(
-                f"advantage estimator {key!r} is already registered ({_where(old.fn)}); pick another name,"
+                f"advantage estimator {key!r} is already registered ({where(old.fn)}); pick another name,"
                 " or pass replace=True to override it."
             )
         doc = (inspect.getdoc(fn) or "").strip().splitlines()
@@ -137,10 +136,6 @@ def register_estimator(
         return fn
 
     return wrap
-
-
-def _where(fn: object) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def _check_options(key: str, options: tuple[str, ...]) -> None:
@@ -153,26 +148,6 @@ def _check_options(key: str, options: tuple[str, ...]) -> None:
         )
 
 
-def _check_call_shape(key: str, fn: object) -> None:
-    """`fn` must be a synchronous callable that accepts the two positional arguments `(inputs, config)`."""
-    if not callable(fn) or inspect.iscoroutinefunction(fn) or inspect.isclass(fn):
-        raise AlgosError(
-            f"register_estimator({key!r}): expected a function fn(inputs, config) -> AdvantageOutput, got"
-            f" {fn!r}."
-        )
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return  # no signature to check (a builtin): the first call will tell
-    try:
-        signature.bind(None, None)
-    except TypeError as exc:
-        raise AlgosError(
-            f"register_estimator({key!r}): {_where(fn)}{signature} cannot be called as fn(inputs, config)"
-            f" ({exc}); every estimator takes exactly (AdvantageInputs, AdvantageConfig)."
-        ) from None
-
-
 def load_estimator_plugins(force: bool = False) -> dict[str, str]:
     """Import every module listed in the `roll_algos.estimators` entry-point group (once, unless `force`).
 
@@ -182,14 +157,7 @@ def load_estimator_plugins(force: bool = False) -> dict[str, str]:
     if _plugins_loaded and not force:
         return dict(_plugin_errors)
     _plugins_loaded = True
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-            _plugin_errors.pop(ep.name, None)
-        except Exception as exc:  # a broken plugin must not break the others
-            _plugin_errors[ep.name] = f"{ep.value}: {exc}"
-            warnings.warn(f"roll-algos estimator plugin {ep.name!r} ({ep.value}) failed: {exc}", stacklevel=2)
-    return dict(_plugin_errors)
+    return import_plugins(ENTRY_POINT_GROUP, "estimator", _plugin_errors)
 
 
 def registered_estimators() -> list[str]:

@@ -5,45 +5,50 @@ has any with `BaseEnv.has_baselines`); `env_baselines` and `has_baselines` are t
 callers use, for built-in and third-party envs alike. Baselines are scored on held-out episodes, seeded
 from `HELD_OUT_SEED_START`.
 
-The built-ins' baseline code lives beside each env: FrozenLake's in `roll_envs.frozen_lake.baselines`
-(its names stay importable from here), Sokoban's in `roll_envs.sokoban.baselines`.
+The built-ins' baseline code lives beside each env: FrozenLake's in `roll_envs.envs.frozen_lake.baselines`,
+Sokoban's in `roll_envs.envs.sokoban.baselines`. FrozenLake's names stay readable from here for one release
+(with a `DeprecationWarning`), loaded on first use so that this module imports no game.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+from roll_envs._moved import REMOVED_IN
 from roll_envs.base import BaseEnv
 from roll_envs.baseline_types import HELD_OUT_SEED_START, EnvBaselines
-from roll_envs.frozen_lake.baselines import (
-    PRECOMPUTED_SEQUENCES,
-    SEARCH_MAPS,
-    SEARCH_SEED_START,
-    best_fixed_sequence,
-    fixed_sequence_for,
-    frozen_lake_baselines,
-    goal_distances,
-    random_policy_success,
-    sequence_success,
-    transition_table,
-)
 
-__all__ = [
-    "HELD_OUT_SEED_START",
+_FROZEN_LAKE_NAMES = (
     "PRECOMPUTED_SEQUENCES",
     "SEARCH_MAPS",
     "SEARCH_SEED_START",
-    "EnvBaselines",
     "best_fixed_sequence",
-    "env_baselines",
     "fixed_sequence_for",
     "frozen_lake_baselines",
     "goal_distances",
-    "has_baselines",
     "random_policy_success",
     "sequence_success",
     "transition_table",
-]
+)
+"""FrozenLake's baseline names, still readable from this module until roll-envs `REMOVED_IN`."""
+
+__all__ = ["HELD_OUT_SEED_START", "EnvBaselines", "env_baselines", "has_baselines", *_FROZEN_LAKE_NAMES]
+
+
+def __getattr__(name: str) -> Any:
+    """FrozenLake's baseline names, from `roll_envs.envs.frozen_lake.baselines`, with a DeprecationWarning."""
+    if name not in _FROZEN_LAKE_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"roll_envs.baselines.{name} moved to roll_envs.envs.frozen_lake.baselines.{name}: import it from "
+        f"there (roll_envs.baselines keeps it until roll-envs {REMOVED_IN}).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    from roll_envs.envs.frozen_lake import baselines
+
+    return getattr(baselines, name)
 
 
 def has_baselines(env: Any) -> bool:

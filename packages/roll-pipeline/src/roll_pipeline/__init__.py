@@ -1,8 +1,10 @@
 """roll-pipeline: the agentic RL pipeline — config, orchestration, logging, checkpoints, CLI."""
 
-from roll_pipeline.config.compose import ConfigError, compose, tiny_config
+from roll_pipeline.config.compose import ConfigError, tiny_config
 from roll_pipeline.config.schema import AgenticConfig
-from roll_pipeline.pipeline import AgenticPipeline, RunSummary
+from roll_pipeline.observe.summary import RunSummary
+from roll_pipeline.pipeline import AgenticPipeline
+from roll_pipeline.preflight import compose
 from roll_pipeline.runtime.cluster import ClusterError
 from roll_pipeline.state.checkpoint import CheckpointError, CheckpointManager
 

@@ -17,41 +17,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from roll_rollout import RemotePolicy, validation_seeds
+from roll_rollout import validation_seeds
 
-from roll_pipeline.config.colocation import infer_sleep
+from roll_pipeline.assembly.parts import assemble, build_updaters
 from roll_pipeline.config.schema import AgenticConfig
-from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.observe.metrics import mean, rollout_metrics, val_metrics
-from roll_pipeline.observe.render import env_sources, renderer_of
-from roll_pipeline.observe.tracking import Tracker
-from roll_pipeline.runtime.cluster import Cluster, make_cluster
-from roll_pipeline.runtime.infer_sleep import InferSleeper
-from roll_pipeline.runtime.placement import model_folder, optimiser_kwargs
-from roll_pipeline.runtime.policy_server import PolicyServer
-from roll_pipeline.runtime.ranks import RankGroup
-from roll_pipeline.runtime.rollout import build_scheduler, sampling_of
-from roll_pipeline.runtime.storage import confirm_shared_storage
-from roll_pipeline.runtime.workers import RoleSpawner
-from roll_pipeline.state.checkpoint import CheckpointError, CheckpointManager
+from roll_pipeline.observe.summary import RunSummary
+from roll_pipeline.runtime.rollout import sampling_of
+from roll_pipeline.state.checkpoint import CheckpointError
 from roll_pipeline.state.run_state import (
     pipeline_state,
-    read_resume_state,
     restore_pipeline_state,
     set_global_rng_state,
 )
-from roll_pipeline.trainer import settings
 from roll_pipeline.trainer.actor_update import ActorUpdater
 from roll_pipeline.trainer.critic_update import CriticUpdater
-from roll_pipeline.trainer.experience import ExperienceMaker
-from roll_pipeline.trainer.kl_control import KLControl
-from roll_pipeline.trainer.micro_batches import TrainLayout
-from roll_pipeline.trainer.weight_update import WeightUpdater
 
 CRITIC_DIR = "critic"
 """Where a checkpoint keeps the critic (next to `model/`)."""
@@ -61,177 +44,30 @@ class PipelineError(RuntimeError):
     """The run cannot go on (e.g. too many steps in a row with nothing to train on)."""
 
 
-@dataclass
-class RunSummary:
-    """What a run reached."""
-
-    run_dir: Path
-    steps: int
-    wall_time_s: float
-    val_history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
-    last_checkpoint: Path | None = None
-
-    def val_success(self, index: int) -> float:
-        """Mean validation success over tags at the `index`-th validation (-1: last)."""
-        metrics = self.val_history[index][1]
-        values = [v for k, v in metrics.items() if k.startswith("val/env/") and k.endswith("/success")]
-        return sum(values) / max(len(values), 1)
-
-
 class AgenticPipeline:
-    """Builds the workers of a config and runs the training loop."""
+    """Runs the training loop over the parts of a config (`assembly.assemble` builds them)."""
 
     def __init__(self, config: AgenticConfig, *, progress: bool = True, verbose: bool = False) -> None:
-        from transformers import AutoTokenizer
-
         self.config = config
         self.progress = progress
-        self.run_dir = Path(config.output_dir) / config.exp_name
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.spawn_settings = settings.spawn_settings(config)
-        roles = self.spawn_settings.roles
-        gguf = next((r.model_args.gguf_file for r in roles.values() if r.model_args.gguf_file), None)
-        # a hub repo's snapshot holds only that GGUF file; roles that set one name the same (model_folder)
-        self.model_path = model_folder(
-            resolve_pretrain(config.pretrain, seed=config.seed, gguf_file=gguf), roles
+        self.parts = parts = assemble(config, verbose=verbose)
+        self.run_dir, self.model_path, self.tokenizer = parts.run_dir, parts.model_path, parts.tokenizer
+        self.cluster, self.checkpoints, self.tracker = parts.cluster, parts.checkpoints, parts.tracker
+        self.resume_from, self._resume_state, self.renderer = (
+            parts.resume_from,
+            parts.resume_state,
+            parts.renderer,
         )
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.cluster: Cluster = make_cluster(
-            config.cluster.backend, config.cluster.address, config.cluster.num_cpus
-        )
-        # every node sees the run folder and the model, or one error names the node (before any worker)
-        confirm_shared_storage(self.cluster, self.run_dir, self.model_path)
-        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", config.keep_last_n)
-        self.resume_from, self._resume_state = read_resume_state(
-            config.resume_from_checkpoint, self.checkpoints
-        )
-        resumed = self._resume_state or {}
-        self.tracker = Tracker(
-            self.run_dir,
-            config.track_with,
-            config=config.model_dump(mode="json"),
-            verbose=verbose,
-            tracker_kwargs=config.tracker_kwargs,
-            resume_step=resumed.get("step"),
-            wandb_run_id=(resumed.get("tracker") or {}).get("wandb_run_id"),
-        )
-        self.renderer = renderer_of(
-            self.run_dir,
-            config.render_save_dir,
-            env_sources(config.custom_envs),
-            config.render_episodes_per_tag,
-        )
+        w = parts.workers
+        self.cpus, self.kl, self.rollout_settings = w.cpus, w.kl, w.rollout_settings
+        self.actor_train, self.critic, self.reference = w.actor_train, w.critic, w.reference
+        self.policy_server, self.infer_sleep = w.policy_server, w.infer_sleep
+        self.train_rollout, self.val_rollout = w.train_rollout, w.val_rollout
+        self.make_experience, self.update_weights = w.make_experience, w.update_weights
+        self.update_actor: ActorUpdater | None = None  # built at the start of `run` (packing is probed)
+        self.update_critic: CriticUpdater | None = None
         self.step = 0
         self._skipped_in_a_row = 0
-        self._spawn_workers()
-
-    # ----------------------------------------------------------------- workers
-    def _spawn_workers(self) -> None:
-        from roll_strategies import ActorTrainWorker, CriticWorker, ReferenceWorker
-
-        cfg = self.config
-        spawner = RoleSpawner(self.spawn_settings, self.cluster, self.model_path)
-        names, self.cpus = spawner.names, spawner.cpus
-        # The exact KL needs both models' logits in one process: the train worker holds a frozen reference copy.
-        reference_copy = (
-            {"reference_model_path": str(self.model_path), "reference_dtype": cfg.reference.model_args.dtype}
-            if cfg.reference_in_trainer
-            else {}
-        )
-        # the trained roles: N data-parallel ranks each (`RankGroup` fans the calls out)
-        self.actor_train = spawner.spawn_ranks(
-            ActorTrainWorker,
-            "actor_train",
-            **optimiser_kwargs(cfg.actor_train),
-            seed=cfg.seed,
-            **reference_copy,
-        )
-        self.critic: RankGroup | None = None
-        if "critic" in names:
-            self.critic = spawner.spawn_ranks(
-                CriticWorker,
-                "critic",
-                **optimiser_kwargs(cfg.critic),
-                seed=cfg.seed + 7,
-            )
-        self.policy_server = spawner.spawn(
-            PolicyServer,
-            "actor_infer",
-            seed=cfg.seed,
-            stop_strings=cfg.actor_infer.generating_args.stop_strings,
-            max_batch_size=cfg.actor_infer.infer_batch_size,
-        )
-        self.infer_sleep = InferSleeper(
-            infer_sleep(self.spawn_settings.roles, names),
-            lambda method, *args: self.cluster.call(self.policy_server, method, *args),
-            _log,
-        )
-        self.reference: RankGroup | None = None  # the worker holding the reference model (`ExperienceMaker`)
-        if cfg.reference_in_trainer:
-            self.reference = self.actor_train
-        elif "reference" in names:
-            handle = spawner.spawn(ReferenceWorker, "reference")
-            self.reference = RankGroup(self.cluster, [handle])
-        self.kl = KLControl(
-            cfg.init_kl_coef, cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, cfg.target_kl, cfg.kl_horizon
-        )
-        policy = RemotePolicy(self.cluster.remote_method(self.policy_server, "generate_many"))
-        self.rollout_settings = settings.rollout_settings(cfg)
-        rollout = partial(
-            build_scheduler,
-            self.rollout_settings,
-            cluster=self.cluster,
-            tokenizer=self.tokenizer,
-            policy=policy,
-        )
-        self.train_rollout = rollout(cfg.train_env_manager, validation=False, seed=cfg.seed, name="train")
-        self.val_rollout = rollout(cfg.val_env_manager, validation=True, seed=cfg.seed + 1, name="val")
-        self.make_experience = ExperienceMaker(
-            settings.experience_settings(cfg),
-            self.actor_train,
-            self.reference,
-            self.critic,
-            self.kl,
-            self.tokenizer.pad_token_id,
-        )
-        self.update_actor: ActorUpdater | None = None  # built in `_setup_train_layouts` (packing is probed)
-        self.update_critic: CriticUpdater | None = None
-        self.update_weights = WeightUpdater(
-            self.cluster,
-            self.actor_train,
-            self.policy_server,
-            dtype=cfg.actor_infer.model_args.dtype,
-            frequency=cfg.model_update_frequency,
-        )
-
-    async def _setup_train_layouts(self) -> None:
-        """Micro-batch layouts of the trained roles; packing falls back to dynamic batching on a model that
-        cannot pack (the workers probe it)."""
-        cfg = self.config
-        roles = [("actor_train", self.actor_train, cfg.actor_train)]
-        if self.critic is not None:
-            roles.append(("critic", self.critic, cfg.critic))
-        layouts = {}
-        for name, group, role in roles:
-            ok = True
-            if role.use_sequence_packing:
-                ok = bool(await group.call_main("packing_supported"))
-                if not ok:
-                    from tqdm.auto import tqdm
-
-                    tqdm.write(
-                        f"[roll] WARNING: {name}: the model gives different outputs when sequences are packed"
-                        " (its attention does not honour restarting position ids), so use_sequence_packing falls"
-                        " back to dynamic batching (actor/sequence_packing = 0 in the metrics)"
-                    )
-            layouts[name] = TrainLayout.of(role, packing_ok=ok)
-        schedule, loss = settings.update_schedule(cfg, "actor_train"), settings.actor_loss_template(cfg)
-        self.update_actor = ActorUpdater(
-            self.actor_train, self.kl, layouts["actor_train"], schedule, loss, cfg.use_kl_loss
-        )
-        if self.critic is not None:
-            critic_schedule, critic_loss = settings.update_schedule(cfg, "critic"), settings.critic_loss(cfg)
-            self.update_critic = CriticUpdater(self.critic, layouts["critic"], critic_schedule, critic_loss)
 
     # ----------------------------------------------------------------- loop
     def run(self) -> RunSummary:
@@ -246,7 +82,7 @@ class AgenticPipeline:
             await self._resume(self._resume_state)
         bar = _progress_bar(cfg.max_steps, self.step, enabled=self.progress)
         try:
-            await self._setup_train_layouts()
+            self.update_actor, self.update_critic = await build_updaters(cfg, self.parts.workers)
             await self._sync_weights(force=True)  # the inference worker may hold other weights (resume)
             summary.val_history.append((self.step, await self._validate()))
             if self.step == 0:  # the starting point of every curve, in every tracker
@@ -368,7 +204,7 @@ class AgenticPipeline:
         return metrics
 
     async def _release_memory(self) -> dict[str, float]:
-        """Every worker process gives its freed heap memory back to the OS (`roll_strategies.allocator`: glibc
+        """Every worker process gives its freed heap memory back to the OS (`roll_strategies.workers.allocator`: glibc
         keeps a step's freed tensors resident otherwise); memory/rss_gb: the resident sets after, summed over
         the distinct processes (in-process workers share the driver's)."""
         handles = [self.policy_server]
@@ -414,12 +250,6 @@ class AgenticPipeline:
     def close(self) -> None:
         """Stop the workers."""
         self.cluster.shutdown()
-
-
-def _log(message: str) -> None:
-    from tqdm.auto import tqdm
-
-    tqdm.write(message)
 
 
 def _progress_bar(total: int, initial: int, enabled: bool) -> Any:

@@ -14,7 +14,8 @@ worker, model or Ray instance starts, so a bad value fails in a second instead o
 - `cluster.backend=ray` (the default) has Ray installed (the `roll-pipeline[ray]` extra).
 
 The checks read the raw composed config (a mapping), so they run even when the schema rejects other
-values, and `roll` reports every problem in one error.
+values, and `compose(..., preflight=True)` reports every problem, of the schema or of these checks, in one
+`ConfigError`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from roll_pipeline.config.compose import compose_data, validate
 from roll_pipeline.config.schema import AgenticConfig, CustomEnvConfig
 
 __all__ = [
@@ -31,8 +33,24 @@ __all__ = [
     "check_pretrain",  # builtin:NAME, a local model folder, or a cached/fetchable hub id
     "check_resume",  # the checkpoint exists and verifies
     "check_stop_strings",  # stop strings non-empty and producible by the model's tokenizer
+    "compose",  # Hydra compose + validation, with these checks when preflight=True
     "preflight_problems",  # every check above on a raw config mapping
 ]
+
+
+def compose(
+    config_path: str | None,
+    config_name: str | None,
+    overrides: list[str],
+    search_from: Path | None = None,
+    *,
+    preflight: bool = False,
+) -> AgenticConfig:
+    """Compose with Hydra and validate (`preflight`: also check envs, checkpoint and model folder); raise
+    `ConfigError` listing every problem."""
+    data = compose_data(config_path, config_name, overrides, search_from)
+    more = preflight_problems(data) if preflight and isinstance(data, dict) else []
+    return validate(data, more_problems=more)
 
 
 def check_env_configs(custom_envs: Any) -> list[str]:
@@ -203,7 +221,7 @@ def _tokenizer_folder(pretrain: Any, gguf_file: Any) -> Path | None:
 def _converted_gguf(source: Path) -> Path | None:
     """The cached Hugging Face folder the run converts `source` into (`model_folder`: float32), if it has
     been converted yet."""
-    from roll_strategies.gguf import GGUF_INFO_FILE, converted_folder
+    from roll_strategies.models.gguf import GGUF_INFO_FILE, converted_folder
 
     folder = converted_folder(source)
     return folder if (folder / GGUF_INFO_FILE).is_file() else None

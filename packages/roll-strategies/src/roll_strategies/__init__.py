@@ -6,17 +6,8 @@ sync is versioned and bucketed (`sync_weights`). The tiny offline model the embe
 built by `build_tiny_model` (CLI: `uv run python tools/build_tiny_model.py --out DIR`).
 """
 
-from roll_strategies.allocator import (
-    HeapStats,
-    ProcessMemory,
-    configure_allocator,
-    heap_stats,
-    release_freed_memory,
-)
-from roll_strategies.critic import HFCriticStrategy, ValueLossFn
-from roll_strategies.data_parallel import DataParallel, DataParallelSpec, free_port, join_group
-from roll_strategies.deepspeed_config import build_deepspeed_config
-from roll_strategies.deepspeed_train import DeepSpeedTrainStrategy
+from roll_strategies.compute.forward import TokenOutputs, lm_outputs, packing_supported, value_outputs
+from roll_strategies.compute.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
 from roll_strategies.errors import (
     CheckpointError,
     ModelNotFoundError,
@@ -25,12 +16,17 @@ from roll_strategies.errors import (
     StrategyNotAvailableError,
     WeightSyncError,
 )
-from roll_strategies.forward import TokenOutputs, lm_outputs, packing_supported, value_outputs
-from roll_strategies.gguf import ensure_model_folder
-from roll_strategies.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
-from roll_strategies.hf_train import HFTrainStrategy, LossFn
-from roll_strategies.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
-from roll_strategies.master_weights import MasterWeightOptimizer
+from roll_strategies.infer.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
+from roll_strategies.infer.vllm_infer import VLLMInferStrategy
+from roll_strategies.models.gguf import ensure_model_folder
+from roll_strategies.models.qwen_shaped import build_qwen_shaped_model, build_qwen_style_tokenizer
+from roll_strategies.models.tiny_model import (
+    TINY_MODEL_FORMAT_VERSION,
+    WarmupExample,
+    build_tiny_model,
+    encode_chat_example,
+)
+from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
 from roll_strategies.protocols import (
     InferStrategy,
     LogProbStrategy,
@@ -38,7 +34,6 @@ from roll_strategies.protocols import (
     StreamingInferStrategy,
     TrainStrategy,
 )
-from roll_strategies.qwen_shaped import build_qwen_shaped_model, build_qwen_style_tokenizer
 from roll_strategies.registry import (
     STRATEGIES,
     StrategySpec,
@@ -47,26 +42,8 @@ from roll_strategies.registry import (
     create_strategy,
     strategy_class,
 )
-from roll_strategies.schedules import lr_decay_factor, warmup_factor
-from roll_strategies.tiny_model import (
-    TINY_MODEL_FORMAT_VERSION,
-    WarmupExample,
-    build_tiny_model,
-    encode_chat_example,
-)
-from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
-from roll_strategies.train_loop import (
-    LAST_VALUE_METRICS,
-    GradientBackend,
-    NonFiniteCount,
-    StepOutcome,
-    StepSums,
-    run_train_step,
-)
-from roll_strategies.value_model import load_value_model
-from roll_strategies.vllm_infer import VLLMInferStrategy
-from roll_strategies.weight_receiver import WeightReceiver
-from roll_strategies.weight_sync import (
+from roll_strategies.sync.weight_receiver import WeightReceiver
+from roll_strategies.sync.weight_sync import (
     DEFAULT_BUCKET_BYTES,
     TensorSpec,
     WeightBucket,
@@ -77,10 +54,34 @@ from roll_strategies.weight_sync import (
     sync_weights,
     weight_sync_due,
 )
-from roll_strategies.weights import export_named_weights, load_named_weights
-from roll_strategies.workers import ActorInferWorker, ActorTrainWorker, CriticWorker, ReferenceWorker
+from roll_strategies.sync.weights import export_named_weights, load_named_weights
+from roll_strategies.train.critic import HFCriticStrategy, ValueLossFn
+from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, free_port, join_group
+from roll_strategies.train.deepspeed_config import build_deepspeed_config
+from roll_strategies.train.deepspeed_train import DeepSpeedTrainStrategy
+from roll_strategies.train.hf_train import HFTrainStrategy, LossFn
+from roll_strategies.train.master_weights import MasterWeightOptimizer
+from roll_strategies.train.optimizer import OptimizerSettings
+from roll_strategies.train.schedules import lr_decay_factor, warmup_factor
+from roll_strategies.train.train_loop import (
+    LAST_VALUE_METRICS,
+    GradientBackend,
+    NonFiniteCount,
+    StepOutcome,
+    StepSums,
+    run_train_step,
+)
+from roll_strategies.train.value_model import load_value_model
+from roll_strategies.workers.allocator import (
+    HeapStats,
+    ProcessMemory,
+    configure_allocator,
+    heap_stats,
+    release_freed_memory,
+)
+from roll_strategies.workers.roles import ActorInferWorker, ActorTrainWorker, CriticWorker, ReferenceWorker
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
@@ -107,6 +108,7 @@ __all__ = [
     "MasterWeightOptimizer",
     "ModelNotFoundError",
     "NonFiniteCount",
+    "OptimizerSettings",
     "ProcessMemory",
     "ReferenceWorker",
     "SleepableStrategy",

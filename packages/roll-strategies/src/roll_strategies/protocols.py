@@ -1,7 +1,7 @@
 """The seams the pipeline codes against: any train or infer backend (hf, deepspeed, vllm) fits these.
 
 Backends are picked by name through `roll_strategies.registry`; these Protocols say what each role's
-strategy offers. Weight sync is bucketed and versioned (`roll_strategies.weight_sync`): a train strategy is
+strategy offers. Weight sync is bucketed and versioned (`roll_strategies.sync.weight_sync`): a train strategy is
 a `WeightSource`, an inference strategy a `WeightSink`.
 """
 
@@ -14,9 +14,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from roll_strategies.hf_infer import GenerationOutput, GenerationParams
-from roll_strategies.hf_train import LossFn
-from roll_strategies.weight_sync import WeightBucket, WeightSyncPlan
+from roll_strategies.infer.hf_infer import GenerationOutput, GenerationParams
+from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
+from roll_strategies.train.hf_train import LossFn
 
 __all__ = ["InferStrategy", "LogProbStrategy", "SleepableStrategy", "StreamingInferStrategy", "TrainStrategy"]
 

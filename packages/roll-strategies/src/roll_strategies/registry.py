@@ -53,15 +53,15 @@ STRATEGIES: dict[str, StrategySpec] = {
     spec.name: spec
     for spec in (
         StrategySpec(
-            "hf_train", "roll_strategies.hf_train:HFTrainStrategy", frozenset({"train", "reference"})
+            "hf_train", "roll_strategies.train.hf_train:HFTrainStrategy", frozenset({"train", "reference"})
         ),
         StrategySpec(
-            "hf_infer", "roll_strategies.hf_infer:HFInferStrategy", frozenset({"infer", "reference"})
+            "hf_infer", "roll_strategies.infer.hf_infer:HFInferStrategy", frozenset({"infer", "reference"})
         ),
-        StrategySpec("hf_critic", "roll_strategies.critic:HFCriticStrategy", frozenset({"critic"})),
+        StrategySpec("hf_critic", "roll_strategies.train.critic:HFCriticStrategy", frozenset({"critic"})),
         StrategySpec(
             "deepspeed_train",
-            "roll_strategies.deepspeed_train:DeepSpeedTrainStrategy",
+            "roll_strategies.train.deepspeed_train:DeepSpeedTrainStrategy",
             frozenset({"train"}),
             requires=("deepspeed",),
             extra="deepspeed",
@@ -69,7 +69,7 @@ STRATEGIES: dict[str, StrategySpec] = {
         ),
         StrategySpec(
             "vllm",
-            "roll_strategies.vllm_infer:VLLMInferStrategy",
+            "roll_strategies.infer.vllm_infer:VLLMInferStrategy",
             frozenset({"infer"}),
             requires=("vllm",),
             extra="vllm",
@@ -97,7 +97,7 @@ def check_strategy(name: str, role: Role) -> StrategySpec:
     """The spec of `name` for `role`, or `StrategyNotAvailableError` saying what to fix; imports nothing heavy.
 
     >>> check_strategy("hf_train", "train").entry_point
-    'roll_strategies.hf_train:HFTrainStrategy'
+    'roll_strategies.train.hf_train:HFTrainStrategy'
     """
     spec = STRATEGIES.get(name)
     if spec is None:

@@ -1,9 +1,17 @@
-"""Adapters that play other env libraries' envs through roll: GEM, TextArena and reasoning-gym.
+"""Adapters that play other env libraries' envs through roll: Gymnasium, GEM, TextArena and reasoning-gym.
 
-Each is one module behind an extra of roll-envs (`roll-envs[gem]`, `roll-envs[textarena]`,
-`roll-envs[reasoning-gym]`) and registers an id prefix, so a library's env is named by its own id:
-`gem:game:Minesweeper-v0-easy`, `textarena:TicTacToe-v0`, `reasoning_gym:basic_arithmetic`. The library
-is imported on the first `make` of one of its ids; without the extra, that `make` says what to install.
+`gym.py` wraps any Gymnasium env with discrete actions (gymnasium is a dependency of roll-envs; the
+built-ins `cliff_walking`, `taxi` and `gym_adapter` use it). The others are each behind an extra of
+roll-envs (`roll-envs[gem]`, `roll-envs[textarena]`, `roll-envs[reasoning-gym]`) and register an id prefix,
+so a library's env is named by its own id: `gem:game:Minesweeper-v0-easy`, `textarena:TicTacToe-v0`,
+`reasoning_gym:basic_arithmetic`. The library is imported on the first `make` of one of its ids; without
+the extra, that `make` says what to install.
+
+Modules:
+    gym.py             `GymAdapterEnv`: a Gymnasium env with discrete actions as a text env
+    gem.py             `GemEnv`: GEM envs (`gem:<id>`, `\\boxed{}` answers)
+    textarena.py       `TextArenaEnv`: TextArena games (`textarena:<id>`), other seats random
+    reasoning_gym.py   `ReasoningGymEnv`: reasoning-gym datasets (`reasoning_gym:<name>`)
 """
 
 from __future__ import annotations

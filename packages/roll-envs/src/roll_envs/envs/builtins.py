@@ -7,9 +7,9 @@ from typing import Any
 
 import gymnasium
 
-from roll_envs.gym_adapter import latest_gym_id
+from roll_envs.adapters.gym import latest_gym_id
+from roll_envs.envs.sokoban.rules import ALTERNATIVE_GRID
 from roll_envs.registry import register, register_namespace
-from roll_envs.sokoban.rules import ALTERNATIVE_GRID
 
 GYM_NAMESPACE = "roll_envs"
 """Gymnasium namespace of the built-ins: `gymnasium.make("roll_envs/FrozenLake-v0")`."""
@@ -26,9 +26,9 @@ class Builtin:
     description: str
 
 
-_FROZEN_LAKE = "roll_envs.frozen_lake:FrozenLakeEnv"
-_SOKOBAN = "roll_envs.sokoban.env:SokobanEnv"
-_ADAPTER = "roll_envs.gym_adapter:GymAdapterEnv"
+_FROZEN_LAKE = "roll_envs.envs.frozen_lake:FrozenLakeEnv"
+_SOKOBAN = "roll_envs.envs.sokoban.env:SokobanEnv"
+_ADAPTER = "roll_envs.adapters.gym:GymAdapterEnv"
 
 # fmt: off
 BUILTINS: tuple[Builtin, ...] = (
@@ -39,11 +39,11 @@ BUILTINS: tuple[Builtin, ...] = (
             "Sokoban, 8x8 room, 2 boxes"),
     Builtin("sokoban_different_grid_vocab", "SokobanDifferentGridVocab", _SOKOBAN,
             {"grid_vocab": dict(ALTERNATIVE_GRID)}, "Sokoban 6x6, 1 box, drawn with other symbols"),
-    Builtin("webshop_lite", "WebShopLite", "roll_envs.webshop.env:WebShopLiteEnv", {},
+    Builtin("webshop_lite", "WebShopLite", "roll_envs.envs.webshop.env:WebShopLiteEnv", {},
             "WebShop-style shopping over a generated catalogue (not the original WebShop)"),
-    Builtin("four_choice", "FourChoice", "roll_envs.four_choice:FourChoiceEnv", {},
+    Builtin("four_choice", "FourChoice", "roll_envs.envs.four_choice:FourChoiceEnv", {},
             "one turn: the right letter A-D for the colour shown (a contextual bandit)"),
-    Builtin("tictactoe", "TicTacToe", "roll_envs.tictactoe:TicTacToeEnv", {},
+    Builtin("tictactoe", "TicTacToe", "roll_envs.envs.tictactoe:TicTacToeEnv", {},
             "TicTacToe, two seats (X, O): self-play, or a seat played by random or minimax"),
     Builtin("cliff_walking", "", _ADAPTER, {"gym_id": latest_gym_id("CliffWalking")},
             "Gymnasium CliffWalking through the text adapter"),

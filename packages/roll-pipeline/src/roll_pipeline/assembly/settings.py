@@ -1,4 +1,4 @@
-"""The trainer's one entry into the run's configuration: `AgenticConfig` -> the small settings each component
+"""The one entry into the run's configuration: `AgenticConfig` -> the small settings each component
 of a step reads. The components never see the whole config; the entry points (`pipeline.py`,
 `serving/evaluate.py`) translate it here:
 
@@ -94,6 +94,7 @@ def actor_loss_template(config: AgenticConfig) -> ActorLoss:
         dual_clip=DUAL_CLIP_C if config.dual_clip_loss else None,
         agg_mode=config.loss_agg_mode,
         ratio_level=config.ratio_level,
+        policy_loss=config.policy_loss,
         kl_loss_coef=config.kl_loss_coef if config.use_kl_loss else 0.0,
         kl_penalty=config.kl_penalty,
         entropy_loss_coef=config.entropy_loss_coef,

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from roll_pipeline.config.compose import ConfigError, compose
+from roll_pipeline.config.compose import ConfigError
+from roll_pipeline.preflight import compose
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[5] / "examples"  # the repo's examples/ in a checkout
 

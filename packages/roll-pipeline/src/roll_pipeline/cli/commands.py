@@ -125,7 +125,7 @@ def _sweep_report(args: argparse.Namespace) -> int:
 def _sweep_finish(results: list[Any], out: Path, meta: dict[str, Any]) -> int:
     """Print the table, write sweep.json / sweep.md / sweep.png; 1 when a seed failed, else 0."""
     from roll_pipeline.experiments.sweep import CLOCK, format_table, write_report
-    from roll_pipeline.observe.plotting import plot_sweep
+    from roll_pipeline.experiments.sweep_plot import plot_sweep
 
     json_path, md_path = write_report(results, out, meta)
     with_config = [r.run_dir for r in results if (r.run_dir / "config.json").exists()]

@@ -112,7 +112,7 @@ def _openai_policy(args: argparse.Namespace, model_dir: Path | None, config: Any
     from roll_rollout.openai_policy import OpenAIPolicy, OpenAISettings
     from transformers import AutoTokenizer
 
-    from roll_pipeline.serving.evaluate import config_model
+    from roll_pipeline.assembly.roles import config_model
 
     if args.checkpoint is not None:
         raise ValueError("--checkpoint and --openai-base-url exclude each other: the server holds the model")
@@ -153,7 +153,9 @@ def serve(argv: list[str]) -> int:
         return 2
     import threading
 
-    from roll_pipeline.serving.evaluate import checkpoint_model_dir, config_model, inference_server
+    from roll_pipeline.assembly.parts import inference_server
+    from roll_pipeline.assembly.roles import config_model
+    from roll_pipeline.serving.evaluate import checkpoint_model_dir
     from roll_pipeline.serving.openai_server import OpenAICompatibleServer
     from roll_pipeline.state.checkpoint import CheckpointError
 

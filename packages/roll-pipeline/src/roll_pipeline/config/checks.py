@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from roll_algos import AlgosError, estimator_spec, registered_estimators
+from roll_algos import (
+    AlgosError,
+    estimator_spec,
+    policy_loss_spec,
+    registered_estimators,
+    registered_policy_losses,
+)
 
 from roll_pipeline.config.colocation import SLEEP_LEVELS, infer_sleep, sleep_level_of
 from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs
@@ -22,7 +28,14 @@ if TYPE_CHECKING:
     from roll_pipeline.config.roles import WorkerConfig
     from roll_pipeline.config.schema import AgenticConfig
 
-__all__ = ["CRITIC_FIELDS", "ESTIMATOR_OPTION_FIELDS", "config_problems", "estimator_problem"]
+__all__ = [
+    "CRITIC_FIELDS",
+    "ESTIMATOR_OPTION_FIELDS",
+    "POLICY_LOSS_OPTION_FIELDS",
+    "config_problems",
+    "estimator_problem",
+    "policy_loss_problem",
+]
 
 TRAIN_BATCHING_FIELDS = (
     "use_dynamic_batching_in_train",
@@ -171,6 +184,36 @@ def estimator_problem(name: str) -> str | None:
     except AlgosError as exc:
         return str(exc)
     return None
+
+
+POLICY_LOSS_OPTION_FIELDS = {"dual_clip_loss": "dual_clip", "ratio_level": "ratio_level"}
+"""Top-level field -> the `roll_algos.PolicyLossConfig` option it sets; only a policy loss declaring that option
+reads it."""
+
+
+def policy_loss_problem(name: str) -> str | None:
+    """Why `name` is no usable `policy_loss` (None when it is registered): the registered names and how to
+    register one."""
+    try:
+        policy_loss_spec(name)
+    except AlgosError as exc:
+        return str(exc)
+    return None
+
+
+def _policy_loss_option_problems(cfg: AgenticConfig) -> list[str]:
+    """Loss settings the configured `policy_loss` does not declare among its options (it would ignore them)."""
+    spec = policy_loss_spec(cfg.policy_loss)
+    options = POLICY_LOSS_OPTION_FIELDS
+    unread = [f for f, option in options.items() if option not in spec.options and _is_set(cfg, f)]
+    if not unread:
+        return []
+    wanted = {options[f] for f in unread}
+    readers = [n for n in registered_policy_losses() if wanted <= set(policy_loss_spec(n).options)]
+    return [
+        f"{', '.join(unread)} set, but policy_loss={cfg.policy_loss!r} does not read it (docs/algos/policy_loss.md);"
+        f" drop {', '.join(unread)}, or set policy_loss to one that reads it: {'/'.join(readers)}"
+    ]
 
 
 def _readers(wanted: str) -> str:
@@ -335,5 +378,6 @@ def config_problems(cfg: AgenticConfig) -> list[str]:
         + _rank_problems(cfg)
         + _estimator_problems(cfg)
         + _loss_problems(cfg)
+        + _policy_loss_option_problems(cfg)
         + _vllm_problems(cfg)
     )

@@ -12,14 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from roll_strategies.infer.sleep import DEFAULT_SLEEP_LEVEL, SLEEP_LEVELS
+
 from roll_pipeline.config.roles import WorkerConfig
 
 __all__ = ["DEFAULT_SLEEP_LEVEL", "SLEEP_LEVELS", "InferSleep", "infer_sleep", "sleep_level_of"]
-
-SLEEP_LEVELS = (0, 1, 2)
-"""vllm's strategy_config `sleep_level`: 0 never sleeps, 1 offloads the weights to the CPU, 2 drops them."""
-DEFAULT_SLEEP_LEVEL = 1
-"""vllm's `sleep_level` when strategy_config leaves it out (roll_strategies.vllm_infer)."""
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 Both flag spellings of the upstream docs are accepted (`--config_path/--config_name` and
 `--config-path/--config-name`), with Hydra overrides such as `exp_name=my_run seed=123` before or after
-the flags. With `preflight=True` (what `roll config` and `roll train` use) the composed config is also
-checked against the env registry, the checkpoint and the model folder (`roll_pipeline.config.preflight`), and
-every problem, of the schema or of these checks, is reported in one `ConfigError`.
+the flags. `roll_pipeline.preflight.compose(..., preflight=True)` (what `roll config` and `roll train` use)
+also checks the composed config against the env registry, the checkpoint and the model folder, and reports
+every problem, of the schema or of these checks, in one `ConfigError`.
 Two base configs are registered with Hydra: `roll_defaults` (the defaults of `AgenticConfig`, set for a
 pretrained instruct model) and `roll_tiny` (those with the builtin tiny models' recipe on top,
 `config.tiny_recipe`). YAML files start with `defaults: [roll_defaults, _self_]` (or `roll_tiny`) and override
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
@@ -92,11 +93,20 @@ def compose(
     config_name: str | None,
     overrides: list[str],
     search_from: Path | None = None,
-    *,
-    preflight: bool = False,
 ) -> AgenticConfig:
-    """Compose with Hydra and validate (`preflight`: also check envs, checkpoint and model folder);
-    raise `ConfigError` listing every problem."""
+    """Compose with Hydra and validate; raise `ConfigError` listing every problem (`roll_pipeline.preflight`
+    adds the checks of envs, checkpoint and model folder)."""
+    return validate(compose_data(config_path, config_name, overrides, search_from))
+
+
+def compose_data(
+    config_path: str | None,
+    config_name: str | None,
+    overrides: list[str],
+    search_from: Path | None = None,
+) -> Any:
+    """The composed, resolved config as plain data, not yet validated; `ConfigError` for a config that does
+    not compose."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.config_store import ConfigStore
@@ -120,8 +130,7 @@ def compose(
             )
     except Exception as exc:  # hydra raises several types; all mean "your config/overrides are wrong"
         raise ConfigError(f"could not compose the config: {exc}") from exc
-    data = _resolved(cfg)
-    return validate(data, preflight=preflight)
+    return _resolved(cfg)
 
 
 HYDRA_ANTLR = "4.9"
@@ -152,8 +161,6 @@ def _resolved(cfg: Any) -> Any:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from roll_pipeline.migrate.load import describe_resolution_error
-
     try:
         return OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
@@ -164,14 +171,31 @@ def _resolved(cfg: Any) -> Any:
         ) from None
 
 
+ENV_VAR_ERROR = re.compile(r"Environment variable '([^']+)' not found")
+"""OmegaConf's message for an unset `${oc.env:VAR}`."""
+
+
+def describe_resolution_error(exc: Exception) -> str:
+    """A one-line reason for an interpolation that did not resolve, naming an unset environment variable."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    found = ENV_VAR_ERROR.search(str(exc))
+    if found:
+        name = found.group(1)
+        return (
+            f"environment variable {name} is not set (`${{oc.env:{name}}}`); export {name}=... or give a"
+            f" default: ${{oc.env:{name},VALUE}}"
+        )
+    return f"interpolation does not resolve: {text}"
+
+
 def _refuse_roll_config(config_path: str | None, config_name: str | None, search_from: Path | None) -> None:
     """A ConfigError with the `roll migrate` command when the named config file is one of ROLL's."""
     if config_path is None or config_name is None:
         return
-    from roll_pipeline.migrate.detect import roll_config_message, roll_markers
+    from roll_pipeline.roll_keys.detect import roll_config_message, roll_markers
 
     file = _find_config_dir(config_path, search_from) / f"{config_name.removesuffix('.yaml')}.yaml"
-    markers = roll_markers(file) if file.is_file() else []
+    markers = roll_markers(file, set(AgenticConfig.model_fields)) if file.is_file() else []
     if markers:
         raise ConfigError(roll_config_message(file, markers))
 
@@ -182,9 +206,9 @@ CLOSE_MATCH = 0.75
 
 
 def key_suggestion(path: tuple[str, ...], valid: list[str]) -> str:
-    """What to say after `unknown key PATH`: roll's name when PATH is a ROLL key (roll_pipeline.migrate.rules),
+    """What to say after `unknown key PATH`: roll's name when PATH is a ROLL key (roll_pipeline.roll_keys.rules),
     else `; did you mean ...?` with the valid keys close to it, else nothing."""
-    from roll_pipeline.migrate.hints import hint_for
+    from roll_pipeline.roll_keys.hints import hint_for
 
     hint = hint_for(path)
     if hint:
@@ -193,19 +217,17 @@ def key_suggestion(path: tuple[str, ...], valid: list[str]) -> str:
     return f"; did you mean {', '.join(repr(h) for h in close)}?" if close else ""
 
 
-def validate(data: Any, *, preflight: bool = False) -> AgenticConfig:
-    """`AgenticConfig.model_validate` with errors that name the key, suggest fixes and list valid keys;
-    with `preflight`, the checks of `roll_pipeline.config.preflight` too, all problems in one `ConfigError`."""
+def validate(data: Any, *, more_problems: Sequence[str] = ()) -> AgenticConfig:
+    """`AgenticConfig.model_validate` with errors that name the key, suggest fixes and list valid keys, and
+    `more_problems` found by other checks of the same data (`roll_pipeline.preflight`), all in one
+    `ConfigError`."""
     problems: list[str] = []
     config = None
     try:
         config = AgenticConfig.model_validate(data)
     except ValidationError as exc:
         problems = validation_problems(exc)
-    if preflight and isinstance(data, dict):
-        from roll_pipeline.config.preflight import preflight_problems
-
-        problems += [f"  - {problem}" for problem in preflight_problems(data)]
+    problems += [f"  - {problem}" for problem in more_problems]
     if problems or config is None:
         raise ConfigError("\n".join([f"{len(problems)} problem(s) in the config:", *problems]))
     return config

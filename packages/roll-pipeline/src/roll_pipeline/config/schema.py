@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
-from roll_algos import FULL_KL_KINDS, estimator_spec
+from roll_algos import DEFAULT_POLICY_LOSS, FULL_KL_KINDS, estimator_spec
 
-from roll_pipeline.config.checks import config_problems, estimator_problem
+from roll_pipeline.config.checks import config_problems, estimator_problem, policy_loss_problem
 from roll_pipeline.config.envs import CustomEnvConfig, EnvManagerConfig, default_val_envs
 from roll_pipeline.config.roles import (
     ClusterConfig,
@@ -141,6 +141,12 @@ class AgenticConfig(StrictModel):
         " step_reinforce / agentic_reinforce, per token for the others",
     )
     lambd: float = Field(1.0, ge=0, le=1, description="GAE lambda (gae only)")
+    policy_loss: str = Field(
+        DEFAULT_POLICY_LOSS,
+        description="policy loss, a name registered in roll_algos: ppo (PPO's clipped surrogate on ratio_level's"
+        " ratio), gspo (GSPO: one length-normalised ratio per sequence; use small clip ranges such as"
+        " pg_clip_low=3e-4, pg_clip_high=4e-4), or a plugin's (docs/algos/policy_loss.md)",
+    )
     pg_clip: float = Field(0.2, gt=0, description="PPO ratio clip range")
     pg_clip_low: float | None = Field(None, gt=0, description="lower clip range (default pg_clip)")
     pg_clip_high: float | None = Field(None, gt=0, description="upper clip range (default pg_clip)")
@@ -309,6 +315,14 @@ class AgenticConfig(StrictModel):
     @classmethod
     def _registered_estimator(cls, name: str) -> str:
         problem = estimator_problem(name)
+        if problem:
+            raise ValueError(problem)
+        return name
+
+    @field_validator("policy_loss")
+    @classmethod
+    def _registered_policy_loss(cls, name: str) -> str:
+        problem = policy_loss_problem(name)
         if problem:
             raise ValueError(problem)
         return name

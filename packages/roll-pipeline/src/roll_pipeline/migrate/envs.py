@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from roll_pipeline.migrate.load import MISSING
 from roll_pipeline.migrate.report import Change
-from roll_pipeline.migrate.rules import ENV_DEFAULTS, ENV_TYPES, GEM_PREFIXES, PROMPT_REASON, SPEED_REASON
+from roll_pipeline.roll_keys.rules import ENV_DEFAULTS, ENV_TYPES, GEM_PREFIXES, PROMPT_REASON, SPEED_REASON
 
 if TYPE_CHECKING:
     from roll_pipeline.migrate.translate import Keys, Migration

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from roll_pipeline.migrate import algo
 from roll_pipeline.migrate.envs import custom_envs
 from roll_pipeline.migrate.load import MISSING, parse_device_mapping
-from roll_pipeline.migrate.rules import SPEED_REASON, STRATEGIES, TRAINED, match_rule
+from roll_pipeline.roll_keys.rules import SPEED_REASON, STRATEGIES, TRAINED, match_rule
 
 if TYPE_CHECKING:
     from roll_pipeline.migrate.translate import Keys, Migration

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MISSING", "RollFile", "describe_resolution_error", "load_roll_file", "parse_device_mapping"]
+from roll_pipeline.config.compose import describe_resolution_error
+
+__all__ = ["MISSING", "RollFile", "load_roll_file", "parse_device_mapping"]
 
 MISSING = object()
 """The value of a key whose interpolation cannot be resolved (see `RollFile.value`)."""
@@ -22,7 +24,6 @@ MISSING = object()
 _RANGE = re.compile(
     r"^\s*(?:list\()?\s*range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)\s*\)?\s*$"
 )
-_ENV_VAR = re.compile(r"Environment variable '([^']+)' not found")
 
 
 @dataclass
@@ -91,19 +92,6 @@ class RollFile:
 
 def _is_interpolation(node: Any) -> bool:
     return hasattr(node, "_is_interpolation") and node._is_interpolation()
-
-
-def describe_resolution_error(exc: Exception) -> str:
-    """A one-line reason for an interpolation that did not resolve, naming an unset environment variable."""
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    found = _ENV_VAR.search(str(exc))
-    if found:
-        name = found.group(1)
-        return (
-            f"environment variable {name} is not set (`${{oc.env:{name}}}`); export {name}=... or give a"
-            f" default: ${{oc.env:{name},VALUE}}"
-        )
-    return f"interpolation does not resolve: {text}"
 
 
 def _defaults_entries(raw: Any, path: Path) -> list[str]:

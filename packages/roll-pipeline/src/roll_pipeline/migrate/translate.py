@@ -15,7 +15,7 @@ from typing import Any
 from roll_pipeline.migrate.convert import CONVERTERS, Refused
 from roll_pipeline.migrate.load import MISSING, RollFile, load_roll_file
 from roll_pipeline.migrate.report import Change, Dropped, MigrationError, MigrationReport
-from roll_pipeline.migrate.rules import (
+from roll_pipeline.roll_keys.rules import (
     IGNORED_REASON,
     NO_DEFAULT,
     ROLES,

@@ -49,7 +49,7 @@ def resolve_pretrain(pretrain: str, seed: int = 0, *, gguf_file: str | None = No
 
 
 def _build(spec: TinyModelSpec, target: Path) -> None:
-    from roll_strategies.tiny_model import build_tiny_model
+    from roll_strategies.models.tiny_model import build_tiny_model
 
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

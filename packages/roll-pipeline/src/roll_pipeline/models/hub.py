@@ -1,6 +1,6 @@
 """`pretrain` as a Hugging Face hub id (`Org/Name`): its snapshot folder in the local Hugging Face cache.
 
-Workers load local folders only (`roll_strategies._loading`), so the driver resolves a hub id once, to
+Workers load local folders only (`roll_strategies.models._loading`), so the driver resolves a hub id once, to
 `<HF_HUB_CACHE>/models--Org--Name/snapshots/<commit>/`, and every role (and a `gguf_file` inside it) loads
 that folder. With `HF_HUB_OFFLINE=1` only the cache is read; otherwise the snapshot is downloaded (or
 brought up to date) first, and the cache serves when the hub cannot be reached. A model that is neither

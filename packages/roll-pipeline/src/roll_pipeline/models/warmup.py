@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from roll_envs.four_choice import FourChoiceEnv
-from roll_envs.frozen_lake import frozen_lake_neighbours
+from roll_envs.envs.four_choice import FourChoiceEnv
+from roll_envs.envs.frozen_lake import frozen_lake_neighbours
 
 from roll_pipeline.models.recipes import TinyModelSpec
 

@@ -1,14 +1,10 @@
-"""Learning-curve plots from a run's `metrics.jsonl`; the per-seed curves of a sweep."""
+"""Learning-curve plots from a run's `metrics.jsonl` (`roll plot`), and the pieces a sweep's plot shares
+(`experiments/sweep_plot.py`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from roll_pipeline.experiments.sweep import SeedResult
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
@@ -19,13 +15,13 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def _legend(ax: object, loc: str = "best") -> None:
+def add_legend(ax: object, loc: str = "best") -> None:
     """A legend when the panel drew a labelled line (an empty one only warns)."""
     if ax.get_legend_handles_labels()[0]:  # type: ignore[attr-defined]
         ax.legend(fontsize=8, loc=loc)  # type: ignore[attr-defined]
 
 
-def _draw_baselines(
+def draw_baselines(
     ax: object, baselines: dict[str, float] | None, colors: dict[str, str] | None = None
 ) -> None:
     """Dashed reference lines named at the right end; a line whose name starts with a tag of `colors`
@@ -80,9 +76,9 @@ def plot_learning_curve(
             alpha=0.9 if val else 0.5,
             color=color[key.split("/")[-2]],
         )
-    _draw_baselines(ax, baselines, color)
+    draw_baselines(ax, baselines, color)
     ax.set(xlabel="step", ylabel="success rate", ylim=(0, 1), title=f"{' / '.join(tags)} success".lstrip())
-    _legend(ax, loc="upper left")
+    add_legend(ax, loc="upper left")
     for key in ("actor/entropy", "actor/kl_loss", "critic/kl"):
         pts = [(r["step"], r[key]) for r in rows if key in r]
         if pts:
@@ -90,57 +86,12 @@ def plot_learning_curve(
     if target_kl is not None:
         ax2.axhline(target_kl, linestyle="--", color="gray", linewidth=1, label=f"target_kl {target_kl}")
     ax2.set(xlabel="step", title="entropy / KL to the reference")
-    _legend(ax2)
+    add_legend(ax2)
     for key, pts in coefs.items():
         axes[2].plot([p[0] for p in pts], [p[1] for p in pts], label=key)
     if coefs:
         axes[2].set(xlabel="step", title="KL coefficients (adaptive controller)")
-        _legend(axes[2])
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
-
-
-def plot_sweep(
-    results: Sequence[SeedResult],
-    out: Path,
-    baselines: dict[str, float] | None = None,
-    title: str = "greedy validation success per seed",
-) -> Path:
-    """Every seed's validation curve against steps and against training-clock minutes (`roll sweep`),
-    with the threshold levels dotted and the baselines dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from roll_pipeline.experiments.sweep import THRESHOLDS, run_labels
-
-    fig, (by_step, by_minute) = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
-    for i, (result, name) in enumerate(zip(results, run_labels(results), strict=True)):
-        if not result.curve:
-            continue
-        final = result.final.success if result.final else 0.0
-        label = f"seed {name}: final {final:.2f}"
-        label += f" ({result.status})" if result.status not in ("done", "reused") else ""
-        color = f"C{i % 10}"
-        steps = [p.step for p in result.curve]
-        minutes = [p.minutes for p in result.curve]
-        success = [p.success for p in result.curve]
-        by_step.plot(steps, success, "o-", color=color, label=label, markersize=3)
-        by_minute.plot(minutes, success, "o-", color=color, markersize=3)
-    for ax in (by_step, by_minute):
-        for level in THRESHOLDS:
-            ax.axhline(level, linestyle=":", color="black", linewidth=0.8, alpha=0.5)
-        _draw_baselines(ax, baselines)
-    by_step.set(xlabel="step", ylabel="success rate", ylim=(0, 1), title=title)
-    by_minute.set(
-        xlabel="training minutes (summed step + validation time)", title="against the training clock"
-    )
-    _legend(by_step, loc="upper left")
+        add_legend(axes[2])
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

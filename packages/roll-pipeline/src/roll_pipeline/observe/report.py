@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from roll_algos import estimator_spec
 
 from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.observe.summary import RunSummary
 
 if TYPE_CHECKING:
     from roll_envs import EnvBaselines
@@ -104,11 +105,8 @@ def print_run_header(config: AgenticConfig) -> None:
         print(f"[roll] {name} baselines on held-out {base.episodes}: {rates}. {base.note}")
 
 
-def print_final_report(config: AgenticConfig, summary: object) -> None:
+def print_final_report(config: AgenticConfig, summary: RunSummary) -> None:
     """Validation success before and after, wall time and where the artefacts are."""
-    from roll_pipeline.pipeline import RunSummary
-
-    assert isinstance(summary, RunSummary)
     print(f"[roll] done: {summary.steps} steps in {summary.wall_time_s / 60:.1f} min")
     if summary.val_history:
         first_step, _ = summary.val_history[0]

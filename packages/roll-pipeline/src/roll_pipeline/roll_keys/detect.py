@@ -8,9 +8,10 @@ ROLL's AgenticConfig has and roll's does not (logging_dir, num_gpus_per_node, re
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
-from roll_pipeline.migrate.rules import ROLL_FIELDS
+from roll_pipeline.roll_keys.rules import ROLL_FIELDS
 
 __all__ = ["MIN_KEYS", "roll_config_message", "roll_markers"]
 
@@ -18,11 +19,10 @@ MIN_KEYS = 3
 """ROLL-only top-level keys that make a file without ROLL-style defaults a ROLL config."""
 
 
-def roll_markers(path: Path) -> list[str]:
-    """What marks `path` as a ROLL config (empty when it does not look like one, or does not parse)."""
+def roll_markers(path: Path, roll_fields: Collection[str]) -> list[str]:
+    """What marks `path` as a ROLL config (empty when it does not look like one, or does not parse); `roll_fields`
+    are roll's own top-level keys (`AgenticConfig.model_fields`)."""
     import yaml
-
-    from roll_pipeline.config.schema import AgenticConfig
 
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -32,7 +32,7 @@ def roll_markers(path: Path) -> list[str]:
         return []
     defaults = raw.get("defaults") if isinstance(raw.get("defaults"), list) else []
     markers = [f"defaults entry {e!r}" for e in defaults if isinstance(e, str) and "@_here_" in e]
-    ours = set(AgenticConfig.model_fields)
+    ours = set(roll_fields)
     only_roll = sorted(k for k in raw if isinstance(k, str) and k in ROLL_FIELDS and k not in ours)
     if markers or len(only_roll) >= MIN_KEYS:
         return markers + only_roll

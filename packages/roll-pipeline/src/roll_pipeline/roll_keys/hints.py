@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from roll_pipeline.migrate.rules import match_rule
+from roll_pipeline.roll_keys.rules import match_rule
 
 __all__ = ["hint_for"]
 

@@ -14,8 +14,8 @@ the rule's `target`. The first matching rule wins, so specific rules come before
   a value in `neutral` is ROLL's no-op and is dropped instead;
 - `handler`: a function of `migrate.handlers` (settings that span several keys).
 
-Nothing imports roll's config here, so `config.compose` can name roll's key for a ROLL one from this table
-(`migrate.hints`).
+Nothing of roll's is imported here, so `config.compose` can name roll's key for a ROLL one from this table
+(`roll_keys.hints`).
 """
 
 from __future__ import annotations

@@ -6,13 +6,16 @@ of each role's strategy is `roll_pipeline.config.strategies`).
 - `plan_placement(roles, backend)`: the ranks of each role, their torch devices and each rank's Ray GPU
   request;
 - `plan_cpus(roles, placements, threads, env_workers, capacity)`: the Ray CPU request of each role's ranks and
-  of an env worker;
+  of an env worker; `cpu_threads`: a role's torch threads;
 - `model_folder(pretrain_path, roles)`: the model folder every role loads (a GGUF converted once).
+
+`roll_pipeline.assembly.roles.plan_roles` combines them into one `RolePlan` per role.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ __all__ = [
     "TRAINED_ROLES",
     "CpuPlan",
     "Placement",
+    "cpu_threads",
     "model_folder",
     "plan_cpus",
     "plan_placement",
@@ -39,6 +43,13 @@ otherwise wait for the policy (a few percent of a core)."""
 
 TRAINED_ROLES = ("actor_train", "critic")
 """The roles that train, and so may run several data-parallel ranks (`WorkerConfig.data_parallel_size`)."""
+
+
+def cpu_threads(configured: int | None, device: str, share: float = 1.0) -> int | None:
+    """Threads of a role: as configured, else `share` of the cores on the CPU (a Ray actor would get 1)."""
+    if configured is not None or device != "cpu":
+        return configured
+    return max(1, round((os.cpu_count() or 1) * share))
 
 
 def strategy_kwargs(role: WorkerConfig) -> dict[str, Any]:
@@ -209,12 +220,15 @@ def model_folder(pretrain_path: str | Path, roles: Mapping[str, WorkerConfig]) -
 
 def optimiser_kwargs(role: WorkerConfig) -> dict[str, Any]:
     """The optimiser arguments of a trained role's strategy."""
+    from roll_strategies import OptimizerSettings  # a frozen dataclass of numbers: it pickles to the ranks
+
     targs = role.training_args
-    return {
-        "learning_rate": targs.learning_rate,
-        "weight_decay": targs.weight_decay,
-        "betas": (targs.adam_beta1, targs.adam_beta2),
-        "eps": targs.adam_epsilon,
-        "max_grad_norm": targs.max_grad_norm,
-        "warmup_steps": targs.warmup_steps,
-    }
+    settings = OptimizerSettings(
+        learning_rate=targs.learning_rate,
+        weight_decay=targs.weight_decay,
+        betas=(targs.adam_beta1, targs.adam_beta2),
+        eps=targs.adam_epsilon,
+        max_grad_norm=targs.max_grad_norm,
+        warmup_steps=targs.warmup_steps,
+    )
+    return {"optimizer": settings}

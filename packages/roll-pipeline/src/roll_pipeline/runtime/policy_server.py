@@ -98,7 +98,7 @@ class PolicyServer:
             self.version = version
 
     def weights_fingerprint(self) -> str:
-        """Fingerprint of the weights served (see `roll_strategies.weight_sync`)."""
+        """Fingerprint of the weights served (see `roll_strategies.sync.weight_sync`)."""
         return self.worker.weights_fingerprint()
 
     async def receive_weight_bucket(self, bucket: Any) -> dict[str, float] | None:

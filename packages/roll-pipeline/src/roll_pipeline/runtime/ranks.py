@@ -4,7 +4,7 @@ worker of any other role).
 What fans out to the ranks, and how:
 
 - `train_step(per_rank, loss_fn, ...)`: rank r gets its own micro-batches (`build_micro_batches` plans one list
-  per rank); every rank returns the group's metrics (`roll_strategies.train_loop`), rank 0's are kept;
+  per rank); every rank returns the group's metrics (`roll_strategies.train.train_loop`), rank 0's are kept;
 - `map_rows(method, batch, micro_batch_size)` (log-probs, values, the exact KL): the rows are cut into N
   contiguous shares of equal size, the last padded with copies of the first row, so every rank runs as many
   forwards (ZeRO-3 gathers the weights inside each); the results are put back in row order;

@@ -2,7 +2,7 @@
 
 Training and validation each get their own scheduler and env workers, so validation episodes (greedy,
 fixed seeds, never replayed) can never mix with training groups. What the setup reads of a run's config is
-its `RolloutSettings` (`trainer.settings.rollout_settings`) and the env manager's config.
+its `RolloutSettings` (`assembly.settings.rollout_settings`) and the env manager's config.
 """
 
 from __future__ import annotations

@@ -16,12 +16,14 @@ from typing import Any
 
 from roll_rollout import PolicyClient, RolloutBatch, validation_seeds
 
+from roll_pipeline.assembly.parts import inference_server
+from roll_pipeline.assembly.roles import config_model
+from roll_pipeline.assembly.settings import rollout_settings
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.observe.metrics import episodes_by_tag, val_metrics
 from roll_pipeline.runtime.cluster import LocalCluster
 from roll_pipeline.runtime.rollout import build_scheduler
 from roll_pipeline.state.checkpoint import CheckpointManager, newest_verified, verify_checkpoint
-from roll_pipeline.trainer.settings import rollout_settings
 
 
 @dataclass(frozen=True)
@@ -126,36 +128,6 @@ async def evaluate(
     finally:
         await scheduler.stop()
         cluster.shutdown()
-
-
-def config_model(config: AgenticConfig) -> Path | str:
-    """The model folder the config's inference role loads (a builtin model built, a GGUF converted)."""
-    from roll_pipeline.models.cache import resolve_pretrain
-    from roll_pipeline.runtime.placement import model_folder
-
-    return model_folder(
-        resolve_pretrain(
-            config.pretrain, seed=config.seed, gguf_file=config.actor_infer.model_args.gguf_file
-        ),
-        {"actor_infer": config.actor_infer},
-    )
-
-
-def inference_server(config: AgenticConfig, model: Path | str) -> Any:
-    """A `PolicyServer` in this process, as the config's actor_infer role: backend, dtype, device, stops."""
-    from roll_pipeline.runtime.placement import plan_placement, strategy_kwargs
-    from roll_pipeline.runtime.policy_server import PolicyServer
-
-    infer = config.actor_infer
-    return PolicyServer(
-        model,
-        dtype=infer.model_args.dtype,
-        device=plan_placement({"actor_infer": infer}, "local")["actor_infer"].device,
-        seed=config.seed,
-        num_threads=infer.num_threads,
-        stop_strings=infer.generating_args.stop_strings,
-        **strategy_kwargs(infer),
-    )
 
 
 def run_eval(

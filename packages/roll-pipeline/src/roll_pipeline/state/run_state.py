@@ -15,13 +15,12 @@ import base64
 import random
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from roll_rollout import RolloutScheduler
 
-from roll_pipeline.observe.tracking import Tracker
 from roll_pipeline.state.checkpoint import (
     STATE_FILE,
     CheckpointError,
@@ -29,7 +28,6 @@ from roll_pipeline.state.checkpoint import (
     checkpoint_step,
     newest_verified,
 )
-from roll_pipeline.trainer.kl_control import KLControl
 
 __all__ = [
     "AUTO_RESUME",
@@ -39,6 +37,21 @@ __all__ = [
     "restore_pipeline_state",
     "set_global_rng_state",
 ]
+
+
+class KLState(Protocol):
+    """What a checkpoint keeps of the KL controller (`trainer.kl_control.KLControl`)."""
+
+    def state(self) -> dict[str, float]: ...
+
+    def load_state(self, state: dict[str, float]) -> None: ...
+
+
+class TrackerIds(Protocol):
+    """What a checkpoint keeps of the tracker (`observe.tracking.Tracker`): its runs' ids."""
+
+    def run_ids(self) -> dict[str, str]: ...
+
 
 AUTO_RESUME = "auto"
 """`resume_from_checkpoint: auto`: the run folder's newest verified checkpoint, or a fresh start."""
@@ -133,8 +146,8 @@ def pipeline_state(
     skipped_in_a_row: int,
     train: RolloutScheduler,
     val: RolloutScheduler,
-    kl: KLControl,
-    tracker: Tracker,
+    kl: KLState,
+    tracker: TrackerIds,
 ) -> dict[str, Any]:
     """The `pipeline_state.json` of a checkpoint (JSON: no pickle)."""
     return {
@@ -149,7 +162,7 @@ def pipeline_state(
 
 
 def restore_pipeline_state(
-    state: Mapping[str, Any], train: RolloutScheduler, val: RolloutScheduler, kl: KLControl
+    state: Mapping[str, Any], train: RolloutScheduler, val: RolloutScheduler, kl: KLState
 ) -> tuple[int, int]:
     """Restore the schedulers and the KL controller from `pipeline_state`; returns (step, skipped_in_a_row).
     Keys older checkpoints lack (val_rng, skipped_in_a_row, global_rng, tracker) are optional."""

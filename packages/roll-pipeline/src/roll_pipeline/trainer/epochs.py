@@ -44,7 +44,7 @@ class NonFiniteStepsError(RuntimeError):
 
 @dataclass(frozen=True)
 class UpdateSchedule:
-    """How a trained role's update runs over the steps of a run (`trainer.settings.update_schedule`)."""
+    """How a trained role's update runs over the steps of a run (`assembly.settings.update_schedule`)."""
 
     ppo_epochs: int  # passes over each step's rows
     seed: int  # the run's seed, of the mini-batch order

@@ -8,7 +8,7 @@ as equal as possible (`mini_batches`). Its micro-batches (one forward/backward e
   `sequence_length_round_in_train`) <= `max_tokens_per_microbatch_in_train` (`roll_algos.dynamic_micro_batches`);
 - `packed`: sequences packed best-fit into rows of `capacity` = the mini-batch's longest row (rounded), and
   `max_tokens // capacity` packed rows per micro-batch; the strategy re-packs each micro-batch with the same
-  capacity (`roll_strategies.forward`), so the slots counted here are the slots it computes.
+  capacity (`roll_strategies.compute.forward`), so the slots counted here are the slots it computes.
 
 With N data-parallel ranks (the role's `data_parallel_size`) the mini-batch's rows are first balanced by tokens
 (`roll_algos.balance_partitions`, Karmarkar-Karp), each rank cuts its share as above, and every rank gets the

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from roll_strategies import DEFAULT_BUCKET_BYTES, weight_sync_due
-from roll_strategies.weight_sync import sync_metrics
+from roll_strategies.sync.weight_sync import sync_metrics
 
 from roll_pipeline.runtime.cluster import Cluster
 from roll_pipeline.runtime.ranks import RankGroup

@@ -29,8 +29,8 @@ import torch
 from roll_algos import pack_sequences
 from torch import nn
 
+from roll_strategies.compute.logprobs import Head, TokenStats, position_ids_from_mask, run_lm, vocab_stats
 from roll_strategies.errors import StrategyError
-from roll_strategies.logprobs import Head, TokenStats, position_ids_from_mask, run_lm, vocab_stats
 
 __all__ = [
     "PACK_CAPACITY_KEY",

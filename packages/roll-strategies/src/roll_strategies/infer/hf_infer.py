@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 import torch
 from transformers import (
     GenerationConfig,
@@ -26,13 +25,13 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from roll_strategies._loading import load_model_and_tokenizer
+from roll_strategies.compute.logprobs import batched_log_probs
 from roll_strategies.errors import StrategyError
-from roll_strategies.logprobs import batched_log_probs
-from roll_strategies.sampling import KeyedSampler, row_keys
-from roll_strategies.weight_receiver import WeightReceiver
-from roll_strategies.weight_sync import WeightBucket
-from roll_strategies.weights import load_named_weights, tensor_shape, unique_named_tensors
+from roll_strategies.infer.sampling import KeyedSampler, row_keys
+from roll_strategies.models._loading import load_model_and_tokenizer
+from roll_strategies.sync import endpoints
+from roll_strategies.sync.weight_receiver import WeightReceiver
+from roll_strategies.sync.weights import load_named_weights, tensor_shape, unique_named_tensors
 
 __all__ = ["GenerationOutput", "GenerationParams", "HFInferStrategy", "SampledLogProbs", "StopStrings"]
 
@@ -114,10 +113,7 @@ class HFInferStrategy:
         )
         self._calls = itertools.count()
 
-    @property
-    def policy_version(self) -> int:
-        """Version of the weights held (0 until the first update)."""
-        return self.receiver.policy_version
+    policy_version = endpoints.policy_version
 
     @property
     def vocab_size(self) -> int:
@@ -160,7 +156,7 @@ class HFInferStrategy:
         """Sample a continuation of each prompt in one batched, left-padded `model.generate` call.
 
         Reproducible without global RNG state: a row with a sample key draws its tokens from (seed, key)
-        whatever else is in the batch (`roll_strategies.sampling`); a row without one from (seed, call k of
+        whatever else is in the batch (`roll_strategies.infer.sampling`); a row without one from (seed, call k of
         this strategy, row).
         """
         stop_ids = list(params.stop_token_ids or [int(self.tokenizer.eos_token_id)])
@@ -203,24 +199,11 @@ class HFInferStrategy:
         """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU."""
         return batched_log_probs(self.model, batch, micro_batch_size, device=self.device)
 
-    def update_weights(self, named_tensors: Mapping[str, np.ndarray | torch.Tensor], version: int) -> None:
-        """Load `named_tensors` (e.g. `HFTrainStrategy.export_weights()`) in place, strictly; set the version.
-
-        A version older than the one held raises `StaleWeightsError` (weights unchanged).
-        """
-        self.receiver.replace(named_tensors, version)
-
-    def receive_weight_bucket(self, bucket: WeightBucket) -> dict[str, float] | None:
-        """Stage one bucket of a bucketed update; the last one applies it (see `WeightReceiver.receive`)."""
-        return self.receiver.receive(bucket)
-
-    def confirm_weights(self, version: int, fingerprint: str) -> None:
-        """Record `version` without a transfer when the sender's weights are the ones held here."""
-        self.receiver.confirm(version, fingerprint)
-
-    def weights_fingerprint(self) -> str:
-        """Fingerprint of the weights held (the sender's, after a bucketed update)."""
-        return self.receiver.fingerprint
+    # weight sync: the receiving end, through `self.receiver` (see `sync.endpoints`)
+    update_weights = endpoints.update_weights
+    receive_weight_bucket = endpoints.receive_weight_bucket
+    confirm_weights = endpoints.confirm_weights
+    weights_fingerprint = endpoints.received_fingerprint
 
     def sleep(self, level: int = 1) -> bool:
         """Free accelerator memory while training runs (colocated): the model moves to the CPU (any `level`);

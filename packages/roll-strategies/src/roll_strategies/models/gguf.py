@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from roll_strategies._loading import resolve_dtype
 from roll_strategies.errors import ModelNotFoundError, StrategyError, StrategyNotAvailableError
+from roll_strategies.models._loading import resolve_dtype
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

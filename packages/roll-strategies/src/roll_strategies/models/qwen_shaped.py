@@ -175,7 +175,7 @@ def build_qwen_shaped_model(
     import torch
     from transformers import GenerationConfig, Qwen2ForCausalLM
 
-    from roll_strategies._loading import resolve_dtype
+    from roll_strategies.models._loading import resolve_dtype
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)

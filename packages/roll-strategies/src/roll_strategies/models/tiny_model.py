@@ -20,7 +20,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
 from roll_strategies.errors import StrategyError
-from roll_strategies.tiny_tokenizer import build_tiny_tokenizer
+from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
 
 __all__ = ["TINY_MODEL_FORMAT_VERSION", "WarmupExample", "build_tiny_model", "encode_chat_example"]
 

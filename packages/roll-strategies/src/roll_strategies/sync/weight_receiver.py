@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-from roll_strategies._loading import resolve_dtype
 from roll_strategies.errors import StaleWeightsError, WeightSyncError
-from roll_strategies.weight_sync import WeightBucket, WeightSyncPlan, sync_metrics
+from roll_strategies.models._loading import resolve_dtype
+from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan, sync_metrics
 
 __all__ = ["WeightReceiver"]
 

@@ -26,9 +26,9 @@ from typing import Protocol
 
 import torch
 
-from roll_strategies._loading import resolve_dtype
 from roll_strategies.errors import StrategyError, WeightSyncError
-from roll_strategies.weights import tensor_shape, unique_named_tensors
+from roll_strategies.models._loading import resolve_dtype
+from roll_strategies.sync.weights import tensor_shape, unique_named_tensors
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",

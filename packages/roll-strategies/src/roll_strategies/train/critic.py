@@ -15,13 +15,14 @@ from typing import Protocol
 import torch
 from safetensors.torch import load_file
 
-from roll_strategies.data_parallel import DataParallelSpec, join_group
+from roll_strategies.compute.forward import PACK_CAPACITY_KEY, packing_supported, value_outputs
 from roll_strategies.errors import StrategyError
-from roll_strategies.forward import PACK_CAPACITY_KEY, packing_supported, value_outputs
-from roll_strategies.hf_train import TRAINER_STATE_FILE, _read, checkpoint_files, save_model
-from roll_strategies.master_weights import MasterWeightOptimizer
-from roll_strategies.train_loop import run_train_step
-from roll_strategies.value_model import load_value_model
+from roll_strategies.train.data_parallel import DataParallelSpec, join_group
+from roll_strategies.train.hf_train import TRAINER_STATE_FILE, _read, checkpoint_files, save_model
+from roll_strategies.train.master_weights import MasterWeightOptimizer
+from roll_strategies.train.optimizer import OptimizerSettings
+from roll_strategies.train.train_loop import run_train_step
+from roll_strategies.train.value_model import load_value_model
 
 __all__ = ["HFCriticStrategy", "ValueLossFn"]
 
@@ -36,7 +37,7 @@ class ValueLossFn(Protocol):
 
 
 class HFCriticStrategy:
-    """A Hugging Face value model trained with AdamW (linear warm-up, grad-norm clipping), CPU or one GPU;
+    """A Hugging Face value model trained with AdamW (linear warm-up, grad-norm clipping: `optimizer`), CPU or one GPU;
     float32 master weights under a bfloat16/float16 `dtype`, non-finite steps skipped (as `HFTrainStrategy`,
     both through `master_weights.MasterWeightOptimizer` and `train_loop.run_train_step`); `data_parallel`: this
     process's rank of the critic's ranks (as `HFTrainStrategy`)."""
@@ -47,12 +48,7 @@ class HFCriticStrategy:
         *,
         device: str = "cpu",
         dtype: str = "float32",
-        learning_rate: float = 1e-4,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        max_grad_norm: float = 1.0,
-        warmup_steps: int = 0,
+        optimizer: OptimizerSettings = OptimizerSettings(),
         seed: int = 0,
         data_parallel: DataParallelSpec | None = None,
     ) -> None:
@@ -61,19 +57,10 @@ class HFCriticStrategy:
         self.data_parallel = join_group(data_parallel, self.device)
         self.model, self.tokenizer = load_value_model(model_path, device=device, dtype=dtype)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = optimizer.max_grad_norm
         self.step = 0  # train steps run, skipped non-finite ones included
         self.model.train()
-        self.trainer = MasterWeightOptimizer(
-            self.model,
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            betas=betas,
-            eps=eps,
-            warmup_steps=warmup_steps,
-            max_grad_norm=max_grad_norm,
-            data_parallel=self.data_parallel,
-        )
+        self.trainer = MasterWeightOptimizer(self.model, optimizer, data_parallel=self.data_parallel)
         self.optimizer, self.scheduler = self.trainer.optimizer, self.trainer.scheduler
 
     def packing_supported(self) -> bool:

@@ -43,17 +43,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_strategies._loading import load_model_and_tokenizer
-from roll_strategies.data_parallel import DataParallel, DataParallelSpec, join_group
-from roll_strategies.deepspeed_config import build_deepspeed_config, zero_stage
+from roll_strategies.compute.forward import REFERENCE_KEY, micro_batch_outputs
+from roll_strategies.compute.logprobs import batched_log_probs, token_log_probs
 from roll_strategies.errors import CheckpointError, StrategyError
-from roll_strategies.forward import REFERENCE_KEY, micro_batch_outputs
-from roll_strategies.hf_train import LossFn
-from roll_strategies.logprobs import batched_log_probs, token_log_probs
-from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
-from roll_strategies.train_loop import NonFiniteCount, StepOutcome, run_train_step
-from roll_strategies.weight_sync import WeightBucket, WeightExporter, WeightSyncPlan
-from roll_strategies.weights import unique_named_tensors
+from roll_strategies.models._loading import load_model_and_tokenizer
+from roll_strategies.sync import endpoints
+from roll_strategies.sync.weight_sync import WeightExporter
+from roll_strategies.sync.weights import unique_named_tensors
+from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
+from roll_strategies.train.deepspeed_config import build_deepspeed_config, zero_stage
+from roll_strategies.train.hf_train import LossFn
+from roll_strategies.train.optimizer import OptimizerSettings
+from roll_strategies.train.schedules import adamw_with_warmup, apply_lr_scale
+from roll_strategies.train.train_loop import NonFiniteCount, StepOutcome, run_train_step
 
 __all__ = ["DeepSpeedGradients", "DeepSpeedTrainStrategy"]
 
@@ -136,7 +138,8 @@ def _grad_norm(params: list[torch.nn.Parameter]) -> float:
 
 class DeepSpeedTrainStrategy:
     """Train backend on DeepSpeed (ZeRO stage, offload, bf16 from `strategy_config`, see `deepspeed_config`);
-    `data_parallel`: this process's rank of the role (see the module docstring)."""
+    AdamW, warm-up and clipping from `optimizer` (an `OptimizerSettings`, as hf_train); `data_parallel`: this
+    process's rank of the role (see the module docstring)."""
 
     def __init__(
         self,
@@ -144,12 +147,7 @@ class DeepSpeedTrainStrategy:
         *,
         device: str = "cpu",
         dtype: str = "float32",
-        learning_rate: float = 1e-4,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        max_grad_norm: float = 1.0,
-        warmup_steps: int = 0,
+        optimizer: OptimizerSettings = OptimizerSettings(),
         seed: int = 0,
         trainable: bool = True,
         strategy_config: Mapping[str, Any] | None = None,
@@ -169,21 +167,14 @@ class DeepSpeedTrainStrategy:
         self.ds_config = build_deepspeed_config(
             strategy_config or {},
             dtype=dtype,
-            max_grad_norm=max_grad_norm,
+            max_grad_norm=optimizer.max_grad_norm,
             world_size=self.data_parallel.size,
         )
         self.zero_stage = zero_stage(self.ds_config)
         # float32 master weights: DeepSpeed casts the module to bf16 itself when bf16 is enabled.
         model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype="float32")
         model.train()
-        self.optimizer, self.scheduler = adamw_with_warmup(
-            model.parameters(),
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            betas=betas,
-            eps=eps,
-            warmup_steps=warmup_steps,
-        )
+        self.optimizer, self.scheduler = adamw_with_warmup(model.parameters(), optimizer)
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=self.ds_config
         )
@@ -269,17 +260,10 @@ class DeepSpeedTrainStrategy:
         with self._full_weights() as tensors:
             return {n: t.detach().to("cpu", torch.float32).numpy().copy() for n, t in tensors.items()}
 
-    def weights_fingerprint(self) -> str:
-        """Identifies the current weights (changes with every train step and checkpoint load)."""
-        return self.exporter.fingerprint()
-
-    def weight_sync_plan(self, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan:
-        """Plan of a bucketed update of the current weights as `version` in the inference `dtype`."""
-        return self.exporter.plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
-
-    def weight_bucket(self, plan: WeightSyncPlan, index: int) -> WeightBucket:
-        """Bucket `index` of `plan`; under ZeRO-3 only that bucket's parameters are gathered."""
-        return self.exporter.bucket(plan, index)
+    # weight sync: the sending end, through `self.exporter` (see `sync.endpoints`)
+    weights_fingerprint = endpoints.exported_fingerprint
+    weight_sync_plan = endpoints.weight_sync_plan
+    weight_bucket = endpoints.weight_bucket
 
     def save_checkpoint(self, path: Path) -> None:
         """DeepSpeed's own checkpoint (weights, optimizer, scheduler, step) under `path/deepspeed`, plus a

@@ -10,15 +10,17 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from roll_strategies._loading import load_model_and_tokenizer
-from roll_strategies.data_parallel import DataParallel, DataParallelSpec, join_group
+from roll_strategies.compute.forward import micro_batch_outputs
+from roll_strategies.compute.logprobs import batched_log_probs, token_log_probs
 from roll_strategies.errors import CheckpointError, StrategyError
-from roll_strategies.forward import micro_batch_outputs
-from roll_strategies.logprobs import batched_log_probs, token_log_probs
-from roll_strategies.master_weights import MasterWeightOptimizer
-from roll_strategies.train_loop import run_train_step
-from roll_strategies.weight_sync import WeightBucket, WeightExporter, WeightSyncPlan
-from roll_strategies.weights import export_named_weights, load_named_weights, unique_named_tensors
+from roll_strategies.models._loading import load_model_and_tokenizer
+from roll_strategies.sync import endpoints
+from roll_strategies.sync.weight_sync import WeightExporter
+from roll_strategies.sync.weights import export_named_weights, load_named_weights, unique_named_tensors
+from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
+from roll_strategies.train.master_weights import MasterWeightOptimizer
+from roll_strategies.train.optimizer import OptimizerSettings
+from roll_strategies.train.train_loop import run_train_step
 
 __all__ = ["HFTrainStrategy", "LossFn"]
 
@@ -45,7 +47,8 @@ T = TypeVar("T")
 class HFTrainStrategy:
     """Train (or, with trainable=False, frozen reference) backend on a Hugging Face causal LM.
 
-    AdamW with linear LR warm-up over `warmup_steps` optimizer steps, then constant; grad-norm clipping.
+    AdamW with linear LR warm-up over `warmup_steps` optimizer steps, then constant; grad-norm clipping (all
+    from `optimizer`, an `OptimizerSettings`).
     With a bfloat16/float16 `dtype` the model computes in it while AdamW steps float32 master weights
     (fp16 with dynamic loss scaling); a step with a non-finite loss or gradient norm is skipped and
     counted (see `master_weights`).
@@ -61,12 +64,7 @@ class HFTrainStrategy:
         *,
         device: str = "cpu",
         dtype: str = "float32",
-        learning_rate: float = 1e-4,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        max_grad_norm: float = 1.0,
-        warmup_steps: int = 0,
+        optimizer: OptimizerSettings = OptimizerSettings(),
         seed: int = 0,
         trainable: bool = True,
         data_parallel: DataParallelSpec | None = None,
@@ -75,7 +73,7 @@ class HFTrainStrategy:
         self.device = torch.device(device)
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype=dtype)
         self.trainable = trainable
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = optimizer.max_grad_norm
         self.step = 0  # train steps run, skipped non-finite ones included (the warm-up counts applied ones)
         self.trainer: MasterWeightOptimizer | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -87,16 +85,7 @@ class HFTrainStrategy:
             return
         self.data_parallel = join_group(data_parallel, self.device)
         self.model.train()
-        self.trainer = MasterWeightOptimizer(
-            self.model,
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            betas=betas,
-            eps=eps,
-            warmup_steps=warmup_steps,
-            max_grad_norm=max_grad_norm,
-            data_parallel=self.data_parallel,
-        )
+        self.trainer = MasterWeightOptimizer(self.model, optimizer, data_parallel=self.data_parallel)
         self.optimizer, self.scheduler = self.trainer.optimizer, self.trainer.scheduler
         self.exporter = WeightExporter(self.model, tensors=self._named_weights)
 
@@ -173,17 +162,10 @@ class HFTrainStrategy:
             n: t.detach().to("cpu", torch.float32).numpy().copy() for n, t in self._named_weights().items()
         }
 
-    def weights_fingerprint(self) -> str:
-        """Identifies the current weights (changes with every train step and checkpoint load)."""
-        return self.exporter.fingerprint()
-
-    def weight_sync_plan(self, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan:
-        """Plan of a bucketed update of the current weights as `version` in the inference `dtype`."""
-        return self.exporter.plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
-
-    def weight_bucket(self, plan: WeightSyncPlan, index: int) -> WeightBucket:
-        """Bucket `index` of `plan` (CPU tensor in the plan's dtype)."""
-        return self.exporter.bucket(plan, index)
+    # weight sync: the sending end, through `self.exporter` (see `sync.endpoints`)
+    weights_fingerprint = endpoints.exported_fingerprint
+    weight_sync_plan = endpoints.weight_sync_plan
+    weight_bucket = endpoints.weight_bucket
 
     def save_checkpoint(self, path: Path) -> None:
         """Model (safetensors; the float32 masters in mixed precision) + tokenizer + optimizer/scheduler/

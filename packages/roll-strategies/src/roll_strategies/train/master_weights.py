@@ -32,11 +32,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from roll_strategies.data_parallel import DataParallel
 from roll_strategies.errors import CheckpointError, StrategyError
-from roll_strategies.schedules import adamw_with_warmup, apply_lr_scale
-from roll_strategies.train_loop import NonFiniteCount, StepOutcome
-from roll_strategies.weights import load_named_weights, unique_named_tensors
+from roll_strategies.sync.weights import load_named_weights, unique_named_tensors
+from roll_strategies.train.data_parallel import DataParallel
+from roll_strategies.train.optimizer import OptimizerSettings
+from roll_strategies.train.schedules import adamw_with_warmup, apply_lr_scale
+from roll_strategies.train.train_loop import NonFiniteCount, StepOutcome
 
 __all__ = ["LossScaler", "MasterWeightOptimizer"]
 
@@ -93,13 +94,8 @@ class MasterWeightOptimizer:
     def __init__(
         self,
         model: nn.Module,
+        settings: OptimizerSettings,
         *,
-        learning_rate: float,
-        weight_decay: float,
-        betas: tuple[float, float],
-        eps: float,
-        warmup_steps: int,
-        max_grad_norm: float,
         data_parallel: DataParallel | None = None,
     ) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -114,17 +110,10 @@ class MasterWeightOptimizer:
         self.has_copies = any(m is not p for p, m in zip(self.params, self.masters, strict=True))
         fp16 = any(p.dtype == torch.float16 for p in self.params)
         self.scaler: LossScaler | None = LossScaler() if fp16 else None
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = settings.max_grad_norm
         self.data_parallel = data_parallel or DataParallel(0, 1, self.params[0].device)
         self.nonfinite = NonFiniteCount()
-        self.optimizer, self.scheduler = adamw_with_warmup(
-            self.masters,
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            betas=betas,
-            eps=eps,
-            warmup_steps=warmup_steps,
-        )
+        self.optimizer, self.scheduler = adamw_with_warmup(self.masters, settings)
 
     def _pairs(self) -> Iterator[tuple[nn.Parameter, torch.Tensor]]:
         return zip(self.params, self.masters, strict=True)

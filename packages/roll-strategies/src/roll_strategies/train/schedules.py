@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Literal
 
 import torch
 
 from roll_strategies.errors import StrategyError
+from roll_strategies.train.optimizer import OptimizerSettings
 
 __all__ = ["LrDecay", "adamw_with_warmup", "apply_lr_scale", "lr_decay_factor", "warmup_factor"]
 
@@ -42,20 +43,19 @@ def warmup_factor(step: int, warmup_steps: int) -> float:
 
 
 def adamw_with_warmup(
-    parameters: Iterable[torch.nn.Parameter],
-    *,
-    learning_rate: float,
-    weight_decay: float,
-    betas: Sequence[float],
-    eps: float,
-    warmup_steps: int,
+    parameters: Iterable[torch.nn.Parameter], settings: OptimizerSettings
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """The optimiser every training strategy uses: AdamW and a LambdaLR of `warmup_factor`."""
+    """The optimiser every training strategy uses: AdamW and a LambdaLR of `warmup_factor`, from `settings`
+    (its `max_grad_norm` is the caller's: clipping happens outside the optimiser)."""
     optimizer = torch.optim.AdamW(
-        parameters, lr=learning_rate, weight_decay=weight_decay, betas=tuple(betas), eps=eps
+        parameters,
+        lr=settings.learning_rate,
+        weight_decay=settings.weight_decay,
+        betas=tuple(settings.betas),
+        eps=settings.eps,
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, functools.partial(warmup_factor, warmup_steps=warmup_steps)
+        optimizer, functools.partial(warmup_factor, warmup_steps=settings.warmup_steps)
     )
     return optimizer, schedule
 

@@ -27,8 +27,8 @@ from typing import NamedTuple, Protocol
 
 import torch
 
-from roll_strategies.data_parallel import DataParallel
 from roll_strategies.errors import StrategyError
+from roll_strategies.train.data_parallel import DataParallel
 
 __all__ = [
     "LAST_VALUE_METRICS",

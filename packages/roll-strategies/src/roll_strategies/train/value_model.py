@@ -19,8 +19,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from roll_strategies._loading import resolve_dtype
 from roll_strategies.errors import ModelNotFoundError
+from roll_strategies.models._loading import resolve_dtype
 
 __all__ = ["load_value_model"]
 

@@ -25,8 +25,8 @@ Measured on SmolLM2-135M in one process (`cluster.backend=local`, 16 rows a step
 
 (user CPU 15-19 s a step in every case). The mapped blocks cost page faults each time they are allocated: about
 12% more CPU time on that run, for the flattest and lowest peak. The run as configured (64 rows, validation every
-5 steps) had grown from 6 GB to 11.7 GB over 45 steps; now it holds 3.4-3.5 GB after each of 12 steps, peak
-5.2-5.5 GB.
+5 steps) grows from 6 GB to 11.7 GB over 45 steps without them, and holds 3.4-3.5 GB after each of 12 steps with
+them, peak 5.2-5.5 GB.
 
 `ROLL_MALLOC_TUNING=0` in the environment turns both off; a `MALLOC_MMAP_THRESHOLD_` set there is glibc's own
 setting and is left as it is (the trim still runs), e.g. `MALLOC_MMAP_THRESHOLD_=4194304` for fewer page faults

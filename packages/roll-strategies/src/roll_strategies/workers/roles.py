@@ -14,16 +14,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_strategies._loading import load_model_and_tokenizer
-from roll_strategies.allocator import ProcessMemory, configure_allocator, release_freed_memory
-from roll_strategies.critic import ValueLossFn
+from roll_strategies.compute.forward import REFERENCE_KEY, ReferenceKL, packing_supported, reference_kl
 from roll_strategies.errors import StrategyError
-from roll_strategies.forward import REFERENCE_KEY, ReferenceKL, packing_supported, reference_kl
-from roll_strategies.hf_infer import GenerationOutput, GenerationParams
-from roll_strategies.hf_train import HFTrainStrategy, LossFn
+from roll_strategies.infer.hf_infer import GenerationOutput, GenerationParams
+from roll_strategies.models._loading import load_model_and_tokenizer
 from roll_strategies.protocols import SleepableStrategy, StreamingInferStrategy
 from roll_strategies.registry import create_strategy
-from roll_strategies.weight_sync import WeightBucket, WeightSyncPlan
+from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
+from roll_strategies.train.critic import ValueLossFn
+from roll_strategies.train.hf_train import HFTrainStrategy, LossFn
+from roll_strategies.workers.allocator import ProcessMemory, configure_allocator, release_freed_memory
 
 __all__ = ["ActorInferWorker", "ActorTrainWorker", "CriticWorker", "ReferenceWorker"]
 
@@ -121,7 +121,7 @@ class ActorTrainWorker:
         return self.strategy.weights_fingerprint()
 
     def weight_sync_plan(self, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan:
-        """Plan of a bucketed update as `version` in the inference `dtype` (see `roll_strategies.weight_sync`)."""
+        """Plan of a bucketed update as `version` in the inference `dtype` (see `roll_strategies.sync.weight_sync`)."""
         return self.strategy.weight_sync_plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
 
     def weight_bucket(self, plan: WeightSyncPlan, index: int) -> WeightBucket:

@@ -6,12 +6,16 @@ Moves, rewards and terminations are those of Gymnasium's FrozenLake-v1 on the sa
 ice included, with the same random-number use), so `gymnasium.make("FrozenLake-v1", desc=...)`
 is an independent check.
 
-The rules (actions, config, maps, reading a board) are in `rules`, the env in `env`, its baselines in
-`baselines`; every public name of the first two is importable from here.
+Every public name of `rules` and `env` is importable from here.
+
+Modules:
+    rules.py       the actions and their moves, the config, map generation, reading a board
+    env.py         `FrozenLakeEnv` and its tiles
+    baselines.py   the random policy's and the best fixed move sequence's success rates
 """
 
-from roll_envs.frozen_lake.env import FROZEN_LAKE_TILES, FrozenLakeEnv
-from roll_envs.frozen_lake.rules import (
+from roll_envs.envs.frozen_lake.env import FROZEN_LAKE_TILES, FrozenLakeEnv
+from roll_envs.envs.frozen_lake.rules import (
     ACTIONS,
     FrozenLakeConfig,
     frozen_lake_neighbours,

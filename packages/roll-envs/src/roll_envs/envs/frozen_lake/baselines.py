@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from roll_envs.baseline_types import HELD_OUT_SEED_START
-from roll_envs.frozen_lake.rules import ACTIONS, FrozenLakeConfig, generate_map, move
+from roll_envs.envs.frozen_lake.rules import ACTIONS, FrozenLakeConfig, generate_map, move
 
 SEARCH_SEED_START = 2_000_000
 """First seed of the maps the best fixed sequence is searched on (disjoint from the held-out ones)."""

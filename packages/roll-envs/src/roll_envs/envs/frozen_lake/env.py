@@ -1,5 +1,5 @@
 """`FrozenLakeEnv`: FrozenLake as text, with Gymnasium FrozenLake-v1's moves, rewards and terminations
-(slippery ice included, with the same random-number use) on the maps of `roll_envs.frozen_lake.rules`.
+(slippery ice included, with the same random-number use) on the maps of `roll_envs.envs.frozen_lake.rules`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 
 from roll_envs.base import ActionOutcome, BaseEnv
 from roll_envs.baseline_types import EnvBaselines
+from roll_envs.envs.frozen_lake.baselines import frozen_lake_baselines
+from roll_envs.envs.frozen_lake.rules import ACTIONS, FrozenLakeConfig, generate_map, move
 from roll_envs.errors import EnvConfigError
-from roll_envs.frozen_lake.baselines import frozen_lake_baselines
-from roll_envs.frozen_lake.rules import ACTIONS, FrozenLakeConfig, generate_map, move
 from roll_envs.tiles import Color, Tile
 
 

@@ -3,8 +3,8 @@ what lies next to the player on a text board.
 
 Maps follow RAGEN's FrozenLake: each seed draws a new `size` x `size` board whose cells are frozen
 with probability `p`, a random start and a distinct random goal, redrawn until a path joins them.
-`roll_envs.frozen_lake.env` (the env) and `roll_envs.frozen_lake.baselines` both build on this module,
-which imports neither.
+`roll_envs.envs.frozen_lake.env` (the env) and `roll_envs.envs.frozen_lake.baselines` both build on this
+module, which imports neither.
 """
 
 from __future__ import annotations

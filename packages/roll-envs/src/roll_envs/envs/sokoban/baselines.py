@@ -23,8 +23,8 @@ from gymnasium.utils import seeding
 
 from roll_envs.baseline_types import HELD_OUT_SEED_START
 from roll_envs.config import build_config
-from roll_envs.sokoban.generator import Room
-from roll_envs.sokoban.rules import ACTIONS, SokobanConfig, draw_room
+from roll_envs.envs.sokoban.generator import Room
+from roll_envs.envs.sokoban.rules import ACTIONS, SokobanConfig, draw_room
 
 
 class RoomGraph(NamedTuple):
@@ -44,7 +44,7 @@ def room_graph(room: Room) -> RoomGraph:
     The rules are the env's: a move into a box pushes it when the cell behind is floor without a box;
     any other blocked move leaves the state unchanged. Solved states are absorbing (the env ends there).
 
-    >>> from roll_envs.sokoban import SokobanEnv
+    >>> from roll_envs.envs.sokoban import SokobanEnv
     >>> env = SokobanEnv()
     >>> _ = env.reset(seed=0)
     >>> graph = room_graph(env.room)

@@ -9,10 +9,9 @@ import numpy as np
 
 from roll_envs.base import BASE_METRICS, ActionOutcome, Aggregation, BaseEnv
 from roll_envs.baseline_types import EnvBaselines
-from roll_envs.errors import EnvConfigError
-from roll_envs.sokoban.baselines import sokoban_baselines
-from roll_envs.sokoban.generator import Room
-from roll_envs.sokoban.rules import (
+from roll_envs.envs.sokoban.baselines import sokoban_baselines
+from roll_envs.envs.sokoban.generator import Room
+from roll_envs.envs.sokoban.rules import (
     ACTIONS,
     ALTERNATIVE_GRID,
     BOX_OFF_TARGET,
@@ -25,6 +24,7 @@ from roll_envs.sokoban.rules import (
     SokobanConfig,
     draw_room,
 )
+from roll_envs.errors import EnvConfigError
 from roll_envs.tiles import Color, Tile
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Sokoban's rules, without the env: the actions, the grid symbols, the rewards, the config and the room
 that an episode's random stream draws.
 
-`roll_envs.sokoban.env` (the env) and `roll_envs.sokoban.baselines` both build on this module, which
+`roll_envs.envs.sokoban.env` (the env) and `roll_envs.envs.sokoban.baselines` both build on this module, which
 imports neither.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from roll_envs.config import EnvConfig
-from roll_envs.sokoban.generator import Room, generate_room
+from roll_envs.envs.sokoban.generator import Room, generate_room
 
 ACTIONS = ("Up", "Down", "Left", "Right")
 """Action names (ROLL's order: 1 Up, 2 Down, 3 Left, 4 Right, here indexed from 0)."""

@@ -1,8 +1,22 @@
-"""WebShop-lite: a WebShop-style shopping env over a generated, shipped catalogue (not the original WebShop)."""
+"""WebShop-lite: a WebShop-style shopping env over a generated, shipped catalogue (not the original WebShop).
 
-from roll_envs.webshop.catalog import Goal, Product, SearchEngine, generate_catalog, load_catalog, make_goal
-from roll_envs.webshop.env import WebShopLiteConfig, WebShopLiteEnv
-from roll_envs.webshop.reward import PurchaseScore, score_purchase
+Modules:
+    vocabulary.py   the words the catalogue is generated from: departments, product types, attributes
+    catalog.py      the products (shipped as catalog.json), the keyword search engine, the goals
+    reward.py       the WebShop paper's purchase reward
+    env.py          `WebShopLiteEnv`: search, click, buy
+"""
+
+from roll_envs.envs.webshop.catalog import (
+    Goal,
+    Product,
+    SearchEngine,
+    generate_catalog,
+    load_catalog,
+    make_goal,
+)
+from roll_envs.envs.webshop.env import WebShopLiteConfig, WebShopLiteEnv
+from roll_envs.envs.webshop.reward import PurchaseScore, score_purchase
 
 __all__ = [
     "Goal",

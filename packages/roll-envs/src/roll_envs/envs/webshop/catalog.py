@@ -1,7 +1,7 @@
 """The WebShop-lite catalogue: products generated deterministically from `vocabulary`, shipped as
 `catalog.json`, with a small keyword search engine and the goals an episode asks for.
 
-Regenerate the shipped file with `python -m roll_envs.webshop.catalog` (a test checks it is current).
+Regenerate the shipped file with `python -m roll_envs.envs.webshop.catalog` (a test checks it is current).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from roll_envs.webshop.vocabulary import ADJECTIVES, DEPARTMENTS, STOPWORDS
+from roll_envs.envs.webshop.vocabulary import ADJECTIVES, DEPARTMENTS, STOPWORDS
 
 CATALOG_SEED = 20240607
 """Seed of the shipped catalogue."""
@@ -107,7 +107,7 @@ def _some_of(rng: random.Random, values: tuple[str, ...]) -> list[str]:
 
 def catalog_path() -> Path:
     """Where the shipped catalogue lives."""
-    return Path(str(resources.files("roll_envs.webshop") / "catalog.json"))
+    return Path(str(resources.files("roll_envs.envs.webshop") / "catalog.json"))
 
 
 def write_catalog(path: Path | None = None) -> Path:

@@ -2,7 +2,7 @@
 
 Pages and actions follow WebShop's text mode: a search page (`search[query]`), result pages of
 ten products, item pages with options, and `Buy Now`, all with `click[...]`. Buying ends the
-episode with the paper's reward (`roll_envs.webshop.reward`); success is a reward of 1.
+episode with the paper's reward (`roll_envs.envs.webshop.reward`); success is a reward of 1.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pydantic import Field
 
 from roll_envs.base import BASE_METRICS, ActionOutcome, Aggregation, BaseEnv
 from roll_envs.config import EnvConfig
-from roll_envs.webshop.catalog import Goal, Product, default_engine, load_catalog, make_goal
-from roll_envs.webshop.reward import score_purchase
+from roll_envs.envs.webshop.catalog import Goal, Product, default_engine, load_catalog, make_goal
+from roll_envs.envs.webshop.reward import score_purchase
 
 RESULTS_PER_PAGE = 10
 _ACTION = re.compile(r"^(search|click)\s*\[\s*(.*?)\s*\]$", re.IGNORECASE | re.DOTALL)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from roll_envs.webshop.catalog import Goal, Product
+from roll_envs.envs.webshop.catalog import Goal, Product
 
 
 class PurchaseScore(NamedTuple):

@@ -1,0 +1,75 @@
+"""One plan per role, decided once per run: devices, GPUs, ranks, CPUs, threads, dtype, backend and optimizer
+(`runtime.workers.RolePlan`), from the roles' configs and what the cluster offers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from roll_pipeline.config.roles import WorkerConfig
+from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.models.cache import resolve_pretrain
+from roll_pipeline.runtime.cluster import ClusterError, CpuCapacity
+from roll_pipeline.runtime.placement import (
+    TRAINED_ROLES,
+    CpuPlan,
+    cpu_threads,
+    model_folder,
+    optimiser_kwargs,
+    plan_cpus,
+    plan_placement,
+    strategy_kwargs,
+)
+from roll_pipeline.runtime.workers import RolePlan, SpawnSettings
+
+__all__ = ["config_model", "plan_roles", "role_threads"]
+
+
+def role_threads(role: WorkerConfig, device: str, thread_share: float, ranks: int = 1) -> int | None:
+    """A role's torch threads per worker: its share of the cores (a role's ranks split it)."""
+    return cpu_threads(role.num_threads, device, thread_share / ranks)
+
+
+def plan_roles(spawn: SpawnSettings, capacity: CpuCapacity | None) -> tuple[dict[str, RolePlan], CpuPlan]:
+    """The plan of each role with a worker of its own (`spawn.names`) and the CPU plan they share.
+
+    CPU requests a local Ray instance cannot hold stop the run here with the fix (`ClusterError`); on an
+    existing cluster, which may grow or free CPUs, they are a warning.
+    """
+    placements = plan_placement(spawn.roles, spawn.backend)
+    threads = {
+        n: role_threads(spawn.roles[n], placements[n].device, spawn.thread_share, placements[n].ranks)
+        for n in spawn.names
+    }
+    cpus = plan_cpus(
+        {n: spawn.roles[n] for n in spawn.names}, placements, threads, spawn.env_workers, capacity
+    )
+    if cpus.problem and capacity is not None and not capacity.can_grow:
+        raise ClusterError(cpus.problem)
+    if cpus.problem:
+        from tqdm.auto import tqdm
+
+        tqdm.write(f"[roll] WARNING: {cpus.problem}")
+    plans = {}
+    for name in spawn.names:
+        role, placement = spawn.roles[name], placements[name]
+        plans[name] = RolePlan(
+            device=placement.device,
+            num_gpus=placement.num_gpus,
+            ranks=placement.ranks,
+            rank_devices=tuple(placement.device_of(r) for r in range(placement.ranks)),
+            num_cpus=cpus.roles[name],
+            num_threads=threads[name],
+            dtype=role.model_args.dtype,
+            strategy=strategy_kwargs(role),
+            optimizer=optimiser_kwargs(role) if name in TRAINED_ROLES else {},
+        )
+    return plans, cpus
+
+
+def config_model(config: AgenticConfig, roles: tuple[str, ...] = ("actor_infer",)) -> Path | str:
+    """The model folder the config's `roles` load (a builtin model built once, a hub snapshot, a GGUF converted
+    once): they share one model, so they name the same `gguf_file` or none."""
+    sections = {name: getattr(config, name) for name in roles}
+    gguf = next((r.model_args.gguf_file for r in sections.values() if r.model_args.gguf_file), None)
+    # a hub repo's snapshot holds only that GGUF file; roles that set one name the same (model_folder)
+    return model_folder(resolve_pretrain(config.pretrain, seed=config.seed, gguf_file=gguf), sections)
