@@ -10,14 +10,19 @@ runs its registration decorators:
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import inspect
 import re
 import warnings
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from roll_algos.errors import AlgosError
 
-__all__ = ["NAME_PATTERN", "check_call_shape", "check_name", "import_plugins", "where"]
+__all__ = ["NAME_PATTERN", "check_call_shape", "check_name", "find_registered", "import_plugins", "where"]
+
+T = TypeVar("T")
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
 """A registered name: letters, digits, '_', '.', '-', starting with a letter."""
@@ -38,6 +43,31 @@ def import_plugins(group: str, family: str, errors: dict[str, str]) -> dict[str,
             errors[ep.name] = f"{ep.value}: {exc}"
             warnings.warn(f"roll-algos {family} plugin {ep.name!r} ({ep.value}) failed: {exc}", stacklevel=3)
     return dict(errors)
+
+
+def find_registered(
+    entries: Mapping[str, T],
+    name: object,
+    *,
+    load_plugins: Callable[[], object],
+    family: str,
+    plugin_errors: Mapping[str, str],
+    how_to_register: str,
+) -> T:
+    """The entry registered as `name`, loading the plugins on a miss; `AlgosError` listing the registered names,
+    the closest one, the plugins that failed to load and `how_to_register` when there is none. `family` starts
+    the message (e.g. "advantage estimator")."""
+    key = str(name)
+    if key not in entries:
+        load_plugins()
+    if key not in entries:
+        valid = sorted(entries)
+        close = difflib.get_close_matches(key, valid, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        failed = sorted(plugin_errors)
+        broken = f" {family.capitalize()} plugins that failed to load: {failed}." if failed else ""
+        raise AlgosError(f"{family}: expected one of {valid}, got {name!r}.{hint}{broken} {how_to_register}")
+    return entries[key]
 
 
 def where(fn: object) -> str:

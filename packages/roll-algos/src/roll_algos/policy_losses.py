@@ -16,7 +16,6 @@ module whose import registers its losses (loaded on the first lookup that misses
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -26,7 +25,7 @@ import torch
 
 from roll_algos.errors import AlgosError
 from roll_algos.losses import LossAggMode, PolicyLossOutput, policy_loss
-from roll_algos.plugins import check_call_shape, check_name, import_plugins, where
+from roll_algos.plugins import check_call_shape, check_name, find_registered, import_plugins, where
 
 __all__ = [
     "DEFAULT_POLICY_LOSS",
@@ -219,20 +218,14 @@ def registered_policy_losses() -> list[str]:
 def policy_loss_spec(name: str) -> PolicyLossSpec:
     """The `PolicyLossSpec` of `name`; plugins load on a miss. Raises `AlgosError` listing the registered
     names, the closest one, and how to register a new one."""
-    key = str(name)
-    if key not in POLICY_LOSSES:
-        load_policy_loss_plugins()
-    if key not in POLICY_LOSSES:
-        valid = registered_policy_losses()
-        close = difflib.get_close_matches(key, valid, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        broken = (
-            f" Policy-loss plugins that failed to load: {sorted(_plugin_errors)}." if _plugin_errors else ""
-        )
-        raise AlgosError(
-            f"policy loss: expected one of {valid}, got {name!r}.{hint}{broken} {HOW_TO_REGISTER}"
-        )
-    return POLICY_LOSSES[key]
+    return find_registered(
+        POLICY_LOSSES,
+        name,
+        load_plugins=load_policy_loss_plugins,
+        family="policy loss",
+        plugin_errors=_plugin_errors,
+        how_to_register=HOW_TO_REGISTER,
+    )
 
 
 def get_policy_loss(name: str) -> PolicyLossFn:

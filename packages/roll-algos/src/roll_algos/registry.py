@@ -19,7 +19,6 @@ names a module whose import registers its estimators (loaded on the first lookup
 
 from __future__ import annotations
 
-import difflib
 import importlib.metadata  # noqa: F401  (tests patch entry_points through registry.importlib.metadata)
 import inspect
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from typing import Literal, get_args
 
 from roll_algos.advantages import AdvantageConfig, AdvantageInputs, AdvantageOutput, validate_inputs
 from roll_algos.errors import AlgosError
-from roll_algos.plugins import check_call_shape, check_name, import_plugins, where
+from roll_algos.plugins import check_call_shape, check_name, find_registered, import_plugins, where
 from roll_algos.rewards import clip_advantages, clip_rewards, masked_whiten
 
 __all__ = [
@@ -169,20 +168,14 @@ def registered_estimators() -> list[str]:
 def estimator_spec(name: str) -> EstimatorSpec:
     """The `EstimatorSpec` of `name`; plugins load on a miss. Raises `AlgosError` listing the registered
     names, the closest one, and how to register a new one."""
-    key = str(name)
-    if key not in ADVANTAGE_ESTIMATORS:
-        load_estimator_plugins()
-    if key not in ADVANTAGE_ESTIMATORS:
-        valid = registered_estimators()
-        close = difflib.get_close_matches(key, valid, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        broken = (
-            f" Estimator plugins that failed to load: {sorted(_plugin_errors)}." if _plugin_errors else ""
-        )
-        raise AlgosError(
-            f"advantage estimator: expected one of {valid}, got {name!r}.{hint}{broken} {HOW_TO_REGISTER}"
-        )
-    return ADVANTAGE_ESTIMATORS[key]
+    return find_registered(
+        ADVANTAGE_ESTIMATORS,
+        name,
+        load_plugins=load_estimator_plugins,
+        family="advantage estimator",
+        plugin_errors=_plugin_errors,
+        how_to_register=HOW_TO_REGISTER,
+    )
 
 
 def get_estimator(name: str) -> EstimatorFn:
