@@ -142,3 +142,37 @@ class BadStateKeyEnv(RingWithHistoryEnv):
 def test_a_state_key_that_is_not_a_string_fails_the_episode_with_the_fix(chat_tokenizer, answer_ids):
     with pytest.raises(AssertionError, match=r"info\['state_key'\] of type tuple; it must be a str"):
         play(chat_tokenizer, answer_ids, BadStateKeyEnv, [0])
+
+
+def full_episode(traj: Any) -> list[Any]:
+    return [(t.observation, t.state_key, t.reward) for t in traj.turns] + [traj.success]
+
+
+@pytest.mark.parametrize("env_id", ["frozen_lake", "sokoban"])
+def test_a_declared_env_plays_the_same_episodes_without_isolation(
+    chat_tokenizer, answer_ids, monkeypatch, env_id
+):
+    """`owns_random_state`: a built-in's calls run without a random state (no lock), and its episodes
+    are the ones it plays isolated."""
+    import roll_envs
+
+    seeds = [0, 1, 2, 3, 0, 1]
+    cls = type(roll_envs.make(env_id))
+    assert cls.owns_random_state is True
+    given: list[Any] = []
+    run = EnvCalls.run
+
+    async def spying(self, fn, *args, what="env call", random_state=None):
+        given.append(random_state)
+        return await run(self, fn, *args, what=what, random_state=random_state)
+
+    monkeypatch.setattr(EnvCalls, "run", spying)
+    declared = play(chat_tokenizer, answer_ids, lambda: roll_envs.make(env_id), seeds)
+    assert given and all(state is None for state in given)
+    given.clear()
+    monkeypatch.setattr(cls, "owns_random_state", False)
+    isolated = play(chat_tokenizer, answer_ids, lambda: roll_envs.make(env_id), seeds)
+    assert given and all(state is not None for state in given)
+    assert [full_episode(t) for t in declared] == [full_episode(t) for t in isolated]
+    assert full_episode(declared[0]) == full_episode(declared[4])
+    assert full_episode(declared[0]) != full_episode(declared[1])

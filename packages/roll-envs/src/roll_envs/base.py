@@ -106,12 +106,22 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     none on slippery ice). `roll_envs.env_baselines(env, turns)` and `roll_envs.has_baselines(env)`
     go through these two hooks, so the pipeline prints and plots a third-party env's baselines as it does
     the built-ins'.
+
+    Random state: `owns_random_state` (class attribute, default False) declares that the env's `reset`,
+    `step`, `render` and `close` draw only from its own generators (the `rng` of `new_episode`,
+    `self.np_random`, a `random.Random` of its own), never from the process-wide `random` or `np.random`.
+    roll's env manager then runs those calls concurrently, without swapping a per-env state of the global
+    generators in (which serialises every undeclared env's calls of a worker behind one lock). Leave it
+    False for an env that (or whose library) uses the global generators; `check_env` tells which is right.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": list(RENDER_MODES), "render_fps": 4}
     config_cls: ClassVar[type[EnvConfig]] = EnvConfig
     metric_aggregation: ClassVar[Mapping[str, Aggregation]] = BASE_METRICS
     max_observation_chars: ClassVar[int] = 20_000
+    owns_random_state: ClassVar[bool] = False
+    """True: reset/step/render/close never touch `random` or `np.random`, so roll runs them concurrently
+    without isolating the global generators (see the class docstring; `check_env` verifies it)."""
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ state shared between instances fails `check_interleaved`.
 from __future__ import annotations
 
 import copy
+import functools
 import random
 import warnings
 from collections.abc import Callable
@@ -22,6 +23,7 @@ import msgpack
 import numpy as np
 
 from roll_envs.checker_players import check_players
+from roll_envs.checker_random import check_random_state_declaration
 from roll_envs.errors import CheckEnvError, GarbagePaysWarning
 from roll_envs.parsing import AnswerFormat, extract_answer, render_answer
 from roll_envs.random_state import IsolatedEnv
@@ -212,13 +214,18 @@ def check_determinism(env: Any, seeds: tuple[int, ...], turns: int) -> list[str]
 
 
 def check_interleaved(
-    env: Any, seeds: tuple[int, ...], turns: int, make_env: Callable[[], Any] | None = None
+    env: Any,
+    seeds: tuple[int, ...],
+    turns: int,
+    make_env: Callable[[], Any] | None = None,
+    isolate: bool = True,
 ) -> list[str]:
     """Two more instances, reset with one seed and stepped alternately with the same actions, each with its
     own state of `random` and `np.random` (as roll runs env slots), play the same episode. Returns at most
     one problem: the first seed whose two episodes differ.
 
-    The instances are `make_env()` (each built under its own random state), else copies of `env`.
+    The instances are `make_env()` (each built under its own random state), else copies of `env`; with
+    `isolate=False` their calls share the process's generators (as roll runs declared envs).
     """
     source = "make_env()" if make_env is not None else "copy.deepcopy(env)"
     try:
@@ -226,6 +233,7 @@ def check_interleaved(
             IsolatedEnv.make(make_env) if make_env is not None else IsolatedEnv(copy.deepcopy(env))
             for _ in range(2)
         ]
+        pair = pair if isolate else [instance.env for instance in pair]
     except Exception as exc:
         return [
             f"could not build two instances for the interleaving check: {source} raised {exc!r}. "
@@ -241,7 +249,7 @@ def check_interleaved(
             _close_quietly(instance)
 
 
-def _interleave(pair: list[IsolatedEnv], seed: int, turns: int) -> list[str]:
+def _interleave(pair: list[Any], seed: int, turns: int) -> list[str]:
     """Reset both with `seed`, then step them alternately; the first difference as a problem."""
     rng = random.Random(seed)
     first, second = pair[0].reset(seed=seed)[0], pair[1].reset(seed=seed)[0]
@@ -401,7 +409,8 @@ def check_env(
 
     The env is called as roll calls it: with its own state of `random` and `np.random`, reseeded by each
     `reset(seed=...)`. `check_interleaved` steps two more instances alternately: `make_env()` when given
-    (a function that builds the env), else copies of `env`.
+    (a function that builds the env), else copies of `env`. `check_random_state_declaration` checks the
+    env's `owns_random_state` (a declared env is also interleaved without isolation).
 
     A multi-player env (`players`) is also played seat by seat (`check_players`): who moved, who moves
     next, every player's reward, and each fixed policy's answer in every state.
@@ -415,6 +424,7 @@ def check_env(
     """
     problems = check_interface(env)
     isolated = IsolatedEnv(env)
+    unisolated = functools.partial(check_interleaved, env, seeds, turns, make_env, isolate=False)
     if not problems:
         for check in (
             lambda: check_reset(isolated, seeds[0]),
@@ -424,6 +434,7 @@ def check_env(
             lambda: check_garbage(isolated, seeds[0]),
             lambda: check_render(isolated, seeds[0]),
             lambda: check_players(isolated, seeds[0], turns),
+            lambda: check_random_state_declaration(env, isolated.drew_from_globals, unisolated),
         ):
             try:
                 problems += check()

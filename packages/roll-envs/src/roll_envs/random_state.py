@@ -11,6 +11,9 @@ then keeps the env's new `random` state and restores the process's (when calls w
 process's `random` state is put back once the last of them ends: half the copying). The global generators
 are process-wide, so these calls are serialised by one process-wide lock while they run (nested calls in
 the thread that holds it do not wait). `IsolatedEnv` runs an env's `reset`/`step`/`render`/`close` this way.
+An env that never touches the global generators declares `owns_random_state = True` (`BaseEnv`; roll's
+built-in games do); `declares_own_random_state(env)` reads it, and roll's env manager then calls the env
+without isolation, concurrently with the others.
 
 Seeding: `reseed(seed)` gives the state `random.seed(seed)` gives Python's `random` and the generator
 `np.random.MT19937(seed)` numpy's, so the same seed gives the same state in any slot, thread or process.
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import pickle
 import random
 import threading
 import time
@@ -88,6 +92,10 @@ class EnvRandomState:
         self._py = random.Random(value).getstate()
         self._np = np.random.MT19937(value)
 
+    def fingerprint(self) -> tuple[Any, ...]:
+        """A value equal for equal states (to tell whether calls under this state drew from it)."""
+        return (self._py, pickle.dumps(self._np.state) if self._np is not None else None)
+
     def call(self, fn: Callable[..., T], /, *args: Any) -> IsolatedCall[T]:
         """`fn(*args)` prepared to run once under this state, in any thread (see `IsolatedCall`)."""
         return IsolatedCall(self, fn, args)
@@ -95,6 +103,12 @@ class EnvRandomState:
     def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` under this state, in this thread (waits for the process-wide lock)."""
         return IsolatedCall(self, functools.partial(fn, **kwargs) if kwargs else fn, args)()
+
+
+def declares_own_random_state(env: Any) -> bool:
+    """Whether `env` declares `owns_random_state = True` (`BaseEnv.owns_random_state`): its calls draw
+    only from its own generators, so they need no isolation (and no process-wide lock)."""
+    return getattr(env, "owns_random_state", False) is True
 
 
 class IsolatedCall(Generic[T]):
@@ -193,7 +207,9 @@ class IsolatedEnv:
     runs each env slot; `reset(seed=s)` reseeds the state from `s` first, so the same seed gives the
     same episode in any instance, thread or process even when the env draws from `random` or `np.random`.
 
-    `env` is the wrapped env (calls made on it directly are not isolated).
+    `env` is the wrapped env (calls made on it directly are not isolated). `drew_from_globals` turns True
+    once a call made through the wrapper drew from (or reseeded) `random` or `np.random`, which an env
+    declaring `owns_random_state` must never do (`check_env` reads it).
 
     >>> import roll_envs
     >>> env = IsolatedEnv.make(roll_envs.make, "frozen_lake")
@@ -203,6 +219,7 @@ class IsolatedEnv:
     def __init__(self, env: Any, random_state: EnvRandomState | None = None) -> None:
         self.env = env
         self.random_state = random_state if random_state is not None else EnvRandomState()
+        self.drew_from_globals = False
 
     @classmethod
     def make(cls, factory: Callable[..., Any], /, *args: Any, **kwargs: Any) -> IsolatedEnv:
@@ -216,25 +233,33 @@ class IsolatedEnv:
         if seed is not None:
             self.random_state.reseed(seed)
         if options is None:
-            return self.random_state.run(self.env.reset, seed=seed)
-        return self.random_state.run(self.env.reset, seed=seed, options=options)
+            return self._run(self.env.reset, seed=seed)
+        return self._run(self.env.reset, seed=seed, options=options)
 
     def step(self, action: Any) -> Any:
         """`env.step(action)` under the env's state."""
-        return self.random_state.run(self.env.step, action)
+        return self._run(self.env.step, action)
 
     def render(self, *args: Any) -> Any:
         """`env.render(*args)` under the env's state."""
-        return self.random_state.run(self.env.render, *args)
+        return self._run(self.env.render, *args)
 
     def close(self) -> None:
         """`env.close()` under the env's state."""
-        self.random_state.run(self.env.close)
+        self._run(self.env.close)
+
+    def _run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)` under the env's state, noting whether the call changed that state."""
+        before = self.random_state.fingerprint()
+        try:
+            return self.random_state.run(fn, *args, **kwargs)
+        finally:
+            self.drew_from_globals = self.drew_from_globals or self.random_state.fingerprint() != before
 
     @property
     def valid_actions(self) -> Any:
         """`env.valid_actions`, read under the env's state."""
-        return self.random_state.run(getattr, self.env, "valid_actions")
+        return self._run(getattr, self.env, "valid_actions")
 
     @property
     def players(self) -> tuple[str, ...]:
@@ -253,7 +278,7 @@ class IsolatedEnv:
 
     def fixed_policy_answer(self, name: str) -> str:
         """`env.fixed_policy_answer(name)` under the env's state."""
-        return self.random_state.run(self.env.fixed_policy_answer, name)
+        return self._run(self.env.fixed_policy_answer, name)
 
     def format_answer(self, *actions: str) -> str:
         """`env.format_answer(*actions)`."""

@@ -18,7 +18,8 @@ A call given a `random_state` (`roll_envs.EnvRandomState`, one per env slot) run
 of `random` and `np.random`. Such calls are serialised by one process-wide lock; the timeout counts from
 when a call holds it (waiting behind other envs' calls is not the env's fault), and a call that times out
 or is cancelled gives it back (`IsolatedCall.abandon`), so a hung env holds up the others of its process
-for at most `timeout_s`.
+for at most `timeout_s`. A call without one (an env declaring `owns_random_state`, see
+`roll_rollout.env_manager`) takes no lock: up to `max_concurrent` of them run at once.
 """
 
 from __future__ import annotations

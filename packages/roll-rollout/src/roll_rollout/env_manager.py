@@ -10,7 +10,10 @@ next episode.
 Each slot has its own state of `random` and `np.random` (`roll_envs.EnvRandomState`), swapped in around
 every env call: reseeded from `DEFAULT_SEED` before the constructor and from the episode seed before
 `reset`, so a group's slots, given one seed, play the same episode even when the env draws from those
-process-wide generators. Each turn records the observation it acted on and the env's `state_key` of
+process-wide generators. An env that declares `owns_random_state = True` (`roll_envs.BaseEnv`; the
+built-in games do) draws only from its own generators: its reset, step and close run without the swap,
+concurrently with other envs' calls (the constructor, before the env exists to declare anything, runs
+isolated). Each turn records the observation it acted on and the env's `state_key` of
 that state (`info["state_key"]` of the reset or step that led there; the observation when the env gives
 none), GiGPO's anchor.
 
@@ -32,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
+from roll_envs.random_state import DEFAULT_SEED, EnvRandomState, declares_own_random_state
 
 from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.players import Seats, manager_metrics, move_rewards, player_success
@@ -114,11 +117,16 @@ class TrajEnvManager:
             traj.error = f"policy_error: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
         return traj
 
+    def _state_for(self, env: Any) -> EnvRandomState | None:
+        """The slot's random state to run `env`'s calls under; None (no isolation) for an env that declares
+        it owns its random state (`roll_envs.random_state.declares_own_random_state`)."""
+        return None if declares_own_random_state(env) else self.random_state
+
     async def _env_call(self, fn: Callable[..., Any], *args: Any, what: str) -> Any:
         self._in_env_call = True
         try:
             return await self.calls.run(
-                fn, *args, what=f"env {self.tag!r} {what}", random_state=self.random_state
+                fn, *args, what=f"env {self.tag!r} {what}", random_state=self._state_for(self.env)
             )
         except asyncio.CancelledError:
             self._drop_env(close=False)  # its thread is still inside the env: never reuse it
@@ -219,7 +227,7 @@ class TrajEnvManager:
         if env is not None:
             try:
                 await self.calls.run(
-                    _close_quietly, env, what=f"env {self.tag!r} close", random_state=self.random_state
+                    _close_quietly, env, what=f"env {self.tag!r} close", random_state=self._state_for(env)
                 )
             except EnvCallError:
                 return

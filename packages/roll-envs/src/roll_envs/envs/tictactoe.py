@@ -93,6 +93,7 @@ class TicTacToeEnv(BaseEnv):
     """
 
     config_cls = TicTacToeConfig
+    owns_random_state = True  # draws only from the episode rng (np_random and generators seeded from it)
     config: TicTacToeConfig
 
     def __init__(self, config: Any = None, *, render_mode: str | None = "text", **overrides: Any) -> None:

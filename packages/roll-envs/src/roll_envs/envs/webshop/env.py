@@ -38,6 +38,7 @@ class WebShopLiteEnv(BaseEnv):
     """Shop for the product the instruction describes: search, open a product, pick its options, buy it."""
 
     config_cls = WebShopLiteConfig
+    owns_random_state = True  # draws only from the episode rng (np_random and generators seeded from it)
     config: WebShopLiteConfig
     metric_aggregation: ClassVar[Mapping[str, Aggregation]] = {
         **BASE_METRICS,
