@@ -4,6 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+SESSION_RAY = {
+    "address": "local",  # a fresh instance: never a cluster another process left running on the machine
+    "num_cpus": 2,
+    # Declared (not detected) GPUs: placement tests check the GPU shares Ray gives actors on any machine;
+    # no other test asks Ray for a GPU.
+    "num_gpus": 2,
+    "include_dashboard": False,
+    "log_to_driver": False,
+    "runtime_env": {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
+}
+"""How `ray_session` starts Ray."""
+
 
 @pytest.fixture(scope="session")
 def ray_session():
@@ -13,15 +25,24 @@ def ray_session():
     disable_uv_runtime_env()  # before ray is imported
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(
-            address="local",  # a fresh instance: never a cluster another process left running on the machine
-            num_cpus=2,
-            # Declared (not detected) GPUs: placement tests check the GPU shares Ray gives actors on any machine;
-            # no other test asks Ray for a GPU.
-            num_gpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
-        )
+        ray.init(**SESSION_RAY)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_four_gpus():
+    """A local Ray instance of its own for one module: 4 declared GPUs and 8 declared CPUs (Ray only counts
+    them: the GPU-pool tests place whole-GPU bundles that need 1 CPU per GPU worker). The session's instance,
+    when running, is stopped for the module and started again after it."""
+    from roll_pipeline.runtime.cluster import disable_uv_runtime_env
+
+    disable_uv_runtime_env()
+    ray = pytest.importorskip("ray")
+    was_running = ray.is_initialized()
+    ray.shutdown()
+    ray.init(**{**SESSION_RAY, "num_cpus": 8, "num_gpus": 4})
+    yield ray
+    ray.shutdown()
+    if was_running:
+        ray.init(**SESSION_RAY)

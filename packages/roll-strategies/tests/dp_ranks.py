@@ -102,6 +102,20 @@ def weights(mode: str, strategy: Any) -> dict[str, torch.Tensor]:
     return {n: torch.from_numpy(a) for n, a in strategy.export_weights().items()}
 
 
+def optimizer_fraction(strategy: Any) -> float:
+    """The share of AdamW's moments (exp_avg, exp_avg_sq: one element per parameter element each) this rank
+    holds: about 1 / ranks under ZeRO 1-3, 1 for the hf strategies."""
+    engine = getattr(strategy, "engine", None)
+    optimizer = (
+        strategy.optimizer if engine is None else getattr(engine.optimizer, "optimizer", engine.optimizer)
+    )
+    held = sum(
+        t.numel() for s in optimizer.state.values() for k, t in s.items() if k in ("exp_avg", "exp_avg_sq")
+    )
+    total = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in strategy.model.parameters())
+    return held / (2 * total)
+
+
 def run(mode: str, model_dir: Path, rank: int, world: int, spec: DataParallelSpec | None) -> dict[str, Any]:
     """STEPS optimiser steps of `mode` on this rank's micro-batches: metrics per step, final weights, and the
     share of the parameters this rank holds."""
@@ -115,6 +129,7 @@ def run(mode: str, model_dir: Path, rank: int, world: int, spec: DataParallelSpe
             metrics.append(strategy.train_step(mbs, nll, with_entropy=False))
     out: dict[str, Any] = {"metrics": metrics, "weights": weights(mode, strategy)}
     out["fraction"] = strategy.partition_fraction() if hasattr(strategy, "partition_fraction") else 1.0
+    out["optimizer_fraction"] = optimizer_fraction(strategy)
     if mode == "zero2" and world > 1:  # ranks with different micro-batch counts: an error on all, no hang
         try:
             strategy.train_step(rank_micro_batches(0, rank, world)[: rank + 1], nll, with_entropy=False)

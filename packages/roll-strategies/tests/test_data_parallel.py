@@ -107,6 +107,10 @@ def test_two_deepspeed_ranks_step_as_one(mode, tiny_model_dir, two_ranks):
         assert all(f == pytest.approx(1 / WORLD, abs=0.01) for f in fractions), fractions
     else:
         assert fractions == [1.0, 1.0]
+    # ZeRO-2 and -3 partition the optimiser state: each rank holds half of AdamW's moments (padding aside)
+    optimizer_shares = [results[mode]["optimizer_fraction"] for results in two_ranks]
+    assert all(f == pytest.approx(1 / WORLD, abs=0.01) for f in optimizer_shares), optimizer_shares
+    assert sum(optimizer_shares) == pytest.approx(1.0, abs=0.01)
 
 
 @pytest.mark.deepspeed

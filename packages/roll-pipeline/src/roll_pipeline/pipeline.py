@@ -5,7 +5,8 @@ reference log-probs, values, KL, advantages) -> critic update (`critic_update`, 
 declares needs_critic, e.g. gae) -> actor update (`actor_update`: PPO mini-batches; skipped during
 `critic_warmup`) -> KL controller update -> weights synced to the inference worker -> metrics (a vllm
 inference engine on the trainer's GPUs sleeps from the end of the rollout to the weight sync:
-`runtime.infer_sleep`); validation
+`runtime.infer_sleep`; trained roles on its GPUs keep their state in CPU memory from the weight sync to the
+next training phase: `runtime.trainer_offload`); validation
 (greedy, fixed held-out seeds) every `eval_steps` and at the end (with `render_save_dir`, a few of its
 episodes drawn as GIFs: `render`); a checkpoint every `save_steps`. With `async_generation_ratio` r > 0
 the env loops keep generating while the actor trains, so the rollout of step k + 1 overlaps the update of
@@ -64,6 +65,7 @@ class AgenticPipeline:
         self.policy_server, self.infer_sleep = w.policy_server, w.infer_sleep
         self.train_rollout, self.val_rollout = w.train_rollout, w.val_rollout
         self.make_experience, self.update_weights = w.make_experience, w.update_weights
+        self.trainer_offload = w.trainer_offload
         self.update_actor: ActorUpdater | None = None  # built at the start of `run` (packing is probed)
         self.update_critic: CriticUpdater | None = None
         self.step = 0
@@ -84,6 +86,7 @@ class AgenticPipeline:
         try:
             self.update_actor, self.update_critic = await build_updaters(cfg, self.parts.workers)
             await self._sync_weights(force=True)  # the inference worker may hold other weights (resume)
+            await self.trainer_offload.offload()  # colocated trainers leave the GPU to the engine
             summary.val_history.append((self.step, await self._validate()))
             if self.step == 0:  # the starting point of every curve, in every tracker
                 self.tracker.log(summary.val_history[-1][1], 0)
@@ -133,6 +136,7 @@ class AgenticPipeline:
             await self.cluster.call(self.policy_server, "batch_sizes")
         )
         timings.update(await self.infer_sleep.before_training())
+        timings.update(await self.trainer_offload.reload())
         if any(t.turns for t in batch.trajectories):
             metrics.update(await self._update(batch.trajectories, timings))
             self._skipped_in_a_row = 0
@@ -144,6 +148,7 @@ class AgenticPipeline:
         timings.update(await self.infer_sleep.before_weight_sync())
         metrics.update(await self._sync_weights())
         timings["time/step_model_update"] = time.perf_counter() - t1
+        timings.update(await self.trainer_offload.offload())  # before the next rollout or validation
         timings["time/step_total"] = time.perf_counter() - t0
         return {**metrics, **timings}
 
@@ -222,9 +227,13 @@ class AgenticPipeline:
         )
 
         async def save_models(path: Path) -> None:  # every rank: DeepSpeed writes each rank's shards
+            offloaded = self.trainer_offload.offloaded  # saved from the GPU: DeepSpeed reads its own buffers
+            await self.trainer_offload.reload()
             await self.actor_train.call_all("save_checkpoint", str(path))
             if self.critic is not None:
                 await self.critic.call_all("save_checkpoint", str(path.parent / CRITIC_DIR))
+            if offloaded:
+                await self.trainer_offload.offload()
 
         return await self.checkpoints.save(self.step, state, save_models)
 

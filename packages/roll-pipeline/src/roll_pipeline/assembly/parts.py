@@ -14,7 +14,7 @@ from roll_rollout import RemotePolicy, RolloutScheduler
 
 from roll_pipeline.assembly import settings
 from roll_pipeline.assembly.roles import config_model, plan_roles
-from roll_pipeline.config.colocation import infer_sleep
+from roll_pipeline.config.colocation import infer_sleep, offloaded_roles
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.observe.render import EpisodeRenderer, env_sources, renderer_of
 from roll_pipeline.observe.tracking import Tracker
@@ -25,6 +25,7 @@ from roll_pipeline.runtime.policy_server import PolicyServer
 from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.runtime.rollout import RolloutSettings, build_scheduler
 from roll_pipeline.runtime.storage import confirm_shared_storage
+from roll_pipeline.runtime.trainer_offload import TrainerOffloader
 from roll_pipeline.runtime.workers import RolePlan, RoleSpawner
 from roll_pipeline.state.checkpoint import CheckpointManager
 from roll_pipeline.state.run_state import read_resume_state
@@ -55,6 +56,7 @@ class Workers:
     val_rollout: RolloutScheduler
     make_experience: ExperienceMaker
     update_weights: WeightUpdater
+    trainer_offload: TrainerOffloader
 
 
 @dataclass
@@ -151,6 +153,10 @@ def spawn_workers(config: AgenticConfig, cluster: Cluster, model_path: Path, tok
         reference = actor_train
     elif "reference" in spawn.names:
         reference = RankGroup(cluster, [spawner.spawn(ReferenceWorker, "reference")])
+    groups = {"actor_train": actor_train, "critic": critic, "reference": reference}
+    offload = TrainerOffloader(
+        {n: g for n in offloaded_roles(spawn.roles, spawn.names) if (g := groups.get(n)) is not None}, _log
+    )
     kl = KLControl(
         cfg.init_kl_coef, cfg.kl_loss_coef if cfg.use_kl_loss else 0.0, cfg.target_kl, cfg.kl_horizon
     )
@@ -183,6 +189,7 @@ def spawn_workers(config: AgenticConfig, cluster: Cluster, model_path: Path, tok
         val_rollout,
         make_experience,
         update_weights,
+        offload,
     )
 
 

@@ -9,6 +9,7 @@ from roll_pipeline.config.roles import WorkerConfig
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.runtime.cluster import ClusterError, CpuCapacity
+from roll_pipeline.runtime.gpu_pool import GpuSlots, plan_gpu_pool
 from roll_pipeline.runtime.placement import (
     TRAINED_ROLES,
     CpuPlan,
@@ -33,7 +34,8 @@ def plan_roles(spawn: SpawnSettings, capacity: CpuCapacity | None) -> tuple[dict
     """The plan of each role with a worker of its own (`spawn.names`) and the CPU plan they share.
 
     CPU requests a local Ray instance cannot hold stop the run here with the fix (`ClusterError`); on an
-    existing cluster, which may grow or free CPUs, they are a warning.
+    existing cluster, which may grow or free CPUs, they are a warning. Under Ray the roles on GPUs share one GPU
+    pool (`runtime.gpu_pool`): a bundle per device_mapping GPU holding the CPUs of the workers that run there.
     """
     placements = plan_placement(spawn.roles, spawn.backend)
     threads = {
@@ -49,6 +51,12 @@ def plan_roles(spawn: SpawnSettings, capacity: CpuCapacity | None) -> tuple[dict
         from tqdm.auto import tqdm
 
         tqdm.write(f"[roll] WARNING: {cpus.problem}")
+    pool = plan_gpu_pool(
+        (placements[n].gpus[r : r + 1] if placements[n].ranks > 1 else placements[n].gpus, cpus.roles[n])
+        for n in spawn.names
+        for r in range(placements[n].ranks)
+        if placements[n].gpus
+    )
     plans = {}
     for name in spawn.names:
         role, placement = spawn.roles[name], placements[name]
@@ -62,6 +70,7 @@ def plan_roles(spawn: SpawnSettings, capacity: CpuCapacity | None) -> tuple[dict
             dtype=role.model_args.dtype,
             strategy=strategy_kwargs(role),
             optimizer=optimiser_kwargs(role) if name in TRAINED_ROLES else {},
+            gpus=GpuSlots(pool, placement.gpus) if placement.gpus else None,
         )
     return plans, cpus
 

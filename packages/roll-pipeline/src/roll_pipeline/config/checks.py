@@ -162,6 +162,46 @@ def _rank_problems(cfg: AgenticConfig) -> list[str]:
     return problems
 
 
+def _gpu_problems(cfg: AgenticConfig) -> list[str]:
+    """GPU requests Ray's GPU pool cannot place (one whole-GPU bundle per device_mapping index; a worker asks for
+    a share of each of its GPUs): a worker asking for more GPUs than it is mapped to, or colocated workers
+    asking for more than a whole GPU together. The cluster's own GPU count is checked when the pool is made."""
+    if cfg.cluster.backend != "ray":
+        return []
+    roles = {n: getattr(cfg, n) for n in cfg.spawned_roles}
+    sharing: dict[int, int] = {}
+    for role in (cfg.actor_train, cfg.actor_infer, cfg.reference, *([cfg.critic] if cfg.uses_critic else [])):
+        for gpu in set(role.device_mapping):
+            sharing[gpu] = sharing.get(gpu, 0) + 1
+    problems, shares = [], {}  # shares: GPU -> {role: its share of that GPU}
+    for name, role in roles.items():
+        gpus = list(dict.fromkeys(role.device_mapping))
+        if not gpus:
+            continue
+        ranked = name in ("actor_train", "critic") and role.data_parallel_size > 1
+        each, wanted = 1 if ranked else len(gpus), role.num_gpus_per_worker
+        if wanted is not None and wanted > each:
+            if not ranked:  # a rank asking for more than one GPU is a `_rank_problems` problem
+                problems.append(
+                    f"{name}.num_gpus_per_worker={wanted:g} asks for more GPUs than its"
+                    f" device_mapping={role.device_mapping} gives its worker ({each}); set it <= {each}, or null,"
+                    " or list more GPUs in device_mapping"
+                )
+            continue
+        share = wanted / each if wanted is not None else 1 / max(sharing[g] for g in gpus)
+        for gpu in gpus:
+            shares.setdefault(gpu, {})[name] = share
+    for gpu, by_role in sorted(shares.items()):
+        if sum(by_role.values()) > 1 + 1e-9:
+            asks = ", ".join(f"{n} {s:g}" for n, s in by_role.items())
+            problems.append(
+                f"GPU {gpu} is asked for more than one GPU in all by the roles mapped to it ({asks}); lower their"
+                " num_gpus_per_worker so the shares add up to at most 1, or null (colocated roles then share it"
+                " equally), or map a role onto other GPUs"
+            )
+    return problems
+
+
 CRITIC_FIELDS = ("critic", "critic_warmup", "value_clip")
 """Top-level fields that only an estimator declaring `needs_critic` reads."""
 
@@ -376,6 +416,7 @@ def config_problems(cfg: AgenticConfig) -> list[str]:
         + _role_problems(cfg)
         + _exact_kl_reference_problems(cfg)
         + _rank_problems(cfg)
+        + _gpu_problems(cfg)
         + _estimator_problems(cfg)
         + _loss_problems(cfg)
         + _policy_loss_option_problems(cfg)

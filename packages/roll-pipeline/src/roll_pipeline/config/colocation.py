@@ -5,6 +5,10 @@ a role the pipeline runs (actor_train, critic, a reference worker of its own) sl
 `sleep_level` (default 1) from the end of each rollout until the weight sync that precedes the next one
 (`roll_pipeline.runtime.infer_sleep`): the trainer then has the GPU memory the engine held. On the CPU
 (empty `device_mapping`s) nothing is colocated and nothing sleeps: vLLM's CPU build has no sleep mode.
+
+`offloaded_roles`: the trained roles colocated with actor_infer (any inference backend: its memory is in use
+while it samples) whose `offload_when_colocated` is on; the pipeline moves their state to CPU memory while the
+engine samples (`roll_pipeline.runtime.trainer_offload`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,15 @@ from roll_strategies.infer.sleep import DEFAULT_SLEEP_LEVEL, SLEEP_LEVELS
 
 from roll_pipeline.config.roles import WorkerConfig
 
-__all__ = ["DEFAULT_SLEEP_LEVEL", "SLEEP_LEVELS", "InferSleep", "infer_sleep", "sleep_level_of"]
+__all__ = [
+    "DEFAULT_SLEEP_LEVEL",
+    "SLEEP_LEVELS",
+    "InferSleep",
+    "colocated_with_infer",
+    "infer_sleep",
+    "offloaded_roles",
+    "sleep_level_of",
+]
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,16 @@ def infer_sleep(roles: Mapping[str, WorkerConfig], names: Sequence[str]) -> Infe
     level = sleep_level_of(infer)
     if infer.strategy_args.strategy_name != "vllm" or not isinstance(level, int) or level not in SLEEP_LEVELS:
         return InferSleep(0, ())
-    gpus = set(infer.device_mapping)
-    shared = tuple(n for n in names if n != "actor_infer" and gpus & set(roles[n].device_mapping))
-    return InferSleep(level, shared)
+    return InferSleep(level, colocated_with_infer(roles, names))
+
+
+def colocated_with_infer(roles: Mapping[str, WorkerConfig], names: Sequence[str]) -> tuple[str, ...]:
+    """The roles of `names` (other than actor_infer) whose `device_mapping` names a GPU of actor_infer's."""
+    gpus = set(roles["actor_infer"].device_mapping)
+    return tuple(n for n in names if n != "actor_infer" and gpus & set(roles[n].device_mapping))
+
+
+def offloaded_roles(roles: Mapping[str, WorkerConfig], names: Sequence[str]) -> tuple[str, ...]:
+    """The roles whose trainer state moves to CPU memory while actor_infer samples: those colocated with it
+    (`colocated_with_infer`) with `offload_when_colocated` on."""
+    return tuple(n for n in colocated_with_infer(roles, names) if roles[n].offload_when_colocated)

@@ -165,6 +165,13 @@ class WorkerConfig(StrictModel):
         description="GPUs the role's Ray actor asks for (each rank's, for a trained role with several); null:"
         " its device_mapping GPUs divided among the roles mapped to them (colocated roles share)",
     )
+    offload_when_colocated: bool = Field(
+        True,
+        description="a trained role (actor_train, critic, a reference worker of its own) on a GPU of actor_infer's"
+        " moves its weights, gradients, fp32 masters and optimiser state to CPU memory after the weight sync"
+        " and back before the next step's training phase, so the engine has the GPU while it samples; false"
+        " keeps them on the GPU",
+    )
     world_size: int | None = Field(
         None,
         ge=1,

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from roll_pipeline.runtime.gpu_pool import GpuSlots, PoolError, RayGpuPool, rank_group
 from roll_pipeline.runtime.rank_processes import RankProcess, spawn_rank_processes
 
 MISSING_RAY = (
@@ -58,9 +59,17 @@ class Cluster(Protocol):
     """The operations the pipeline needs from a worker placement backend."""
 
     def spawn(
-        self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any
+        self,
+        cls: type,
+        *args: Any,
+        name: str,
+        num_cpus: float = 0,
+        num_gpus: float = 0,
+        gpus: GpuSlots | None = None,
+        **kwargs: Any,
     ) -> Any:
-        """Create a worker of `cls`; return a handle."""
+        """Create a worker of `cls`; return a handle. With `gpus` (under Ray) it runs on those GPUs of the run's
+        GPU pool."""
         ...
 
     def spawn_ranks(
@@ -71,12 +80,13 @@ class Cluster(Protocol):
         rank_kwargs: Sequence[Mapping[str, Any]],
         num_cpus: float = 0,
         num_gpus: float = 0,
+        gpus: GpuSlots | None = None,
         **kwargs: Any,
     ) -> list[Any]:
         """Create the data-parallel ranks of one role: rank r is `cls(*args, **kwargs, **rank_kwargs[r],
         data_parallel=DataParallelSpec(r, N, <rank 0's address>, <a free port there>))`, each asking for
-        `num_cpus` / `num_gpus`; return their handles in rank order once all are built (they meet while being
-        built)."""
+        `num_cpus` / `num_gpus` (on GPU `gpus.gpus[r]` of the run's GPU pool, with `gpus`); return their handles
+        in rank order once all are built (they meet while being built)."""
         ...
 
     def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
@@ -113,9 +123,16 @@ class LocalCluster:
         self._workers: list[Any] = []
 
     def spawn(
-        self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any
+        self,
+        cls: type,
+        *args: Any,
+        name: str,
+        num_cpus: float = 0,
+        num_gpus: float = 0,
+        gpus: GpuSlots | None = None,
+        **kwargs: Any,
     ) -> Any:
-        """Instantiate `cls` here."""
+        """Instantiate `cls` here (in-process there is no GPU pool: the plan names each worker's device)."""
         worker = cls(*args, **kwargs)
         self._workers.append(worker)
         return worker
@@ -128,6 +145,7 @@ class LocalCluster:
         rank_kwargs: Sequence[Mapping[str, Any]],
         num_cpus: float = 0,
         num_gpus: float = 0,
+        gpus: GpuSlots | None = None,
         **kwargs: Any,
     ) -> list[Any]:
         """One child process per rank (`rank_processes`), meeting on a free port of this machine."""
@@ -211,6 +229,8 @@ class RayCluster:
         self._ray = ray
         self._actors: list[Any] = []
         self._groups: list[Any] = []  # placement groups of the data-parallel ranks
+        self._pool: RayGpuPool | None = None  # the run's GPU bundles, reserved by the first worker on them
+        self.placement_timeout_s = PLACEMENT_TIMEOUT_S
         # a local instance started here never grows; an existing one (an address, or Ray already up) may
         self._can_grow = address is not None or ray.is_initialized()
         if not ray.is_initialized():
@@ -222,14 +242,24 @@ class RayCluster:
             ray.init(address=address, **kwargs)
 
     def spawn(
-        self, cls: type, *args: Any, name: str, num_cpus: float = 0, num_gpus: float = 0, **kwargs: Any
+        self,
+        cls: type,
+        *args: Any,
+        name: str,
+        num_cpus: float = 0,
+        num_gpus: float = 0,
+        gpus: GpuSlots | None = None,
+        **kwargs: Any,
     ) -> Any:
         """Start an actor of `cls` (named for logs), asking for the given resources.
 
         Actors without GPUs are spread over the cluster's nodes (Ray would otherwise pack every
-        zero-resource actor on the driver's node); GPU actors go where their GPUs are."""
+        zero-resource actor on the driver's node); GPU actors go where their GPUs are: with `gpus`, in the
+        bundles of the run's GPU pool (`gpu_pool`)."""
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
-        if not num_gpus:
+        if gpus is not None:
+            options.update(self._pool_options(gpus, gpus.gpus, num_gpus, name))
+        elif not num_gpus:
             options["scheduling_strategy"] = "SPREAD"
         actor_cls = self._ray.remote(cls).options(**options)
         actor = actor_cls.remote(*args, **kwargs)
@@ -244,41 +274,36 @@ class RayCluster:
         rank_kwargs: Sequence[Mapping[str, Any]],
         num_cpus: float = 0,
         num_gpus: float = 0,
+        gpus: GpuSlots | None = None,
         **kwargs: Any,
     ) -> list[Any]:
-        """The ranks' actors in one placement group (one bundle each, packed on as few nodes as fit), built in
-        two phases: a task in rank 0's bundle reports its node's IP and a free port there, then every rank is
-        started with that rendezvous and they meet while being built."""
-        from ray.util.placement_group import placement_group, remove_placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        """The ranks' actors, built in two phases: a task where rank 0 runs reports its node's IP and a free port
+        there, then every rank is started with that rendezvous and they meet while being built. With `gpus`, rank
+        r runs in the GPU pool's bundle of GPU `gpus.gpus[r]`; without, the ranks get a placement group of their
+        own (one bundle each, packed on as few nodes as fit)."""
         from roll_strategies import DataParallelSpec
 
         size = len(rank_kwargs)
-        cpus = num_cpus or MIN_RANK_CPUS  # a bundle cannot be empty
-        bundle = {"CPU": cpus, **({"GPU": num_gpus} if num_gpus else {})}
-        group = placement_group([bundle] * size, strategy="PACK")
-        try:
-            self._ray.get(group.ready(), timeout=PLACEMENT_TIMEOUT_S)
-        except self._ray.exceptions.GetTimeoutError as exc:
-            remove_placement_group(group)
-            raise ClusterError(
-                f"{name}: Ray could not place its {size} ranks ({bundle} each) in {PLACEMENT_TIMEOUT_S:.0f} s;"
-                f" the cluster has {self._ray.available_resources()} free. Fix: fewer ranks (world_size, or"
-                " fewer device_mapping GPUs), lower num_threads / num_gpus_per_worker, or add nodes."
-            ) from exc
-        self._groups.append(group)
-
-        def in_bundle(rank: int) -> Any:
-            return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank)
-
-        probe = self._ray.remote(num_cpus=0)(node_address).options(scheduling_strategy=in_bundle(0))
+        if gpus is not None:
+            each = [self._pool_options(gpus, (gpu,), num_gpus, name) for gpu in gpus.gpus]
+            placed = [{"num_cpus": num_cpus, **options} for options in each]
+        else:
+            try:
+                group, placed = rank_group(self._ray, size, num_cpus, num_gpus, PLACEMENT_TIMEOUT_S)
+            except PoolError as exc:
+                raise ClusterError(f"{name}: {exc}") from exc
+            self._groups.append(group)
+        probe = self._ray.remote(num_cpus=0)(node_address).options(
+            scheduling_strategy=placed[0]["scheduling_strategy"]
+        )
         master_addr, master_port = self._ray.get(probe.remote())
         actor_cls = self._ray.remote(cls)
         ranks = []
         for rank, extra in enumerate(rank_kwargs):
             spec = DataParallelSpec(rank, size, master_addr, master_port)
-            options = {"num_cpus": cpus, "num_gpus": num_gpus, "scheduling_strategy": in_bundle(rank)}
-            ranks.append(actor_cls.options(**options).remote(*args, **kwargs, **extra, data_parallel=spec))
+            ranks.append(
+                actor_cls.options(**placed[rank]).remote(*args, **kwargs, **extra, data_parallel=spec)
+            )
         self._actors.extend(ranks)
         # actor creation is asynchronous: wait until every rank has joined the group, or raise the first failure
         pending = [actor.__ray_ready__.remote() for actor in ranks]
@@ -286,6 +311,22 @@ class RayCluster:
             done, pending = self._ray.wait(pending, num_returns=1)
             self._ray.get(done)
         return ranks
+
+    def _pool_options(
+        self, slots: GpuSlots, gpus: tuple[int, ...], num_gpus: float, name: str
+    ) -> dict[str, Any]:
+        """Ray options of a worker on `gpus` of the run's GPU pool, reserving the pool on first use."""
+        try:
+            if self._pool is None:
+                self._pool = RayGpuPool(self._ray, slots.pool, self.placement_timeout_s, self._can_grow)
+            elif self._pool.pool != slots.pool:
+                raise PoolError(
+                    f"{name} asks for GPU pool {slots.pool}, but this run reserved {self._pool.pool}: plan every"
+                    " role together (assembly.roles.plan_roles) so they share one pool"
+                )
+            return self._pool.options(gpus, num_gpus, name)
+        except PoolError as exc:
+            raise ClusterError(f"{name}: {exc}") from exc
 
     def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """An ObjectRef is awaitable."""
@@ -313,6 +354,10 @@ class RayCluster:
             with contextlib.suppress(Exception):
                 remove_placement_group(group)
         self._groups.clear()
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                self._pool.remove()
+            self._pool = None
 
     def _worker_nodes(self) -> list[dict[str, Any]]:
         """The alive nodes with CPUs: every roll actor asks for some CPU, so only these can host one."""
@@ -362,9 +407,6 @@ class RayCluster:
             float(min(available, sum(totals))), float(max(totals, default=0.0)), self._can_grow
         )
 
-
-MIN_RANK_CPUS = 0.01
-"""The CPU bundle of a rank whose plan asks for none (a placement group bundle cannot be empty)."""
 
 PLACEMENT_TIMEOUT_S = 600.0
 """How long the ranks of a role may wait for Ray to find room for all of them (an autoscaler may add nodes)."""

@@ -73,6 +73,9 @@ class Placement:
     devices: tuple[str, ...] = ()
     """Each rank's torch device where they differ (in-process GPUs: "cuda:<device_mapping[r]>"); empty: every
     rank uses `device`."""
+    gpus: tuple[int, ...] = ()
+    """Under Ray, the GPU pool's GPUs (`runtime.gpu_pool`): rank r's is `gpus[r]` for a role with ranks, else
+    the worker runs on all of them; empty on the CPU, in-process and for a role asking for no GPU."""
 
     def device_of(self, rank: int) -> str:
         """The torch device of rank `rank`."""
@@ -90,7 +93,8 @@ def plan_placement(roles: Mapping[str, WorkerConfig], backend: str) -> dict[str,
       request;
     - under Ray: `num_gpus_per_worker` when set; otherwise the role's GPUs (a rank's: one) divided among the
       roles mapped to them (colocated roles share a GPU: 3 roles on [0] ask for 1/3 each; a role alone on [1]
-      asks for 1).
+      asks for 1); `gpus` places them in the run's GPU pool (rank r on `device_mapping[r]`, one worker on all
+      its distinct GPUs).
     """
     per_gpu = Counter(gpu for role in roles.values() for gpu in set(role.device_mapping))
     placements = {}
@@ -103,11 +107,13 @@ def plan_placement(roles: Mapping[str, WorkerConfig], backend: str) -> dict[str,
         elif backend == "local":
             devices = tuple(f"cuda:{gpu}" for gpu in mapping) if ranks > 1 else ()
             placements[name] = Placement(f"cuda:{mapping[0]}", 0.0, ranks, devices)
-        elif role.num_gpus_per_worker is not None:
-            placements[name] = Placement("cuda", float(role.num_gpus_per_worker), ranks)
         else:
-            sharing = max(per_gpu[gpu] for gpu in mapping)
-            placements[name] = Placement("cuda", gpus / sharing, ranks)
+            pool = tuple(mapping) if ranks > 1 else tuple(dict.fromkeys(mapping))
+            if role.num_gpus_per_worker is not None:
+                share = float(role.num_gpus_per_worker)
+            else:
+                share = gpus / max(per_gpu[gpu] for gpu in mapping)
+            placements[name] = Placement("cuda", share, ranks, gpus=pool if share > 0 else ())
     return placements
 
 

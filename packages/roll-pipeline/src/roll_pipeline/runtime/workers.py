@@ -13,6 +13,7 @@ from roll_strategies.train.deepspeed_config import zero_stage
 
 from roll_pipeline.config.roles import WorkerConfig
 from roll_pipeline.runtime.cluster import Cluster
+from roll_pipeline.runtime.gpu_pool import GpuSlots
 from roll_pipeline.runtime.ranks import RankGroup
 
 __all__ = ["RolePlan", "RoleSpawner", "SpawnSettings"]
@@ -53,6 +54,8 @@ class RolePlan:
     """`strategy_name` / `strategy_config` of the worker's constructor."""
     optimizer: Mapping[str, Any] = field(default_factory=dict)
     """The optimizer arguments of a trained role's strategy (empty for a role that does not train)."""
+    gpus: GpuSlots | None = None
+    """Under Ray, the role's GPUs in the run's GPU pool (rank r's: `gpus.gpus[r]`); None on the CPU, in-process."""
 
     @property
     def gathers_weights(self) -> bool:
@@ -79,6 +82,7 @@ class RoleSpawner:
             name=name,
             num_cpus=plan.num_cpus,
             num_gpus=plan.num_gpus,
+            **_pool_kwargs(plan),
             device=plan.device,
             dtype=plan.dtype,
             num_threads=plan.num_threads,
@@ -100,6 +104,7 @@ class RoleSpawner:
             rank_kwargs=[{"device": device} for device in plan.rank_devices],
             num_cpus=plan.num_cpus,
             num_gpus=plan.num_gpus,
+            **_pool_kwargs(plan),
             dtype=plan.dtype,
             num_threads=plan.num_threads,
             **plan.strategy,
@@ -107,3 +112,8 @@ class RoleSpawner:
             **kwargs,
         )
         return RankGroup(self.cluster, ranks, gathers_weights=plan.gathers_weights)
+
+
+def _pool_kwargs(plan: RolePlan) -> dict[str, Any]:
+    """`gpus=` for a plan in the GPU pool; nothing otherwise (the CPU and in-process calls stay as they were)."""
+    return {"gpus": plan.gpus} if plan.gpus is not None else {}

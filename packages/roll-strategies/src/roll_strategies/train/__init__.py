@@ -7,6 +7,7 @@
 - `optimizer.py`: `OptimizerSettings`, the AdamW / warm-up / clipping arguments every train strategy takes.
 - `train_loop.py`: `run_train_step`, the accumulate / step loop of every train strategy over a `GradientBackend`.
 - `master_weights.py`: `MasterWeightOptimizer`, the hf strategies' gradient backend (fp32 masters, AdamW, clipping).
+- `offload.py`: `OffloadReport`, `offload_tensors` / `reload_tensors`: a trainer's state off its GPU while vLLM samples.
 - `schedules.py`: AdamW with linear warm-up, and the run's learning-rate decay factors.
 - `value_model.py`: `load_value_model`, the policy's architecture with a scalar value head, for the critic.
 - `data_parallel.py`: `DataParallelSpec`, `join_group`, `DataParallel`: a trained role as N ranks in one group.

@@ -35,6 +35,7 @@ runs its remaining micro-batches too).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -53,6 +54,7 @@ from roll_strategies.sync.weights import unique_named_tensors
 from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.train.deepspeed_config import build_deepspeed_config, zero_stage
 from roll_strategies.train.hf_train import LossFn
+from roll_strategies.train.offload import OffloadReport, optimizer_state_tensors
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.schedules import adamw_with_warmup, apply_lr_scale
 from roll_strategies.train.train_loop import NonFiniteCount, StepOutcome, run_train_step
@@ -136,6 +138,33 @@ def _grad_norm(params: list[torch.nn.Parameter]) -> float:
     return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
 
+ZERO_BUFFERS = (
+    "single_partition_of_fp32_groups",  # ZeRO-1/2: this rank's fp32 masters
+    "bit16_groups_flat",  # ZeRO-1/2: the low-precision weights, flat
+    "fp32_partitioned_groups_flat",  # ZeRO-3: this rank's fp32 masters
+    "fp16_partitioned_groups_flat",  # ZeRO-3: this rank's low-precision weight partition
+)
+
+
+def _zero_state_bytes(engine: Any) -> int:
+    """Bytes of the ZeRO optimiser's weight buffers and optimiser state on this rank."""
+    zero = engine.optimizer
+    tensors = [
+        t for name in ZERO_BUFFERS for t in getattr(zero, name, None) or () if isinstance(t, torch.Tensor)
+    ]
+    inner = getattr(zero, "optimizer", None)
+    if isinstance(inner, torch.optim.Optimizer):
+        tensors += list(optimizer_state_tensors(inner))
+    return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
+
+
+def _allocated(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.memory_allocated(device))
+
+
 class DeepSpeedTrainStrategy:
     """Train backend on DeepSpeed (ZeRO stage, offload, bf16 from `strategy_config`, see `deepspeed_config`);
     AdamW, warm-up and clipping from `optimizer` (an `OptimizerSettings`, as hf_train); `data_parallel`: this
@@ -183,6 +212,7 @@ class DeepSpeedTrainStrategy:
         self.step = 0  # train steps run, skipped non-finite ones included (the warm-up counts applied ones)
         self.nonfinite = NonFiniteCount()
         self.exporter = WeightExporter(self.model, gather=self._gather)
+        self.offloaded = False
 
     def _gather(self, tensors: list[torch.Tensor]) -> AbstractContextManager[object]:
         """Whole parameters for reading (ZeRO-3 partitions them); a no-op below stage 3."""
@@ -254,6 +284,42 @@ class DeepSpeedTrainStrategy:
         if applied:
             self.exporter.bump()
         return result
+
+    def offload_unavailable(self) -> str | None:
+        """Why `offload` cannot run here (ZeRO-0: DeepSpeed has no offload_states for it), None when it can."""
+        if callable(getattr(self.engine.optimizer, "offload_states", None)):
+            return None
+        return (
+            f"DeepSpeed has no offload_states for ZeRO-{self.zero_stage} "
+            f"({type(self.engine.optimizer).__name__}); use zero_optimization.stage 1-3"
+        )
+
+    def offload(self) -> OffloadReport:
+        """DeepSpeed's own `engine.offload_states()` (ZeRO 1-3: fp32 masters, low-precision weights, gradient
+        partitions and optimiser state to CPU memory, pinned from CUDA) until `reload`. `bytes_moved` is the size of
+        those buffers on this rank. ZeRO-0 is refused (`offload_unavailable`)."""
+        reason = self.offload_unavailable()
+        if reason is not None:
+            raise StrategyError(
+                f"Expected a ZeRO stage DeepSpeed can offload, got: {reason}; or set offload_when_colocated: "
+                "false on this role."
+            )
+        if self.offloaded:
+            return OffloadReport(0.0, 0)
+        started, before, size = time.perf_counter(), _allocated(self.device), _zero_state_bytes(self.engine)
+        self.engine.offload_states(pin_memory=self.device.type == "cuda")
+        self.offloaded = True
+        return OffloadReport(time.perf_counter() - started, size, before - _allocated(self.device))
+
+    def reload(self) -> OffloadReport:
+        """Undo `offload` (`engine.reload_states()`)."""
+        if not self.offloaded:
+            return OffloadReport(0.0, 0)
+        started, before = time.perf_counter(), _allocated(self.device)
+        self.engine.reload_states()
+        self.offloaded = False
+        size = _zero_state_bytes(self.engine)
+        return OffloadReport(time.perf_counter() - started, size, before - _allocated(self.device))
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """CPU float32 numpy copies of all weights (tied ones once), gathered under ZeRO-3."""

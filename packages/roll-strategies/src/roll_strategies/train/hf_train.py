@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from roll_strategies.sync.weight_sync import WeightExporter
 from roll_strategies.sync.weights import export_named_weights, load_named_weights, unique_named_tensors
 from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.train.master_weights import MasterWeightOptimizer
+from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.train_loop import run_train_step
 
@@ -79,6 +80,7 @@ class HFTrainStrategy:
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
         self.data_parallel = DataParallel(0, 1, self.device)
+        self.offloaded = False
         if not trainable:
             self.model.eval().requires_grad_(False)
             self.exporter = WeightExporter(self.model)
@@ -166,6 +168,27 @@ class HFTrainStrategy:
     weights_fingerprint = endpoints.exported_fingerprint
     weight_sync_plan = endpoints.weight_sync_plan
     weight_bucket = endpoints.weight_bucket
+
+    def offload(self) -> OffloadReport:
+        """Parameters, gradients, fp32 masters and AdamW state to CPU memory (`train.offload`) until `reload`;
+        a second call moves nothing."""
+        if self.offloaded:
+            return OffloadReport(0.0, 0)
+        self.offloaded = True
+        return offload_tensors(self.model, self.device, **self.trainer_state())
+
+    def reload(self) -> OffloadReport:
+        """Undo `offload`: everything back on the strategy's device (nothing moves when not offloaded)."""
+        if not self.offloaded:
+            return OffloadReport(0.0, 0)
+        self.offloaded = False
+        return reload_tensors(self.model, self.device, **self.trainer_state())
+
+    def trainer_state(self) -> dict[str, Any]:
+        """The masters and optimiser beside the model (none for a frozen reference)."""
+        if self.trainer is None:
+            return {}
+        return {"masters": self.trainer.masters, "optimizer": self.trainer.optimizer}
 
     def save_checkpoint(self, path: Path) -> None:
         """Model (safetensors; the float32 masters in mixed precision) + tokenizer + optimizer/scheduler/

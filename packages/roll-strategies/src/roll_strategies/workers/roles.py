@@ -23,6 +23,7 @@ from roll_strategies.registry import create_strategy
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
 from roll_strategies.train.critic import ValueLossFn
 from roll_strategies.train.hf_train import HFTrainStrategy, LossFn
+from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
 from roll_strategies.workers.allocator import ProcessMemory, configure_allocator, release_freed_memory
 
 __all__ = ["ActorInferWorker", "ActorTrainWorker", "CriticWorker", "ReferenceWorker"]
@@ -34,6 +35,14 @@ def _set_up_process(num_threads: int | None) -> None:
     configure_allocator()
     if num_threads is not None:
         torch.set_num_threads(max(1, int(num_threads)))
+
+
+def _offload_unavailable(strategy: object) -> str | None:
+    """Why `strategy` cannot offload (no offload / reload, or its own `offload_unavailable` reason), else None."""
+    if not callable(getattr(strategy, "offload", None)) or not callable(getattr(strategy, "reload", None)):
+        return f"{type(strategy).__name__} has no offload"
+    unavailable = getattr(strategy, "offload_unavailable", None)
+    return unavailable() if callable(unavailable) else None
 
 
 def _policy_model(strategy: object) -> torch.nn.Module:
@@ -75,6 +84,7 @@ class ActorTrainWorker:
             strategy_name, "train", model_path, strategy_config=strategy_config, **strategy_kwargs
         )
         self.reference_model: torch.nn.Module | None = None
+        self._reference_offloaded = False
         if reference_model_path is not None:
             _policy_model(self.strategy)  # a clear error now rather than at the first step
             model, _ = load_model_and_tokenizer(
@@ -150,6 +160,27 @@ class ActorTrainWorker:
         held reference, and the reference's log-probs of the response tokens: [B, T] each, no grad."""
         model = _policy_model(self.strategy)
         return reference_kl(model, self._reference(), batch, micro_batch_size, device=self.strategy.device)
+
+    def offload_unavailable(self) -> str | None:
+        """Why `offload` cannot run with this strategy, None when it can."""
+        return _offload_unavailable(self.strategy)
+
+    def offload(self) -> OffloadReport:
+        """The trainer's parameters, gradients, fp32 masters and optimiser state (and the held reference model) to
+        CPU memory while a colocated inference engine runs (see the strategy's `offload`)."""
+        report = self.strategy.offload()
+        if self.reference_model is not None and not self._reference_offloaded:
+            report = report + offload_tensors(self.reference_model, self.strategy.device)
+            self._reference_offloaded = True
+        return report
+
+    def reload(self) -> OffloadReport:
+        """Undo `offload` before the next phase that computes on this worker."""
+        report = self.strategy.reload()
+        if self.reference_model is not None and self._reference_offloaded:
+            report = report + reload_tensors(self.reference_model, self.strategy.device)
+            self._reference_offloaded = False
+        return report
 
     def release_memory(self) -> ProcessMemory:
         """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
@@ -280,6 +311,18 @@ class ReferenceWorker:
         """Reference log-probs [B, T] aligned with input_ids."""
         return self.strategy.compute_log_probs(batch, micro_batch_size)
 
+    def offload_unavailable(self) -> str | None:
+        """Why `offload` cannot run with this strategy, None when it can."""
+        return _offload_unavailable(self.strategy)
+
+    def offload(self) -> OffloadReport:
+        """The frozen reference model to CPU memory while a colocated inference engine runs (see the strategy's `offload`)."""
+        return self.strategy.offload()
+
+    def reload(self) -> OffloadReport:
+        """Undo `offload` before the next phase that computes on this worker."""
+        return self.strategy.reload()
+
     def release_memory(self) -> ProcessMemory:
         """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
         return release_freed_memory()
@@ -327,6 +370,18 @@ class CriticWorker:
     def load_checkpoint(self, path: str | Path) -> None:
         """See the strategy's `load_checkpoint`."""
         self.strategy.load_checkpoint(Path(path))
+
+    def offload_unavailable(self) -> str | None:
+        """Why `offload` cannot run with this strategy, None when it can."""
+        return _offload_unavailable(self.strategy)
+
+    def offload(self) -> OffloadReport:
+        """The value model, its gradients, fp32 masters and optimiser state to CPU memory while a colocated inference engine runs (see the strategy's `offload`)."""
+        return self.strategy.offload()
+
+    def reload(self) -> OffloadReport:
+        """Undo `offload` before the next phase that computes on this worker."""
+        return self.strategy.reload()
 
     def release_memory(self) -> ProcessMemory:
         """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
