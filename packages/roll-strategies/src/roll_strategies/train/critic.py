@@ -20,7 +20,7 @@ from roll_strategies.errors import StrategyError
 from roll_strategies.train.data_parallel import DataParallelSpec, join_group
 from roll_strategies.train.hf_train import TRAINER_STATE_FILE, _read, checkpoint_files, save_model
 from roll_strategies.train.master_weights import MasterWeightOptimizer
-from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
+from roll_strategies.train.offload import OffloadReport, TrainStateOffload
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.train_loop import run_train_step
 from roll_strategies.train.value_model import load_value_model
@@ -63,25 +63,19 @@ class HFCriticStrategy:
         self.model.train()
         self.trainer = MasterWeightOptimizer(self.model, optimizer, data_parallel=self.data_parallel)
         self.optimizer, self.scheduler = self.trainer.optimizer, self.trainer.scheduler
-        self.offloaded = False
+        self.offloader = TrainStateOffload(
+            self.model,
+            self.device,
+            lambda: {"masters": self.trainer.masters, "optimizer": self.trainer.optimizer},
+        )
 
     def offload(self) -> OffloadReport:
         """Value model, gradients, fp32 masters and AdamW state to CPU memory (`train.offload`) until `reload`."""
-        if self.offloaded:
-            return OffloadReport(0.0, 0)
-        self.offloaded = True
-        return offload_tensors(
-            self.model, self.device, masters=self.trainer.masters, optimizer=self.trainer.optimizer
-        )
+        return self.offloader.offload()
 
     def reload(self) -> OffloadReport:
         """Undo `offload`."""
-        if not self.offloaded:
-            return OffloadReport(0.0, 0)
-        self.offloaded = False
-        return reload_tensors(
-            self.model, self.device, masters=self.trainer.masters, optimizer=self.trainer.optimizer
-        )
+        return self.offloader.reload()
 
     def packing_supported(self) -> bool:
         """Whether packed micro-batches give the same values as padded ones for this model."""

@@ -19,7 +19,7 @@ from roll_strategies.sync.weight_sync import WeightExporter
 from roll_strategies.sync.weights import export_named_weights, load_named_weights, unique_named_tensors
 from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.train.master_weights import MasterWeightOptimizer
-from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
+from roll_strategies.train.offload import OffloadReport, TrainStateOffload
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.train_loop import run_train_step
 
@@ -80,7 +80,7 @@ class HFTrainStrategy:
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
         self.data_parallel = DataParallel(0, 1, self.device)
-        self.offloaded = False
+        self.offloader = TrainStateOffload(self.model, self.device, self.trainer_state)
         if not trainable:
             self.model.eval().requires_grad_(False)
             self.exporter = WeightExporter(self.model)
@@ -172,17 +172,11 @@ class HFTrainStrategy:
     def offload(self) -> OffloadReport:
         """Parameters, gradients, fp32 masters and AdamW state to CPU memory (`train.offload`) until `reload`;
         a second call moves nothing."""
-        if self.offloaded:
-            return OffloadReport(0.0, 0)
-        self.offloaded = True
-        return offload_tensors(self.model, self.device, **self.trainer_state())
+        return self.offloader.offload()
 
     def reload(self) -> OffloadReport:
         """Undo `offload`: everything back on the strategy's device (nothing moves when not offloaded)."""
-        if not self.offloaded:
-            return OffloadReport(0.0, 0)
-        self.offloaded = False
-        return reload_tensors(self.model, self.device, **self.trainer_state())
+        return self.offloader.reload()
 
     def trainer_state(self) -> dict[str, Any]:
         """The masters and optimiser beside the model (none for a frozen reference)."""

@@ -10,12 +10,19 @@ test on the CPU runs the real swap; its report counts those bytes, and `gpu_free
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-__all__ = ["OffloadReport", "offload_tensors", "optimizer_state_tensors", "reload_tensors"]
+__all__ = [
+    "OffloadReport",
+    "TrainStateOffload",
+    "offload_tensors",
+    "optimizer_state_tensors",
+    "reload_tensors",
+]
 
 
 @dataclass(frozen=True)
@@ -123,3 +130,29 @@ def reload_tensors(
 ) -> OffloadReport:
     """Undo `offload_tensors`: everything back on `device`."""
     return _swap(_state(model, masters, optimizer), device, device)
+
+
+class TrainStateOffload:
+    """One model and its train state (`state()`: the `masters` / `optimizer` keywords of `offload_tensors`, read at
+    each move) offloaded and reloaded as a strategy's `offload` / `reload`: each moves nothing when the state is
+    already where it asks."""
+
+    def __init__(
+        self, model: torch.nn.Module, device: torch.device, state: Callable[[], Mapping[str, Any]]
+    ) -> None:
+        self.model, self.device, self.state = model, device, state
+        self.offloaded = False
+
+    def offload(self) -> OffloadReport:
+        """Everything to CPU memory until `reload` (a second call moves nothing)."""
+        if self.offloaded:
+            return OffloadReport(0.0, 0)
+        self.offloaded = True
+        return offload_tensors(self.model, self.device, **self.state())
+
+    def reload(self) -> OffloadReport:
+        """Everything back on the device (nothing moves when not offloaded)."""
+        if not self.offloaded:
+            return OffloadReport(0.0, 0)
+        self.offloaded = False
+        return reload_tensors(self.model, self.device, **self.state())
