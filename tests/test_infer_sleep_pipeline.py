@@ -12,10 +12,8 @@ import pytest
 from roll_pipeline import AgenticPipeline
 from roll_pipeline.assembly import parts as parts_module
 from roll_pipeline.config.colocation import InferSleep
-from roll_pipeline.config.compose import compose
-from roll_pipeline.runtime.policy_server import PolicyServer
 from roll_strategies import HFInferStrategy, HFTrainStrategy
-from small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
+from small_runs import compact, record_policy_server, run_two_steps_in_process
 
 
 @pytest.mark.slow
@@ -36,36 +34,13 @@ def test_each_step_sleeps_after_the_rollout_and_wakes_before_the_weight_sync(tmp
         return train_step(self, *args, **kwargs)
 
     monkeypatch.setattr(HFTrainStrategy, "train_step", recorded_train_step)
-    generate_many, confirm = PolicyServer.generate_many, PolicyServer.confirm_weights
-    receive = PolicyServer.receive_weight_bucket
-
-    async def recorded_generate_many(self, payload):
-        events.append("generate")
-        return await generate_many(self, payload)
-
-    async def recorded_receive(self, bucket):
-        events.append("weights")
-        return await receive(self, bucket)
-
-    async def recorded_confirm(self, version, fingerprint):
-        events.append("weights")
-        return await confirm(self, version, fingerprint)
-
-    monkeypatch.setattr(PolicyServer, "generate_many", recorded_generate_many)
-    monkeypatch.setattr(PolicyServer, "receive_weight_bucket", recorded_receive)
-    monkeypatch.setattr(PolicyServer, "confirm_weights", recorded_confirm)
-    overrides = [*steps(2), *SMALL_FROZEN_LAKE, *FEW_WORKERS, "cluster.backend=local"]
-    cfg = compose(None, None, [*overrides, "async_generation_ratio=0", f"output_dir={tmp_path}"])
-    pipeline = AgenticPipeline(cfg, progress=False)
-    try:
-        pipeline.run()
-    finally:
-        pipeline.close()
-    compact = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]  # runs of one kind as one
+    record_policy_server(monkeypatch, events)
+    pipeline = run_two_steps_in_process(tmp_path)
+    compacted = compact(events)  # runs of one kind as one
     # weights, validation, then per step: rollout, sleep, train, wake, weights; validation at the end (a
     # validation and the next rollout both generate: one run of "generate")
     step = ["sleep", "train", "wake", "weights", "generate"]
-    assert compact == ["weights", "generate", *step, *step], events
+    assert compacted == ["weights", "generate", *step, *step], events
     assert events.count("sleep") == events.count("wake") == 2
     assert asyncio.run(_unlocked(pipeline)) is True
 

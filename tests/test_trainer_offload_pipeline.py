@@ -9,12 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from roll_pipeline import AgenticPipeline
 from roll_pipeline.assembly import parts as parts_module
-from roll_pipeline.config.compose import compose
-from roll_pipeline.runtime.policy_server import PolicyServer
 from roll_strategies import HFTrainStrategy
-from small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
+from small_runs import compact, record_policy_server, run_two_steps_in_process
 
 
 @pytest.mark.slow
@@ -29,36 +26,13 @@ def test_each_step_reloads_before_training_and_offloads_after_the_weight_sync(tm
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(HFTrainStrategy, name, recorded)
-    generate_many, confirm = PolicyServer.generate_many, PolicyServer.confirm_weights
-    receive = PolicyServer.receive_weight_bucket
-
-    async def recorded_generate_many(self, payload):
-        events.append("generate")
-        return await generate_many(self, payload)
-
-    async def recorded_receive(self, bucket):
-        events.append("weights")
-        return await receive(self, bucket)
-
-    async def recorded_confirm(self, version, fingerprint):
-        events.append("weights")
-        return await confirm(self, version, fingerprint)
-
-    monkeypatch.setattr(PolicyServer, "generate_many", recorded_generate_many)
-    monkeypatch.setattr(PolicyServer, "receive_weight_bucket", recorded_receive)
-    monkeypatch.setattr(PolicyServer, "confirm_weights", recorded_confirm)
-    overrides = [*steps(2), *SMALL_FROZEN_LAKE, *FEW_WORKERS, "cluster.backend=local"]
-    cfg = compose(None, None, [*overrides, "async_generation_ratio=0", f"output_dir={tmp_path}"])
-    pipeline = AgenticPipeline(cfg, progress=False)
-    try:
-        pipeline.run()
-    finally:
-        pipeline.close()
-    compact = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]  # runs of one kind as one
+    record_policy_server(monkeypatch, events)
+    pipeline = run_two_steps_in_process(tmp_path)
+    compacted = compact(events)  # runs of one kind as one
     # weights, offload, validation; per step: rollout, reload, train, weights, offload; validation at the end,
     # then the checkpoint, written from the GPU (reload, save, offload)
     step = ["generate", "reload", "train", "weights", "offload"]
-    assert compact == ["weights", "offload", *step, *step, "generate", "reload", "offload"], events
+    assert compacted == ["weights", "offload", *step, *step, "generate", "reload", "offload"], events
     rows = [json.loads(line) for line in (pipeline.run_dir / "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in rows if "time/step_total" in r]
     assert trained and all(
