@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from roll_pipeline.experiments.sweep import THRESHOLDS, SeedResult, run_labels
-from roll_pipeline.observe.plotting import add_legend, draw_baselines
+from roll_pipeline.observe.plotting import add_legend, draw_baselines, save_figure
 
 
 def plot_sweep(
@@ -45,9 +45,4 @@ def plot_sweep(
         xlabel="training minutes (summed step + validation time)", title="against the training clock"
     )
     add_legend(by_step, loc="upper left")
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)

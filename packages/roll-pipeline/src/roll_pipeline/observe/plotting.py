@@ -15,6 +15,18 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def save_figure(fig: object, out: Path) -> Path:
+    """Lay `fig` out, write it to `out` as a PNG (its folder made) and close it; `out` as a Path."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()  # type: ignore[attr-defined]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)  # type: ignore[attr-defined]
+    plt.close(fig)  # type: ignore[arg-type]
+    return out
+
+
 def add_legend(ax: object, loc: str = "best") -> None:
     """A legend when the panel drew a labelled line (an empty one only warns)."""
     if ax.get_legend_handles_labels()[0]:  # type: ignore[attr-defined]
@@ -92,9 +104,4 @@ def plot_learning_curve(
     if coefs:
         axes[2].set(xlabel="step", title="KL coefficients (adaptive controller)")
         add_legend(axes[2])
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
