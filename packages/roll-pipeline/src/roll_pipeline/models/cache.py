@@ -1,6 +1,7 @@
 """Resolve `pretrain`: a model folder; a Hugging Face hub id, to its snapshot folder in the Hugging Face
 cache (`hub.hub_snapshot`: downloaded unless `HF_HUB_OFFLINE=1`); or `builtin:NAME`, built on first use from
-its recipe (`recipes.BUILTIN_MODELS`) into roll's cache (`$ROLL_CACHE_DIR`, default `~/.cache/roll`)."""
+its recipe (`recipes.BUILTIN_MODELS`), or copied from the package where it ships built
+(`shipped_builds`), into roll's cache (`$ROLL_CACHE_DIR`, default `~/.cache/roll`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from roll_pipeline.models.hub import hub_snapshot, is_hub_id
 from roll_pipeline.models.recipes import BUILTIN_MODELS, TinyModelSpec
+from roll_pipeline.models.shipped_builds import build_name, install_shipped, shipped_build
 from roll_pipeline.models.warmup import format_warmup_examples, perception_warmup_examples, vocabulary_corpus
 
 
@@ -36,7 +38,7 @@ def resolve_pretrain(pretrain: str, seed: int = 0, *, gguf_file: str | None = No
     if name not in BUILTIN_MODELS:
         raise ValueError(f"unknown builtin model {name!r}; available: {sorted(BUILTIN_MODELS)}")
     spec = BUILTIN_MODELS[name]
-    target = cache_dir() / "models" / f"{name}-v{spec.revision}-seed{spec.seed}"
+    target = cache_dir() / "models" / build_name(name, spec)
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -44,7 +46,14 @@ def resolve_pretrain(pretrain: str, seed: int = 0, *, gguf_file: str | None = No
 
     with FileLock(str(target.parent / f".{target.name}.lock")):  # another process may be building it
         if not (target / "config.json").exists():
-            _build(spec, target)
+            shipped = shipped_build(name, spec)
+            if shipped is not None:
+                print(
+                    f"[roll] using the shipped build of {target.name} (cached in {target.parent})", flush=True
+                )
+                install_shipped(shipped, target)
+            else:
+                _build(spec, target)
     return target
 
 
