@@ -87,11 +87,15 @@ def frozen_slots(layout: EnvLayout, worker: int) -> list[EnvSlotSpec]:
 
 
 # ---------------------------------------------------------------------------------------------- P1
-def p1_roll(tokenizer: Any, num_envs: int = 256, batches: int = 3, use_ray: bool = True) -> Measurement:
-    """roll's scheduler (async, r=1) with env workers of 64 envs: Ray actors or in-process objects."""
+def p1_roll(
+    tokenizer: Any, num_envs: int = 256, batches: int = 3, use_ray: bool = True, inline_s: float = 0.0
+) -> Measurement:
+    """roll's scheduler (async, r=1) with env workers of 64 envs: Ray actors or in-process objects; `inline_s`:
+    the workers' `inline_env_call_s` (0, the default: every env call in a pool thread)."""
     layout = EnvLayout(num_envs // 8, 8, (TAG,), (num_envs // 8,), 64)
     policy = ScriptedPolicy(answer_ids(tokenizer))
-    spawn = _ray_spawn(layout, tokenizer, policy) if use_ray else _local_spawn(layout, tokenizer, policy)
+    limits = EnvCallLimits(inline_env_call_s=inline_s)
+    spawn = (_ray_spawn if use_ray else _local_spawn)(layout, tokenizer, policy, limits)
     scheduler = RolloutScheduler(
         layout,
         spawn,
@@ -111,19 +115,26 @@ def p1_roll(tokenizer: Any, num_envs: int = 256, batches: int = 3, use_ray: bool
 
     steps, elapsed = asyncio.run(run())
     where = f"Ray, {layout.num_workers} env workers" if use_ray else "in-process"
+    where += f", inline calls under {inline_s * 1e3:g} ms" if inline_s else ""
     return Measurement(f"P1 roll ({where})", steps / elapsed, "env-steps/s", {"steps": steps, "s": elapsed})
 
 
-def _local_spawn(layout: EnvLayout, tokenizer: Any, policy: Any) -> Callable[[int], WorkerLink]:
-    return lambda w: WorkerLink.in_process(EnvWorker(frozen_slots(layout, w), tokenizer, policy))
+def _local_spawn(
+    layout: EnvLayout, tokenizer: Any, policy: Any, limits: EnvCallLimits
+) -> Callable[[int], WorkerLink]:
+    return lambda w: WorkerLink.in_process(
+        EnvWorker(frozen_slots(layout, w), tokenizer, policy, limits=limits)
+    )
 
 
-def _ray_spawn(layout: EnvLayout, tokenizer: Any, policy: Any) -> Callable[[int], WorkerLink]:
+def _ray_spawn(
+    layout: EnvLayout, tokenizer: Any, policy: Any, limits: EnvCallLimits
+) -> Callable[[int], WorkerLink]:
     ray = ray_session()
     remote_worker = ray.remote(EnvWorker).options(num_cpus=0)
 
     def spawn(w: int) -> WorkerLink:
-        actor = remote_worker.remote(frozen_slots(layout, w), tokenizer, policy, limits=EnvCallLimits())
+        actor = remote_worker.remote(frozen_slots(layout, w), tokenizer, policy, limits=limits)
         return WorkerLink(
             lambda p: actor.submit.remote(p),
             lambda p: actor.cancel.remote(p),

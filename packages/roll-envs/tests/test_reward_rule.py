@@ -24,6 +24,7 @@ GAME_WORST_REWARD = {
     "CliffWalking": -100.0,  # a move costs 1, a step onto the cliff 100
     "Taxi": -10.0,  # a move costs 1, a wrong pickup or dropoff 10
     "FrozenLake": 0.0,  # Gymnasium's FrozenLake through the adapter: rewards 0 or 1
+    "sandbox": 0.0,  # a tool call scores 0, a submitted answer 0 or 1
 }
 """The worst reward one valid action can get, from each game's rules (docs/envs), not from our code."""
 

@@ -100,3 +100,17 @@ def test_roles_ask_for_their_num_threads_and_a_plan_that_cannot_fit_stops_before
     with pytest.raises(ClusterError, match=r"actor_train asks for 6 CPUs.*cluster\.num_cpus"):
         _pipeline(tmp_path, monkeypatch, small, "actor_train.num_threads=6")
     assert small.spawned == {}
+
+
+@pytest.mark.slow  # builds the cached builtin tiny model on first use
+def test_the_weight_sync_transport_follows_the_placements_and_is_logged(tmp_path, monkeypatch, capsys):
+    cpu = _pipeline(tmp_path, monkeypatch, RecordingCluster())
+    assert cpu.update_weights.transport == "cpu"
+    one_gpu = ("actor_train.device_mapping=[0]", "actor_infer.device_mapping=[0]")
+    shared = _pipeline(tmp_path, monkeypatch, RecordingCluster(), *one_gpu)
+    assert shared.update_weights.transport == "cuda_ipc"  # Ray actors on one GPU
+    apart = _pipeline(tmp_path, monkeypatch, RecordingCluster(), *one_gpu, "actor_infer.device_mapping=[1]")
+    assert apart.update_weights.transport == "cpu"  # nccl would need a process group: the CPU path
+    lines = [line for line in capsys.readouterr().out.splitlines() if "weight sync transport" in line]
+    assert [line.split()[4] for line in lines] == ["cpu", "cuda_ipc", "cpu"]
+    assert "nccl" in lines[2]

@@ -1,22 +1,34 @@
-"""The baselines a run reports: `roll train`'s header per tag, `roll baselines --env`, and their plot lines."""
+"""The baselines a run reports: `roll train`'s header per tag, `roll baselines` (of a config or `--env`), and
+their plot lines; a validation tag's are scored on exactly its validation seeds."""
 
 from __future__ import annotations
 
 import pytest
+import roll_envs
 from roll_pipeline.cli import commands as cli
 from roll_pipeline.cli.args import EXAMPLES_DIR
 from roll_pipeline.config.compose import compose, tiny_config
-from roll_pipeline.observe.report import baseline_lines, print_run_header, tag_baselines
+from roll_pipeline.observe.report import (
+    baseline_lines,
+    print_run_header,
+    tag_baselines,
+    validation_seeds_by_tag,
+)
+from roll_rollout import validation_seeds
 
 EXAMPLES = EXAMPLES_DIR / "tiny-cpu-agentic"
 
 
-def test_the_default_run_prints_the_frozen_lake_line_as_before(capsys):
-    print_run_header(tiny_config())
+def test_the_default_run_prints_the_frozen_lake_line_on_its_validation_maps(capsys):
+    cfg = tiny_config()
+    print_run_header(cfg)
     assert (
-        "[roll] FrozenLake baselines on held-out maps: random 19.4%, best_fixed_sequence 25.2%. At or below the"
-        " fixed-sequence baseline the agent does not read the board.\n"
+        "[roll] FrozenLake baselines on the 128 validation maps (seeds 1000000000-1000000127): random 19.9%,"
+        " best_fixed_sequence 28.9%. At or below the fixed-sequence baseline the agent does not read the board.\n"
     ) in capsys.readouterr().out
+    env = roll_envs.make("frozen_lake", render_mode=None)
+    on_validation = roll_envs.env_baselines(env, 8, seeds=validation_seeds(cfg.val_rollout_batch_size))
+    assert baseline_lines(cfg) == {f"{k} baseline": v for k, v in on_validation.success.items()}
 
 
 def test_a_sokoban_run_prints_the_sokoban_baselines_only(capsys):
@@ -25,11 +37,11 @@ def test_a_sokoban_run_prints_the_sokoban_baselines_only(capsys):
     out = capsys.readouterr().out
     assert "FrozenLake" not in out  # the defaults' FrozenLake entry stays in custom_envs, unplayed
     assert (
-        "[roll] Sokoban baselines on held-out rooms: random 37.1%, optimal 100.0%. Shortest solutions (BFS)"
-        " take 4.0 moves on average, at most 15; the cap is 30 turns.\n"
+        "[roll] Sokoban baselines on the 128 validation rooms (seeds 1000000000-1000000127): random 34.9%, optimal"
+        " 100.0%. Shortest solutions (BFS) take 4.3 moves on average, at most 13; the cap is 30 turns.\n"
     ) in out
     assert baseline_lines(cfg) == pytest.approx(
-        {"random baseline": 0.3712, "optimal baseline": 1.0}, abs=1e-4
+        {"random baseline": 0.3489, "optimal baseline": 1.0}, abs=1e-4
     )
 
 
@@ -45,10 +57,17 @@ def test_a_multi_tag_run_reports_each_tag_at_its_own_cap(capsys):
         "Sokoban random baseline",
         "Sokoban optimal baseline",
     }
-    assert lines["Sokoban optimal baseline"] == 0.987  # 13 of 1000 rooms need more than 10 moves
+    # 128 validation groups split 64/64 (num_groups_partition), in tag order, as the validation scheduler does
+    assert validation_seeds_by_tag(cfg) == {
+        "FrozenLake": tuple(validation_seeds(64)),
+        "Sokoban": tuple(validation_seeds(128)[64:]),
+    }
+    # 3 of Sokoban's 64 validation rooms need more than 10 moves
+    assert lines["Sokoban optimal baseline"] == 61 / 64
     print_run_header(cfg.model_copy(update={"exp_name": "x"}))
     out = capsys.readouterr().out
-    assert out.count("baselines on held-out") == 2
+    assert out.count("baselines on the 64 validation") == 2
+    assert "Sokoban baselines on the 64 validation rooms (seeds 1000000064-1000000127)" in out
 
 
 def test_a_tag_named_other_than_its_env_says_both(capsys):
@@ -63,7 +82,7 @@ def test_a_tag_named_other_than_its_env_says_both(capsys):
         ],
     )
     print_run_header(cfg)
-    assert "[roll] Boxes (Sokoban) baselines on held-out rooms: random" in capsys.readouterr().out
+    assert "[roll] Boxes (Sokoban) baselines on the 128 validation rooms (seeds" in capsys.readouterr().out
 
 
 def test_roll_baselines_of_frozen_lake(capsys):
@@ -107,3 +126,44 @@ def test_a_validation_curve_gets_only_the_validation_tags_baselines():
     validation = baseline_lines(cfg, validation_only=True)
     assert set(validation) == {"random baseline", "best_fixed_answer baseline"}
     assert validation["random baseline"] == 0.25 and 0.25 <= validation["best_fixed_answer baseline"] < 0.3
+
+
+def test_four_choice_baselines_are_those_of_its_64_validation_seeds(capsys):
+    """four_choice validates on 64 seeds that show its 4 prompts: the best fixed answer there is 19/64, not the
+    0.267 of the 1000 default seeds, and the header says how few prompts those episodes show."""
+    cfg = compose(str(EXAMPLES_DIR / "smollm2-cpu-agentic"), "agent_four_choice", [])
+    assert validation_seeds_by_tag(cfg) == {"FourChoice": tuple(validation_seeds(64))}
+    found = tag_baselines(cfg, validation_only=True)["FourChoice"]
+    assert found.success == {"random": 0.25, "best_fixed_answer": 19 / 64}
+    assert found.seeds == tuple(validation_seeds(64)) and found.observations == 4
+    print_run_header(cfg)
+    out = capsys.readouterr().out
+    assert (
+        "[roll] FourChoice baselines on the 64 validation episodes (seeds 1000000000-1000000063; 4 distinct first"
+        " observations): random 25.0%, best_fixed_answer 29.7%."
+    ) in out
+    assert "[roll] Red (FourChoice) baselines on 1000 episodes (a training tag, not validated: seeds" in out
+
+
+def test_validation_groups_of_several_episodes_play_one_seed_each():
+    cfg = compose(None, None, ["val_env_manager.num_env_groups=8", "val_env_manager.group_size=4"])
+    assert cfg.val_rollout_batch_size == 32
+    assert validation_seeds_by_tag(cfg) == {"FrozenLake": tuple(validation_seeds(8))}
+    assert tag_baselines(cfg)["FrozenLake"].seeds == tuple(validation_seeds(8))
+
+
+def test_roll_baselines_of_a_config_scores_its_validation_seeds(capsys):
+    args = ["baselines", "--config-path", "smollm2-cpu-agentic", "--config-name", "agent_four_choice"]
+    assert cli.main(args) == 0
+    assert capsys.readouterr().out == (
+        "FourChoice at 1 turn, on the 64 validation episodes (seeds 1000000000-1000000063; 4 distinct first"
+        f" observations):\n{'random':>28}: 0.250\n{'best_fixed_answer':>28}: 0.297\n"
+    )
+
+
+def test_roll_baselines_of_four_choice_says_how_few_observations(capsys):
+    assert cli.main(["baselines", "--env", "four_choice"]) == 0
+    assert capsys.readouterr().out == (
+        f"{'random':>28}: 0.250\n{'best_fixed_answer':>28}: 0.267\n"
+        f"{'distinct_observations':>28}: 4 (in 1000 episodes)\n"
+    )

@@ -199,3 +199,46 @@ def test_isolated_calls_are_timed_from_the_lock_and_a_hung_one_gives_it_back():
     assert results == [random.Random(i).random() for i in range(3)]  # each under its own state
     assert 0.8 < waited < 5  # they waited for the hung call's timeout, and were not timed out themselves
     assert random.getstate() == process  # the process's own state is back
+
+
+def test_paced_calls_run_inline_while_fast_and_go_back_to_the_pool_after_a_slow_one():
+    calls = EnvCalls(max_concurrent=2, timeout_s=5, inline_below_s=0.05)
+    pace = calls.pace()
+
+    async def scenario():
+        loop_thread = threading.get_ident()
+        where = [await calls.run_paced(pace, threading.get_ident) for _ in range(3)]
+        assert where[0] != loop_thread and where[1:] == [loop_thread] * 2  # first call timed in the pool
+        await calls.run_paced(pace, time.sleep, 0.1)  # inline, but too slow: the next call hops
+        assert await calls.run_paced(pace, threading.get_ident) != loop_thread
+        assert await calls.run_paced(pace, threading.get_ident) == loop_thread
+        with pytest.raises(EnvCallError, match="step raised KeyError") as raised:
+            await calls.run_paced(pace, {}.__getitem__, "x", what="step")
+        assert isinstance(raised.value.__cause__, KeyError)
+        assert await calls.run_paced(pace, threading.get_ident) != loop_thread  # an error resets the pace
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        calls.shutdown()
+
+
+def test_an_inline_call_past_the_timeout_fails_and_zero_never_inlines():
+    calls = EnvCalls(max_concurrent=1, timeout_s=0.05, inline_below_s=1.0)
+    never = EnvCalls(max_concurrent=1, timeout_s=5, inline_below_s=0)
+    pace, pool_only = calls.pace(), never.pace()
+
+    async def scenario():
+        await calls.run_paced(pace, int)  # timed in the pool: fast
+        with pytest.raises(EnvCallTimeout, match=r"env_step_timeout_s=0\.05 s"):
+            await calls.run_paced(pace, time.sleep, 0.1)  # inline: it returns, then fails as overrun
+        loop_thread = threading.get_ident()
+        assert [await never.run_paced(pool_only, threading.get_ident) for _ in range(3)].count(
+            loop_thread
+        ) == 0
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        calls.shutdown()
+        never.shutdown()

@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 import torch
 from roll_strategies import GenerationParams, StrategyError
-from roll_strategies.infer.vllm_infer import VLLMInferStrategy, checkpoint_tensor_shapes, layer_chunks
+from roll_strategies.infer.vllm_infer import (
+    VLLMInferStrategy,
+    checkpoint_tensor_shapes,
+    engine_kwargs,
+    layer_chunks,
+)
 from roll_strategies.infer.vllm_worker import decode_tensors, encode_tensors
 from roll_strategies.sync.weights import tensor_shape, unique_named_tensors
 from transformers import AutoModelForCausalLM
@@ -84,3 +89,24 @@ def test_without_stop_strings_nothing_is_detokenized(fake_vllm):
 def test_empty_stop_string_never_reaches_vllm():
     with pytest.raises(StrategyError, match="non-empty"):
         GenerationParams(max_new_tokens=4, stop_strings=("",))
+
+
+def _engine_kwargs(share_prefix: bool, **config: Any) -> dict[str, Any]:
+    return engine_kwargs(
+        "/m", dtype="bfloat16", seed=1, sleep_enabled=False, share_prefix=share_prefix, config=config
+    )
+
+
+def test_share_prefix_turns_on_vllm_prefix_caching():
+    assert _engine_kwargs(True)["enable_prefix_caching"] is True
+    assert _engine_kwargs(True, enable_prefix_caching=True)["enable_prefix_caching"] is True
+    assert "enable_prefix_caching" not in _engine_kwargs(False)  # the engine's default stands
+    assert _engine_kwargs(False, enable_prefix_caching=False)["enable_prefix_caching"] is False
+    base = _engine_kwargs(False, max_model_len=512)
+    assert base["model"] == "/m" and base["max_model_len"] == 512 and base["seed"] == 1
+    assert base["logprobs_mode"] == "processed_logprobs" and base["enable_sleep_mode"] is False
+
+
+def test_share_prefix_with_prefix_caching_off_is_refused():
+    with pytest.raises(StrategyError, match="enable_prefix_caching"):
+        _engine_kwargs(True, enable_prefix_caching=False)

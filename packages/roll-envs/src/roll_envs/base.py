@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import string
 from abc import ABCMeta, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -99,8 +99,9 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     (the default), `"rgb_array"` or None.
 
     Baselines (optional): an env with reference policies to judge a trained agent by overrides
-    `baselines(turns, episodes)` to return their success rates as `EnvBaselines`, scored on the
-    `episodes` held-out episodes seeded from `HELD_OUT_SEED_START` (`roll_envs.baseline_types`).
+    `baselines(turns, episodes, seeds=None)` to return their success rates as `EnvBaselines`, scored on
+    the episodes of `seeds` (a run passes its validation seeds), else on `episodes` episodes seeded from
+    `HELD_OUT_SEED_START` (`roll_envs.baseline_types`).
     `has_baselines` says, without computing them, whether it has any: by default whether the class
     overrides `baselines`; an env whose baselines depend on its config overrides it too (FrozenLake has
     none on slippery ice). `roll_envs.env_baselines(env, turns)` and `roll_envs.has_baselines(env)`
@@ -206,9 +207,11 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
 
         return text_frame(self.text_observation())
 
-    def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines | None:
-        """Reference policies' success within `turns` turns on `episodes` held-out episodes (seeds from
-        `HELD_OUT_SEED_START`), as `EnvBaselines`; default None: this env has no baselines."""
+    def baselines(
+        self, turns: int, episodes: int = 1000, seeds: Sequence[int] | None = None
+    ) -> EnvBaselines | None:
+        """Reference policies' success within `turns` turns on the episodes of `seeds` (None: `episodes`
+        seeds from `HELD_OUT_SEED_START`), as `EnvBaselines`; default None: this env has no baselines."""
         return None
 
     @property

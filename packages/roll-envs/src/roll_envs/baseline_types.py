@@ -1,4 +1,4 @@
-"""What every env's baselines share: the held-out seeds they are scored on and `EnvBaselines`.
+"""What every env's baselines share: the seeds they are scored on by default and `EnvBaselines`.
 
 This module imports nothing from roll_envs, so `BaseEnv`, each env and each env's baseline code can
 import it without an import cycle.
@@ -6,10 +6,15 @@ import it without an import cycle.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 HELD_OUT_SEED_START = 1_000_000
-"""First seed of the held-out episodes the baselines are scored on (disjoint from training seeds)."""
+"""First seed of the episodes baselines are scored on when no seeds are given (`roll baselines --env`).
+
+These seeds are not disjoint from a roll run's training seeds (drawn from [0, 10**9)); a run scores its
+baselines on its own validation seeds (from 10**9) instead, the episodes its validation success is measured on.
+"""
 
 
 class EnvBaselines(NamedTuple):
@@ -27,3 +32,13 @@ class EnvBaselines(NamedTuple):
     """One sentence on how to read them."""
     details: dict[str, float]
     """Other measured numbers (Sokoban: the shortest solutions' mean and max moves, unsolvable rooms)."""
+    seeds: tuple[int, ...] = ()
+    """The seeds of the episodes they were scored on (`env_baselines` fills it in)."""
+    observations: int | None = None
+    """How many distinct first observations those episodes show (`distinct_observations`); None: not counted."""
+
+
+def scored_seeds(episodes: int, seeds: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The seeds a baselines hook scores: `seeds` when given, else the `episodes` seeds from
+    `HELD_OUT_SEED_START`."""
+    return tuple(range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes) if seeds is None else seeds)

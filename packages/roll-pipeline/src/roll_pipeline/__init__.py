@@ -8,7 +8,7 @@ from roll_pipeline.preflight import compose
 from roll_pipeline.runtime.cluster import ClusterError
 from roll_pipeline.state.checkpoint import CheckpointError, CheckpointManager
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "AgenticConfig",  # the validated run configuration (pydantic, unknown keys rejected)

@@ -2,7 +2,8 @@
 worker, model or Ray instance starts, so a bad value fails in a second instead of minutes later.
 
 - each `custom_envs.<tag>.env_type` is a registered env (with the registered list and a did-you-mean);
-- each `env_config` validates against that env's own pydantic config (unknown keys are errors);
+- each `env_config` validates against that env's own pydantic config (unknown keys are errors); an
+  `openai_agent` tag's agent loads and its task env passes the same checks;
 - each `fixed_players` names seats of a multi-player env and fixed policies it offers;
 - `resume_from_checkpoint` exists, is complete and verifies against its manifest;
 - `pretrain` is `builtin:NAME` of a known tiny model, a local model folder, or a Hugging Face hub id that
@@ -11,6 +12,8 @@ worker, model or Ray instance starts, so a bad value fails in a second instead o
   tokenizer (only the tokenizer is loaded);
 - each role's `strategy_name` is a registered backend for that role whose extra is installed
   (`roll_pipeline.config.strategies.strategy_problems`);
+- with `share_prefix` (the default) the model's architecture honours a prefix tree's attention mask: a small
+  random instance built from the model folder's config.json is probed as the strategies probe the loaded model;
 - `cluster.backend=ray` (the default) has Ray installed (the `roll-pipeline[ray]` extra).
 
 The checks read the raw composed config (a mapping), so they run even when the schema rejects other
@@ -20,9 +23,12 @@ values, and `compose(..., preflight=True)` reports every problem, of the schema 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from roll_rollout.agent_manager import AGENT_ENV_TYPE, AgentConfig, AgentConfigError, load_agent
 
 from roll_pipeline.config.compose import compose_data, validate
 from roll_pipeline.config.schema import AgenticConfig, CustomEnvConfig
@@ -32,6 +38,7 @@ __all__ = [
     "check_env_configs",  # env_type registered, env_config valid for that env
     "check_pretrain",  # builtin:NAME, a local model folder, or a cached/fetchable hub id
     "check_resume",  # the checkpoint exists and verifies
+    "check_share_prefix",  # share_prefix: the model's architecture takes a prefix tree
     "check_stop_strings",  # stop strings non-empty and producible by the model's tokenizer
     "compose",  # Hydra compose + validation, with these checks when preflight=True
     "preflight_problems",  # every check above on a raw config mapping
@@ -67,6 +74,9 @@ def check_env_configs(custom_envs: Any) -> list[str]:
         env_type = entry.get("env_type", CustomEnvConfig.model_fields["env_type"].default)
         env_config = entry.get("env_config") or {}
         where = f"custom_envs.{tag}"
+        if env_type == AGENT_ENV_TYPE:
+            problems += _agent_problems(env_config, where)
+            continue
         try:
             spec = roll_envs.spec(env_type)
             model = spec.config_model()
@@ -82,6 +92,18 @@ def check_env_configs(custom_envs: Any) -> list[str]:
             continue
         problems += _fixed_players_problems(env_type, env_config, entry.get("fixed_players"), where)
     return problems
+
+
+def _agent_problems(env_config: Any, where: str) -> list[str]:
+    """An `openai_agent` tag: its agent loads and its task env's type and config are valid."""
+    try:
+        agent = AgentConfig.from_env_config(env_config if isinstance(env_config, Mapping) else {})
+        load_agent(agent.agent)
+    except AgentConfigError as exc:
+        return [f"{where}.env_config: {exc}"]
+    task = {"env_type": agent.task_env, "env_config": agent.task_env_config}
+    found = check_env_configs({"task": task})
+    return [f"{where}.env_config.task_{p.removeprefix('custom_envs.task.')}" for p in found]
 
 
 def _fixed_players_problems(
@@ -227,6 +249,73 @@ def _converted_gguf(source: Path) -> Path | None:
     return folder if (folder / GGUF_INFO_FILE).is_file() else None
 
 
+def check_share_prefix(share_prefix: Any, pretrain: Any, gguf_file: Any = None) -> list[str]:
+    """A problem if `share_prefix` is on and the model's architecture gives other outputs from a prefix-tree
+    forward than from per-row forwards (its attention does not honour a 4D attention mask).
+
+    Preflight loads no weights: a small random instance of the architecture in the folder the run will load
+    (`_tokenizer_folder`: its config.json with 2 layers, 2 heads, a 256-token vocabulary) goes through
+    `prefix_sharing_supported`, the probe the strategies run on the loaded model, which refuse it at
+    construction. A model not on this machine yet, or an architecture that cannot be built small here, is
+    left to that refusal."""
+    if share_prefix is not True or not isinstance(pretrain, str):
+        return []  # off, or the schema reports the wrong type
+    folder = _tokenizer_folder(pretrain, gguf_file)
+    if folder is None:
+        return []
+    config = folder / "config.json"
+    probed = _probe_architecture(str(folder), config.stat().st_mtime_ns if config.is_file() else 0)
+    if probed is None or probed[1]:
+        return []
+    return [
+        f"share_prefix=true: the architecture of pretrain={pretrain!r} ({probed[0]}) gives other log-probs from a"
+        " prefix-tree forward than from per-row forwards (its attention does not honour a 4D attention mask), so"
+        " no role can share prefixes with it; set share_prefix=false"
+    ]
+
+
+_SMALL_SIZES = {
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 32,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "vocab_size": 256,
+}
+
+
+@functools.lru_cache(maxsize=16)
+def _probe_architecture(folder: str, mtime_ns: int) -> tuple[str, bool] | None:
+    """(architecture class, whether it takes a prefix tree) of a small random instance of `folder`'s model;
+    None when none can be built here. Cached per folder and config.json version (`mtime_ns`)."""
+    import torch
+    from roll_strategies.compute.forward import prefix_sharing_supported
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        heads = getattr(config, "num_attention_heads", None) or 1
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        for name, value in _SMALL_SIZES.items():
+            if getattr(config, name, None) is not None:
+                setattr(config, name, value)
+        if getattr(config, "num_key_value_heads", None) is not None:
+            config.num_key_value_heads = 1 if kv_heads < heads else 2  # grouped-query attention stays grouped
+        config.hidden_size = 2 * head_dim  # the head size stays: rotary settings depend on it
+        if isinstance(getattr(config, "layer_types", None), list):
+            config.layer_types = config.layer_types[: config.num_hidden_layers]
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            if isinstance(getattr(config, name, None), int) and getattr(config, name) >= config.vocab_size:
+                setattr(config, name, None)
+        with torch.random.fork_rng(devices=[]):  # the random init leaves the caller's generator as it was
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    except Exception:  # an architecture this transformers cannot build small: the strategies still probe
+        return None
+    return type(model).__name__, prefix_sharing_supported(model)
+
+
 def check_cluster_backend(cluster: Any) -> list[str]:
     """A problem if the run would start Ray workers (`cluster.backend=ray`, the default) and Ray is not installed."""
     from roll_pipeline.runtime.cluster import MISSING_RAY, ray_installed
@@ -251,6 +340,11 @@ def preflight_problems(data: Mapping[str, Any]) -> list[str]:
         *check_pretrain(data.get("pretrain", AgenticConfig.model_fields["pretrain"].default), gguf),
         *_stop_string_problems(data, gguf),
         *strategy_problems(data),
+        *check_share_prefix(
+            data.get("share_prefix", AgenticConfig.model_fields["share_prefix"].default),
+            data.get("pretrain", AgenticConfig.model_fields["pretrain"].default),
+            gguf,
+        ),
         *check_cluster_backend(data.get("cluster")),
     ]
 

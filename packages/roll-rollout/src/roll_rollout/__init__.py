@@ -22,7 +22,7 @@ from roll_rollout.schema import Trajectory, Turn, decode_trajectory, encode_traj
 from roll_rollout.seeds import sample_key, validation_seeds
 from roll_rollout.worker import EnvCallLimits, EnvSlotSpec, EnvWorker
 
-__version__ = "0.1.1"
+__version__ = "0.2.0"
 
 __all__ = [
     "FAILURE_KINDS",  # env_timeout, env_error, policy_error: prefixes of Trajectory.error

@@ -18,8 +18,18 @@ A call given a `random_state` (`roll_envs.EnvRandomState`, one per env slot) run
 of `random` and `np.random`. Such calls are serialised by one process-wide lock; the timeout counts from
 when a call holds it (waiting behind other envs' calls is not the env's fault), and a call that times out
 or is cancelled gives it back (`IsolatedCall.abandon`), so a hung env holds up the others of its process
-for at most `timeout_s`. A call without one (an env declaring `owns_random_state`, see
-`roll_rollout.env_manager`) takes no lock: up to `max_concurrent` of them run at once.
+for at most `timeout_s`. A call without one (an env declaring `owns_random_state`, or an env living in a
+child process, see `roll_rollout.env_manager` and `roll_rollout.env_process`) takes no lock: up to
+`max_concurrent` of them run at once. `run(..., abandon=...)` ends a call that timed out or was cancelled
+(an env process is killed), so its thread comes back instead of counting as hung.
+
+A call made by `run_paced` (with a `CallPace`, one per env that owns its random state) runs on the event loop
+itself, with no thread hop, while that env's previous call took under `pace.inline_below_s`: a hop costs
+tens of microseconds and a GIL hand-over, more than a cheap step. A call that takes longer sends the env's
+next calls back to the pool. The first call of an env, and every call after a slow one, runs in the pool,
+so a slow env stalls the loop at most once; but an env that is fast and then hangs stalls it until it
+returns (the timeout can only fail the call afterwards). So inline calls are opt-in (`inline_below_s` 0 by
+default: every call in the pool, under its timeout), for envs known never to block (`INLINE_OPT_IN_S`).
 """
 
 from __future__ import annotations
@@ -38,6 +48,12 @@ from roll_rollout.errors import RolloutError
 
 T = TypeVar("T")
 
+
+INLINE_BELOW_S = 0.0
+"""The default: no call runs inline, so every call's timeout holds (see the module docstring)."""
+
+INLINE_OPT_IN_S = 0.001
+"""A threshold for envs known never to block: a call of one that took under 1 ms runs its next call inline."""
 
 _STOP = None
 """Queue item that ends one pool thread."""
@@ -99,6 +115,28 @@ class DaemonThreadPool:
                 self._work.put(_STOP)
 
 
+class CallPace:
+    """How long one env's last call took: whether its next call may run inline (see the module docstring)."""
+
+    __slots__ = ("fast", "inline_below_s")
+
+    def __init__(self, inline_below_s: float) -> None:
+        self.inline_below_s = inline_below_s
+        self.fast = False  # unknown until a call has been timed in the pool
+
+    def timed(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """`fn`, recording whether it returned within `inline_below_s` (run in a pool thread)."""
+
+        def call(*args: Any) -> T:
+            began = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self.fast = time.perf_counter() - began < self.inline_below_s
+
+        return call
+
+
 class EnvCallError(RolloutError):
     """An env's reset, step or constructor raised; `__cause__` is the env's own exception."""
 
@@ -110,13 +148,20 @@ class EnvCallTimeout(EnvCallError):
 class EnvCalls:
     """Runs env calls in a bounded thread pool, each under a timeout."""
 
-    def __init__(self, max_concurrent: int = 8, timeout_s: float = 60.0, max_hung: int = 4) -> None:
-        if max_concurrent < 1 or max_hung < 1 or not timeout_s > 0:
+    def __init__(
+        self,
+        max_concurrent: int = 8,
+        timeout_s: float = 60.0,
+        max_hung: int = 4,
+        inline_below_s: float = INLINE_BELOW_S,
+    ) -> None:
+        if max_concurrent < 1 or max_hung < 1 or not timeout_s > 0 or not inline_below_s >= 0:
             raise ValueError(
-                f"EnvCalls needs max_concurrent >= 1, max_hung >= 1 and timeout_s > 0; got "
-                f"{max_concurrent}, {max_hung}, {timeout_s}"
+                f"EnvCalls needs max_concurrent >= 1, max_hung >= 1, timeout_s > 0 and inline_below_s >= 0; "
+                f"got {max_concurrent}, {max_hung}, {timeout_s}, {inline_below_s}"
             )
         self.max_concurrent = max_concurrent
+        self.inline_below_s = inline_below_s
         self.timeout_s = timeout_s
         self.max_hung = max_hung
         # Spare threads for calls that hang, so the healthy envs keep max_concurrent threads.
@@ -124,6 +169,10 @@ class EnvCalls:
         self._slots: asyncio.Semaphore | None = None
         self._lock = threading.Lock()
         self._hung = 0
+
+    def pace(self) -> CallPace:
+        """A fresh `CallPace` for one env that owns its random state (its calls may then run inline)."""
+        return CallPace(self.inline_below_s)
 
     @property
     def hung(self) -> int:
@@ -142,20 +191,24 @@ class EnvCalls:
         *args: Any,
         what: str = "env call",
         random_state: EnvRandomState | None = None,
+        abandon: Callable[[], None] | None = None,
     ) -> T:
         """`fn(*args)` in a pool thread; `EnvCallError` if it raises, `EnvCallTimeout` after `timeout_s`.
 
         With `random_state`, the call runs under that env's state of `random` and `np.random`, and the
         timeout starts once it holds the process-wide lock of such calls (see the module docstring).
         Cancelling the awaiting task does not stop the thread: the call is counted as hung until it ends,
-        and the caller must not use the env again (it may be mid-step).
+        and the caller must not use the env again (it may be mid-step). `abandon`, when given, is called
+        then (after a timeout too) to end the call: for an env in a child process, it kills the child
+        (`roll_rollout.env_process`), so the thread returns at once.
         """
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_concurrent)
         async with self._slots:
             call = None if random_state is None else random_state.call(fn, *args)
             future = self._pool.submit(fn, *args) if call is None else self._pool.submit(call)
-            abandon = _nothing if call is None else call.abandon
+            if abandon is None:
+                abandon = _nothing if call is None else call.abandon
             waiter = asyncio.wrap_future(future)
             try:
                 return await self._wait(waiter, call)
@@ -173,6 +226,31 @@ class EnvCalls:
                 raise
             except Exception as exc:
                 raise EnvCallError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+    async def run_paced(self, pace: CallPace, fn: Callable[..., T], *args: Any, what: str = "env call") -> T:
+        """`fn(*args)` of an env owning its random state: inline while `pace` says its calls are fast, else
+        as `run` does (timed, for the next call's choice). See the module docstring."""
+        if pace.fast:
+            return self._run_inline(fn, args, what, pace)
+        return await self.run(pace.timed(fn), *args, what=what)
+
+    def _run_inline(self, fn: Callable[..., T], args: tuple[Any, ...], what: str, pace: CallPace) -> T:
+        """`fn(*args)` on the event loop, with the outcomes of a pool call: an error or an overrun of
+        `timeout_s` fails the call the same way (the overrun only once it returned)."""
+        began = time.perf_counter()
+        try:
+            result = fn(*args)
+        except Exception as exc:
+            pace.fast = False
+            raise EnvCallError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+        took = time.perf_counter() - began
+        pace.fast = took < pace.inline_below_s
+        if took > self.timeout_s:
+            raise EnvCallTimeout(
+                f"{what} did not return within env_step_timeout_s={self.timeout_s:g} s (it took {took:.3g} s); "
+                "the env is abandoned and recreated (raise the timeout if the env is just slow)"
+            )
+        return result
 
     async def _wait(self, waiter: asyncio.Future[T], call: IsolatedCall[T] | None) -> T:
         """`waiter`'s result; `_Expired` once the call has run `timeout_s`: from now, or for an isolated

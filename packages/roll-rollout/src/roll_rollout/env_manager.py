@@ -13,7 +13,9 @@ every env call: reseeded from `DEFAULT_SEED` before the constructor and from the
 process-wide generators. An env that declares `owns_random_state = True` (`roll_envs.BaseEnv`; the
 built-in games do) draws only from its own generators: its reset, step and close run without the swap,
 concurrently with other envs' calls (the constructor, before the env exists to declare anything, runs
-isolated). Each turn records the observation it acted on and the env's `state_key` of
+isolated). An undeclared env built from the registry lives in a child process of its own instead
+(`process`, see `roll_rollout.env_process`): its calls take no lock, and one that times out or is cancelled
+kills the child. Each turn records the observation it acted on and the env's `state_key` of
 that state (`info["state_key"]` of the reset or step that led there; the observation when the env gives
 none), GiGPO's anchor.
 
@@ -37,7 +39,8 @@ from typing import Any
 
 from roll_envs.random_state import DEFAULT_SEED, EnvRandomState, declares_own_random_state
 
-from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.env_calls import CallPace, EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.env_process import EnvProcess, EnvProcessError
 from roll_rollout.players import Seats, manager_metrics, move_rewards, player_success
 from roll_rollout.policy import GenerateRequest, PolicyClient, SamplingSettings
 from roll_rollout.prompts import PromptBuilder
@@ -74,8 +77,11 @@ class TrajEnvManager:
 
     `make_env()` builds the env (called again after an env failure); `env` may pass a first, already
     built instance (built under `random_state`). Env calls go through `calls`, shared by the slots of a
-    worker, each under the slot's `random_state` (a new one when not given). `fixed_players` maps the seats
-    of a multi-player game that a scripted policy plays to its name (see the module docstring).
+    worker, each under the slot's `random_state` (a new one when not given). With `process`, the env lives
+    in that child process instead (`roll_rollout.env_process`): `process.make` builds it there (`make_env`
+    is not used), its calls take no lock, and a call that times out or is cancelled kills the child rather
+    than leaving a thread in the env. `fixed_players` maps the seats of a multi-player game that a scripted
+    policy plays to its name (see the module docstring).
     """
 
     def __init__(
@@ -89,8 +95,10 @@ class TrajEnvManager:
         env: Any | None = None,
         random_state: EnvRandomState | None = None,
         fixed_players: Mapping[str, str] | None = None,
+        process: EnvProcess | None = None,
     ) -> None:
-        self._make_env = make_env
+        self._make_env = make_env if process is None else process.make
+        self.process = process
         self.env = env
         self.tag = tag
         self.prompts = prompts
@@ -100,6 +108,7 @@ class TrajEnvManager:
         self.random_state = random_state if random_state is not None else EnvRandomState()
         self.fixed_players = dict(fixed_players or {})
         self._in_env_call = False
+        self._pace: CallPace = calls.pace()  # reset with each new env
 
     async def run_episode(self, job: EpisodeJob, policy: PolicyClient) -> Trajectory:
         """Play one episode from `env.reset(seed=job.seed)`; never raises (but can be cancelled)."""
@@ -125,9 +134,14 @@ class TrajEnvManager:
     async def _env_call(self, fn: Callable[..., Any], *args: Any, what: str) -> Any:
         self._in_env_call = True
         try:
-            return await self.calls.run(
-                fn, *args, what=f"env {self.tag!r} {what}", random_state=self._state_for(self.env)
-            )
+            if self.process is not None:  # the child's generators are its own: no random state here
+                return await self.calls.run(
+                    fn, *args, what=f"env {self.tag!r} {what}", abandon=self.process.kill
+                )
+            state = self._state_for(self.env)
+            if state is None:  # an env owning its random state runs its cheap calls inline (`CallPace`)
+                return await self.calls.run_paced(self._pace, fn, *args, what=f"env {self.tag!r} {what}")
+            return await self.calls.run(fn, *args, what=f"env {self.tag!r} {what}", random_state=state)
         except asyncio.CancelledError:
             self._drop_env(close=False)  # its thread is still inside the env: never reuse it
             raise
@@ -135,10 +149,17 @@ class TrajEnvManager:
             self._in_env_call = False
 
     async def _play(self, traj: Trajectory, job: EpisodeJob, policy: PolicyClient) -> None:
+        if self.env is None and self.process is not None:
+            # starting the child is roll's work, not the env's: not timed by env_step_timeout_s
+            try:
+                await asyncio.to_thread(self.process.wait_ready)
+            except EnvProcessError as exc:
+                raise EnvCallError(f"env {self.tag!r} process: {exc}") from exc
         if self.env is None:
             self.random_state.reseed(DEFAULT_SEED)
             self.env = await self._env_call(self._make_env, what="constructor")
-        self.random_state.reseed(job.seed)
+        if not declares_own_random_state(self.env):  # a declared env's calls never read this state
+            self.random_state.reseed(job.seed)
         obs, info = await self._env_call(functools.partial(self.env.reset, seed=job.seed), what="reset")
         _check_observation(obs, "reset")
         state_key = _state_key(obs, info, "reset")
@@ -218,23 +239,35 @@ class TrajEnvManager:
     def _drop_env(self, close: bool) -> None:
         """Forget the env so the next episode makes a fresh one; close it if no thread is inside it."""
         env, self.env = self.env, None
+        self._pace = self.calls.pace()
         if close and env is not None:
             _close_quietly(env)
 
     async def _close_env_in_pool(self) -> None:
         """Drop an env that raised; close it in a pool thread (its close may misbehave too)."""
         env, self.env = self.env, None
+        self._pace = self.calls.pace()
         if env is not None:
+            what = f"env {self.tag!r} close"
             try:
-                await self.calls.run(
-                    _close_quietly, env, what=f"env {self.tag!r} close", random_state=self._state_for(env)
-                )
+                if self.process is not None:
+                    await self.calls.run(_close_quietly, env, what=what, abandon=self.process.kill)
+                else:
+                    await self.calls.run(_close_quietly, env, what=what, random_state=self._state_for(env))
             except EnvCallError:
                 return
 
     def close(self) -> None:
-        """Close the env (unless a thread is still inside it)."""
-        self._drop_env(close=not self._in_env_call)
+        """Close the env (unless a thread is still inside it); a child process is asked to exit, or killed
+        when a call is still inside it."""
+        if self.process is None:
+            self._drop_env(close=not self._in_env_call)
+            return
+        self.env = None
+        if self._in_env_call:
+            self.process.kill()
+        else:
+            self.process.close()
 
 
 def _check_observation(obs: Any, what: str) -> None:

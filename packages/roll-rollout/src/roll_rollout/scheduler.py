@@ -34,6 +34,7 @@ from roll_rollout.env_manager import EpisodeJob, failure_kind
 from roll_rollout.errors import SchedulerError
 from roll_rollout.group_queue import GroupQueue
 from roll_rollout.groups import GroupEpisode, GroupFilter, Ledger, RolloutBatch, SpawnWorker
+from roll_rollout.heap import freeze_startup_heap
 from roll_rollout.layout import EnvLayout
 from roll_rollout.players import split_group
 from roll_rollout.policy import SamplingSettings
@@ -211,6 +212,7 @@ class RolloutScheduler:
         self._started = True
         self._changed = asyncio.Event()
         self._pool.start()
+        freeze_startup_heap()  # the workers are built: full GC passes skip the start-up heap from now on
 
     def _running_of_tag(self, tag: str) -> int:
         return sum(1 for ge in self._busy.values() if ge.tag == tag)

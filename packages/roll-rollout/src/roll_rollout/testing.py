@@ -24,9 +24,11 @@ __all__ = [
     "CountdownEnv",
     "FaultyCountdownFactory",
     "FaultyEnv",
+    "GlobalDrawsEnv",
     "ScriptedPolicy",
     "SimulatedLLMServer",
     "countdown_factory",
+    "faulty_registry_env",
 ]
 
 
@@ -225,3 +227,58 @@ class FaultyCountdownFactory:
         """A fresh faulty env."""
         salted = self.seed + 7919 * os.getpid()
         return FaultyEnv(CountdownEnv(self.min_turns, self.spread), self.p_raise, self.p_hang, salted)
+
+
+class GlobalDrawsEnv:
+    """An env as outside libraries write them: its constructor, `reset` and `step` draw from the process-wide
+    `random` and `np.random` (so it does not declare `owns_random_state`). Observations and rewards show the
+    draws: one seed, one episode only when each slot's generators are its own. `hang_s` makes every step
+    sleep that long first (a hung env, for a long `hang_s`). Registry-style keyword arguments.
+    """
+
+    instruction = "draw"
+    metric_aggregation: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, render_mode: str | None = None, hang_s: float = 0.0) -> None:
+        import numpy as np
+
+        self._np = np
+        self.hang_s = hang_s
+        self.offset = random.randrange(100)
+        self.total = 0
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[str, dict[str, Any]]:
+        """A total drawn from both generators."""
+        self.total = self.offset + random.randrange(1000) + int(self._np.random.randint(1000))
+        return f"total {self.total}", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Adds two draws (after `hang_s`); never ends by itself."""
+        if self.hang_s:
+            time.sleep(self.hang_s)
+        drawn = random.randrange(1000) + int(self._np.random.randint(1000))
+        self.total += drawn
+        return f"total {self.total}", float(drawn), False, False, {"success": False}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def faulty_registry_env(
+    render_mode: str | None = "text",
+    inner: str = "frozen_lake",
+    p_raise: float = 0.05,
+    p_hang: float = 0.01,
+    seed: int = 0,
+    **config: Any,
+) -> FaultyEnv:
+    """A registry entry point: `roll_envs.make(inner, **config)` in a `FaultyEnv` whose hangs are never
+    released, its fault stream salted with the process id (one per env process, as `FaultyCountdownFactory`).
+    Registered for instance as `roll_envs.register("faulty_frozen_lake", "roll_rollout.testing:faulty_registry_env")`.
+    """
+    import roll_envs
+
+    env = roll_envs.make(inner, render_mode=render_mode, **config)
+    faulty = FaultyEnv(env, p_raise, p_hang, seed + 7919 * os.getpid())
+    faulty.instruction = getattr(env, "instruction", "")
+    return faulty

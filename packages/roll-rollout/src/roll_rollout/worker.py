@@ -10,6 +10,9 @@ slots) or uses it in-process. The scheduler talks to it through three calls, all
 
 Each slot's loop runs until `close`: take the next job, play it, put the trajectory in the outbox, take
 the next. Nothing waits for a whole batch, so a slow episode holds up only its own slot.
+
+A slot of env type `openai_agent` is played by an `AgentEnvManager` (roll_rollout.agent_manager): an
+OpenAI-client agent against the worker's one `AgentProxy`, started with the first such slot.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgpack
-from roll_envs.random_state import EnvRandomState
+from roll_envs.random_state import EnvRandomState, declares_own_random_state
 
-from roll_rollout.env_calls import EnvCalls
+from roll_rollout.agent_manager import AGENT_ENV_TYPE, AgentConfig, AgentEnvManager
+from roll_rollout.agent_proxy import AgentProxy
+from roll_rollout.env_calls import INLINE_BELOW_S, EnvCalls
 from roll_rollout.env_manager import EpisodeJob, TrajEnvManager, failure_kind
+from roll_rollout.env_process import EnvProcess, EnvRecipe
 from roll_rollout.errors import PayloadError
+from roll_rollout.heap import freeze_startup_heap
 from roll_rollout.players import check_fixed_players
 from roll_rollout.policy import PolicyClient, SamplingSettings
 from roll_rollout.prompts import ChatTokenizer, PromptBuilder, instruction_for
@@ -52,11 +59,18 @@ class EnvSlotSpec:
 
 @dataclass(frozen=True)
 class EnvCallLimits:
-    """How env calls run: threads, timeout per call, hung calls tolerated before a recycle."""
+    """How env calls run: threads, timeout per call, hung calls tolerated before a recycle, and whether
+    undeclared envs built from the registry run each in a child process of its own (`env_processes`, see
+    `roll_rollout.env_process`; an `env_factory` given to `EnvWorker` keeps its envs in this process), and
+    below which duration a call of an env owning its random state runs its next call on the event loop
+    (`inline_env_call_s`, see `roll_rollout.env_calls`; 0, the default: always in a thread, under the timeout;
+    `env_calls.INLINE_OPT_IN_S` for envs known never to block: a hang inline holds the worker's event loop)."""
 
     max_env_step_concurrent: int = 8
     env_step_timeout_s: float = 60.0
     max_hung_env_calls: int = 4
+    env_processes: bool = True
+    inline_env_call_s: float = INLINE_BELOW_S
 
 
 def encode_jobs(jobs: Sequence[EpisodeJob]) -> bytes:
@@ -106,7 +120,7 @@ def make_registry_env(env_type: str, env_config: dict[str, Any]) -> Any:
 class _Slot:
     """One env slot's manager, job queue and current episode."""
 
-    manager: TrajEnvManager
+    manager: TrajEnvManager | AgentEnvManager
     queue: deque[EpisodeJob] = field(default_factory=deque)
     wakeup: asyncio.Event | None = None
     current: EpisodeJob | None = None
@@ -128,12 +142,19 @@ class EnvWorker:
         limits = limits or EnvCallLimits()
         self.policy = policy
         self.calls = EnvCalls(
-            limits.max_env_step_concurrent, limits.env_step_timeout_s, limits.max_hung_env_calls
+            limits.max_env_step_concurrent,
+            limits.env_step_timeout_s,
+            limits.max_hung_env_calls,
+            limits.inline_env_call_s,
         )
         self._slots: dict[int, _Slot] = {}
         # shared: their caches serve every slot
         builders: dict[tuple[str, int | None, str], PromptBuilder] = {}
+        self._proxy: AgentProxy | None = None  # started by the first openai_agent slot
         for spec in slots:
+            if spec.env_type == AGENT_ENV_TYPE:
+                self._slots[spec.env_id] = _Slot(self._agent_manager(spec, tokenizer, env_factory))
+                continue
             # the slot's own `random` and `np.random`; building here fails fast on a bad env config
             random_state = EnvRandomState()
             env = random_state.run(env_factory, spec.env_type, dict(spec.env_config))
@@ -144,6 +165,17 @@ class EnvWorker:
                 builders[key] = PromptBuilder(
                     tokenizer, instruction, spec.max_history_turns, response_prefix=spec.response_prefix
                 )
+            process = None
+            if (
+                limits.env_processes
+                and env_factory is make_registry_env
+                and not declares_own_random_state(env)
+            ):
+                # built here to fail fast and read the env; its episodes run in the child (see env_process)
+                process = EnvProcess(EnvRecipe.of(spec.env_type, dict(spec.env_config)))
+                process.launch()  # it loads while the worker starts; episodes wait for it to be ready
+                random_state.run(_close_quietly, env)
+                env = None
             manager = TrajEnvManager(
                 _bind_factory(env_factory, spec),
                 spec.tag,
@@ -154,6 +186,7 @@ class EnvWorker:
                 env=env,
                 random_state=random_state,
                 fixed_players=spec.fixed_players,
+                process=process,
             )
             self._slots[spec.env_id] = _Slot(manager)
         self._done: list[bytes] = []
@@ -162,6 +195,28 @@ class EnvWorker:
         self._outbox_ready: asyncio.Event | None = None
         self._counts: dict[str, int] = {}
         self._closed = False
+        freeze_startup_heap()  # a worker process's imports, tokenizer and envs: off the full GC passes
+
+    def _agent_manager(
+        self, spec: EnvSlotSpec, tokenizer: ChatTokenizer, env_factory: Callable[[str, dict[str, Any]], Any]
+    ) -> AgentEnvManager:
+        """The manager of an `openai_agent` slot (roll_rollout.agent_manager), on the worker's one proxy."""
+        config = AgentConfig.from_env_config(spec.env_config)
+        if self._proxy is None:
+            self._proxy = AgentProxy(tokenizer)
+        random_state = EnvRandomState()
+        env = random_state.run(env_factory, config.task_env, dict(config.task_env_config))
+        return AgentEnvManager(
+            config,
+            lambda: env_factory(config.task_env, dict(config.task_env_config)),
+            spec.tag,
+            self._proxy,
+            spec.max_turns,
+            spec.max_context_tokens,
+            self.calls,
+            env=env,
+            random_state=random_state,
+        )
 
     @property
     def env_ids(self) -> list[int]:
@@ -276,6 +331,14 @@ class EnvWorker:
                     task.cancel()
             slot.manager.close()
         self.calls.shutdown()
+        if self._proxy is not None:
+            self._proxy.stop()
+
+
+def _close_quietly(env: Any) -> None:
+    """`env.close()`, ignoring its errors (the env was built only to check the slot's config)."""
+    with contextlib.suppress(Exception):
+        env.close()
 
 
 def _bind_factory(env_factory: Callable[[str, dict[str, Any]], Any], spec: EnvSlotSpec) -> Callable[[], Any]:

@@ -10,4 +10,5 @@ Modules:
     frozen_lake/     `frozen_lake`: rules.py, env.py, baselines.py
     sokoban/         `sokoban` and its variants: rules.py, generator.py, env.py, baselines.py
     webshop/         `webshop_lite`: vocabulary.py, catalog.py (+ catalog.json), reward.py, env.py
+    sandbox/         `sandbox`: tasks.py, runner.py, launcher.py, workdir.py, env.py
 """

@@ -45,6 +45,8 @@ BUILTINS: tuple[Builtin, ...] = (
             "one turn: the right letter A-D for the colour shown (a contextual bandit)"),
     Builtin("tictactoe", "TicTacToe", "roll_envs.envs.tictactoe:TicTacToeEnv", {},
             "TicTacToe, two seats (X, O): self-play, or a seat played by random or minimax"),
+    Builtin("sandbox", "Sandbox", "roll_envs.envs.sandbox:SandboxEnv", {},
+            "tasks solved by running Python and shell in a sandbox: run_python, run_shell, submit"),
     Builtin("cliff_walking", "", _ADAPTER, {"gym_id": latest_gym_id("CliffWalking")},
             "Gymnasium CliffWalking through the text adapter"),
     Builtin("taxi", "", _ADAPTER, {"gym_id": latest_gym_id("Taxi")}, "Gymnasium Taxi through the text adapter"),

@@ -9,13 +9,14 @@ the pipeline's learning test (tests/test_learning.py) trains the builtin tiny mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
 from roll_envs.base import ActionOutcome, BaseEnv
-from roll_envs.baseline_types import HELD_OUT_SEED_START, EnvBaselines
+from roll_envs.baseline_types import EnvBaselines, scored_seeds
 from roll_envs.config import EnvConfig
 from roll_envs.errors import EnvConfigError
 
@@ -117,25 +118,31 @@ class FourChoiceEnv(BaseEnv):
         """Answered the colour's right answer."""
         return self.answer is not None and self.answer == right_answer(self.colour)
 
-    def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines:
-        """`random` and `best_fixed_answer` (`four_choice_baselines`) on `episodes` held-out episodes."""
+    def baselines(self, turns: int, episodes: int = 1000, seeds: Sequence[int] | None = None) -> EnvBaselines:
+        """`random` and `best_fixed_answer` (`four_choice_baselines`) on the episodes of `seeds` (None:
+        `episodes` seeds from `HELD_OUT_SEED_START`)."""
+        played = scored_seeds(episodes, seeds)
         note = "At or below best_fixed_answer the agent does not read the colour."
-        success = four_choice_baselines(episodes, colour=self.config.colour)
-        return EnvBaselines("FourChoice", "episodes", turns, success, note, {})
+        success = four_choice_baselines(colour=self.config.colour, seeds=played)
+        return EnvBaselines("FourChoice", "episodes", turns, success, note, {}, played)
 
 
-def four_choice_baselines(episodes: int = 1000, colour: str | None = None) -> dict[str, float]:
-    """Success of the policies that ignore the colour, on the held-out episodes from `HELD_OUT_SEED_START`.
+def four_choice_baselines(
+    episodes: int = 1000, colour: str | None = None, seeds: Sequence[int] | None = None
+) -> dict[str, float]:
+    """Success of the policies that ignore the colour, on the episodes of `seeds` (None: the `episodes`
+    seeds from `HELD_OUT_SEED_START`).
 
     - `random`: a uniformly random letter, right with probability 1/4 whatever the colour (exact);
-    - `best_fixed_answer`: the one letter that is right on the most held-out episodes (measured; about 1/4,
-      above it by the sampling noise of the colours drawn; 1.0 where `colour` shows one colour every
-      episode, as the config's `colour` does). Any turn cap gives the same numbers: the first valid answer
-      ends the episode.
+    - `best_fixed_answer`: the one letter that is right on the most of these episodes (measured; about 1/4,
+      above it by the sampling noise of the colours drawn: 0.267 on the 1000 default seeds, 0.297 on the 64
+      validation seeds from 10**9; 1.0 where `colour` shows one colour every episode, as the config's
+      `colour` does). Any turn cap gives the same numbers: the first valid answer ends the episode.
     """
     env = FourChoiceEnv(render_mode=None, colour=colour)
+    played = scored_seeds(episodes, seeds)
     counts = dict.fromkeys(ANSWERS, 0)
-    for seed in range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes):
+    for seed in played:
         env.reset(seed=seed)
         counts[right_answer(env.colour)] += 1
-    return {"random": 1.0 / len(ANSWERS), "best_fixed_answer": max(counts.values()) / max(episodes, 1)}
+    return {"random": 1.0 / len(ANSWERS), "best_fixed_answer": max(counts.values()) / max(len(played), 1)}

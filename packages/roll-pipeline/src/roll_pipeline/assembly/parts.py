@@ -34,7 +34,7 @@ from roll_pipeline.trainer.critic_update import CriticUpdater
 from roll_pipeline.trainer.experience import ExperienceMaker
 from roll_pipeline.trainer.kl_control import KLControl
 from roll_pipeline.trainer.micro_batches import TrainLayout
-from roll_pipeline.trainer.weight_update import WeightUpdater
+from roll_pipeline.trainer.weight_update import WeightUpdater, pick_transport
 
 __all__ = ["RunParts", "Workers", "assemble", "build_updaters", "inference_server"]
 
@@ -168,12 +168,15 @@ def spawn_workers(config: AgenticConfig, cluster: Cluster, model_path: Path, tok
     make_experience = ExperienceMaker(
         settings.experience_settings(cfg), actor_train, reference, critic, kl, tokenizer.pad_token_id
     )
+    sync = pick_transport(spawn.backend, plans["actor_train"], plans["actor_infer"])
+    _log(f"[roll] weight sync transport: {sync}")
     update_weights = WeightUpdater(
         cluster,
         actor_train,
         policy_server,
         dtype=cfg.actor_infer.model_args.dtype,
         frequency=cfg.model_update_frequency,
+        transport=sync.transport,
     )
     return Workers(
         plans,
@@ -197,7 +200,7 @@ async def build_updaters(
     config: AgenticConfig, workers: Workers
 ) -> tuple[ActorUpdater, CriticUpdater | None]:
     """The actor's and the critic's update, with their micro-batch layouts; packing falls back to dynamic
-    batching on a model that cannot pack (the workers probe it)."""
+    batching on a model that cannot pack (the workers probe it); `share_prefix` keeps each group together."""
     cfg = config
     roles = [("actor_train", workers.actor_train, cfg.actor_train)]
     if workers.critic is not None:
@@ -213,7 +216,7 @@ async def build_updaters(
                     " (its attention does not honour restarting position ids), so use_sequence_packing falls"
                     " back to dynamic batching (actor/sequence_packing = 0 in the metrics)"
                 )
-        layouts[name] = TrainLayout.of(role, packing_ok=ok)
+        layouts[name] = TrainLayout.of(role, packing_ok=ok, share_prefix=cfg.share_prefix)
     schedule, loss = settings.update_schedule(cfg, "actor_train"), settings.actor_loss_template(cfg)
     update_actor = ActorUpdater(
         workers.actor_train, workers.kl, layouts["actor_train"], schedule, loss, cfg.use_kl_loss
@@ -235,7 +238,7 @@ def inference_server(config: AgenticConfig, model: Path | str) -> Any:
         seed=config.seed,
         num_threads=infer.num_threads,
         stop_strings=infer.generating_args.stop_strings,
-        **strategy_kwargs(infer),
+        **strategy_kwargs(infer, config.share_prefix),
     )
 
 

@@ -68,7 +68,7 @@ def plan_roles(spawn: SpawnSettings, capacity: CpuCapacity | None) -> tuple[dict
             num_cpus=cpus.roles[name],
             num_threads=threads[name],
             dtype=role.model_args.dtype,
-            strategy=strategy_kwargs(role),
+            strategy=strategy_kwargs(role, spawn.share_prefix),
             optimizer=optimiser_kwargs(role) if name in TRAINED_ROLES else {},
             gpus=GpuSlots(pool, placement.gpus) if placement.gpus else None,
         )

@@ -7,7 +7,8 @@ of a step reads. The components never see the whole config; the entry points (`p
 - `actor_loss_template` / `actor_loss` -> the `ActorLoss` of the run (the actor sets each step's KL
   coefficient on the template), `critic_loss` -> its `CriticLoss`;
 - `rollout_settings` -> `runtime.rollout.RolloutSettings` (env slots, sampling, scheduler limits);
-- `spawn_settings` -> `runtime.workers.SpawnSettings` (which roles get workers, threads, env workers).
+- `spawn_settings` -> `runtime.workers.SpawnSettings` (which roles get workers, threads, env workers, and
+  `share_prefix` for every role's strategy).
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ def rollout_settings(config: AgenticConfig) -> RolloutSettings:
 
 
 def spawn_settings(cfg: AgenticConfig) -> SpawnSettings:
-    """The worker roles (`AgenticConfig.spawned_roles`), their thread share, and the env workers of both
-    rollouts."""
+    """The worker roles (`AgenticConfig.spawned_roles`), their thread share, the env workers of both
+    rollouts, and the run's `share_prefix`."""
     roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer, "reference": cfg.reference}
     if cfg.uses_critic:
         roles["critic"] = cfg.critic
@@ -141,4 +142,5 @@ def spawn_settings(cfg: AgenticConfig) -> SpawnSettings:
         # while the actor trains, an asynchronous rollout keeps the inference role busy: split the cores
         thread_share=0.5 if cfg.async_generation_ratio > 0 else 1.0,
         env_workers=sum(layout_of(m).num_workers for m in (cfg.train_env_manager, cfg.val_env_manager)),
+        share_prefix=cfg.share_prefix,
     )

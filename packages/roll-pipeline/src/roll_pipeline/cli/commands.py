@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from roll_pipeline.cli.args import compose_checked
+from roll_pipeline.cli.args import EXAMPLES_DIR, compose_checked
 from roll_pipeline.cli.migrate import migrate_command
 from roll_pipeline.cli.play import evaluate_command, rollout_command, serve, show
 from roll_pipeline.config.compose import parse_args
@@ -153,34 +153,75 @@ def show_config(argv: list[str]) -> int:
     return 0
 
 
+def _baselines_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", default=None, help="a registered env id, instead of a run's config")
+    parser.add_argument("--episodes", type=int, default=1000, help="with --env: episodes to score")
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help="with --env: moves per episode (default: the env's)"
+    )
+
+
 def baselines(argv: list[str]) -> int:
-    """Print an env's reference baselines on held-out episodes, those its env class provides (for example
-    FrozenLake's random policy and best fixed move sequence, Sokoban's random and optimal (BFS) policies)."""
-    parser = argparse.ArgumentParser(prog="roll baselines", description=baselines.__doc__)
-    parser.add_argument("--env", default=None, help="registered env id (required)")
-    parser.add_argument("--episodes", type=int, default=1000)
-    parser.add_argument("--max-steps", type=int, default=None, help="moves per episode (default: the env's)")
-    args = parser.parse_args(argv)
+    """Print reference baselines, those each env class provides (for example FrozenLake's random policy and
+    best fixed move sequence, Sokoban's random and optimal (BFS) policies, four_choice's best fixed answer):
+    of a run's config (--config-path/--config-name and overrides), for each validation tag on exactly its
+    validation seeds; or of an env with its default config (--env ID) on --episodes episodes from seed
+    1000000. With the number of distinct first observations when the episodes repeat the same few."""
+    args = parse_args(argv, "roll baselines", baselines.__doc__ or "", _baselines_options)
     from roll_envs import RollEnvsError
 
     from roll_pipeline.observe.report import env_id_baselines, envs_with_baselines
 
-    if args.env is None:
+    if args.env is None and args.config_path is None and args.config_name is None and not args.overrides:
         print(
-            "roll baselines: name the env with --env ID; envs with baselines: "
-            + ", ".join(envs_with_baselines()),
+            "roll baselines: name the env with --env ID, or a run's config with --config-path/--config-name;"
+            " envs with baselines: " + ", ".join(envs_with_baselines()),
             file=sys.stderr,
         )
         return 2
+    if args.env is None:
+        return _config_baselines(args)
     try:
         found = env_id_baselines(args.env, args.episodes, args.max_steps)
     except (ValueError, RollEnvsError) as exc:
         print(f"roll baselines: {exc}", file=sys.stderr)
         return 2
+    _print_baselines(found)
+    return 0
+
+
+def _print_baselines(found: Any, observations: bool = True) -> None:
+    """One line per success rate and per detail (`observations`: and the distinct first observations when
+    they are few)."""
+    from roll_pipeline.observe.report import few_observations
+
     for name, value in found.success.items():
         print(f"{name:>28}: {value:.3f}")
     for name, value in found.details.items():
         print(f"{name:>28}: {value:g}")
+    if observations and few_observations(found):
+        print(f"{'distinct_observations':>28}: {found.observations} (in {len(found.seeds)} episodes)")
+
+
+def _config_baselines(args: argparse.Namespace) -> int:
+    """`roll baselines` of a run's config: each validation tag's, on its validation seeds."""
+    from roll_pipeline.config.compose import ConfigError
+    from roll_pipeline.observe.report import scored_on, tag_baselines
+    from roll_pipeline.preflight import compose
+
+    try:
+        config = compose(args.config_path, args.config_name, args.overrides, search_from=EXAMPLES_DIR)
+    except ConfigError as exc:
+        print(f"roll baselines: {exc}", file=sys.stderr)
+        return 2
+    found = tag_baselines(config, validation_only=True)
+    if not found:
+        print(f"roll baselines: no validation tag of {config.exp_name!r} has an env with baselines")
+    for tag, base in found.items():
+        name = base.env if tag == base.env else f"{tag} ({base.env})"
+        turns = f"{base.turns} turn{'s' * (base.turns != 1)}"
+        print(f"{name} at {turns}, on {scored_on(base, validated=True)}:")
+        _print_baselines(base, observations=False)
     return 0
 
 
@@ -264,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         print("  serve      an OpenAI-compatible HTTP server of the model or a checkpoint")
         print("  config     print the composed config")
         print("  migrate    translate a ROLL agentic YAML into a roll config, with a report of every key")
-        print("  baselines  an env's baselines (--env ID): e.g. random policy, best fixed sequence, optimal")
+        print(
+            "  baselines  baselines of a config's validation episodes, or of an env (--env ID): e.g. random"
+        )
         print("  plot       learning curve PNG of a run directory")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     try:

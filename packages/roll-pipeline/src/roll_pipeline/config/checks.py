@@ -19,6 +19,7 @@ from roll_algos import (
     registered_estimators,
     registered_policy_losses,
 )
+from roll_rollout.agent_manager import AGENT_ENV_TYPE
 
 from roll_pipeline.config.colocation import SLEEP_LEVELS, infer_sleep, sleep_level_of
 from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs
@@ -289,6 +290,12 @@ def _estimator_problems(cfg: AgenticConfig) -> list[str]:
             "gigpo_anchor_similarity set with gigpo_anchor_threshold=1 (exact anchors): no similarity is"
             " computed; set gigpo_anchor_threshold < 1 (e.g. 0.9) or drop gigpo_anchor_similarity"
         )
+    agents = [t for t in cfg.train_env_manager.tags if cfg.custom_envs[t].env_type == AGENT_ENV_TYPE]
+    if agents and cfg.train_sample_shape == "trajectory":
+        problems.append(
+            f"custom_envs {agents} are openai_agent tags, whose calls do not chain into one conversation (the"
+            " agent sends its history as text); set sample_shape=step"
+        )
     if cfg.sample_shape == "trajectory":
         cut = [t for t in cfg.train_env_manager.tags if cfg.custom_envs[t].max_history_turns is not None]
         if cut:
@@ -354,6 +361,16 @@ def _vllm_problems(cfg: AgenticConfig) -> list[str]:
             " the trainer's; bf16 on a GPU), so its log-probs are not the trainer's and the PPO ratio must"
             " start from the trainer's own: set recompute_old_log_probs=true (tis_cap can then reweight by"
             " vLLM's log-probs)"
+        )
+    seqs = infer.strategy_args.strategy_config.get("max_num_seqs")
+    # a batch size either base sets is not the user's: the engine then takes the config's max_num_seqs
+    field = type(infer).model_fields["infer_batch_size"]
+    bases = (field.default, TINY_RECIPE["actor_infer"].get("infer_batch_size"))
+    if seqs is not None and seqs != infer.infer_batch_size and infer.infer_batch_size not in bases:
+        problems.append(
+            f"actor_infer.infer_batch_size={infer.infer_batch_size} and actor_infer.strategy_args.strategy_config"
+            f".max_num_seqs={seqs} disagree: with vllm infer_batch_size becomes vLLM's max_num_seqs (the most"
+            " requests the engine runs at once); drop one of the two, or set them equal"
         )
     level = sleep_level_of(infer)
     if not isinstance(level, int) or isinstance(level, bool) or level not in SLEEP_LEVELS:

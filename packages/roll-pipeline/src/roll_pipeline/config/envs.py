@@ -81,7 +81,14 @@ class CustomEnvConfig(StrictModel):
     max_tokens_per_step: int = Field(
         128, ge=1, description="new tokens per turn (a short reasoning and the answer)"
     )
-    max_history_turns: int | None = Field(0, ge=0, description="earlier turns kept in the prompt; null = all")
+    max_history_turns: int | None = Field(
+        0,
+        ge=0,
+        description="earlier turns kept in the prompt; null = all. The default 0 (the current observation alone)"
+        " fits envs whose observation shows the whole state (FrozenLake, Sokoban, TicTacToe, four_choice) and keeps"
+        " prompts short; an env whose observation does not (a search, a dialogue, a tool's output) needs its"
+        " history: null (sample_shape auto then trains whole episodes) or the turns it needs",
+    )
     env_instruction: str | None = Field(
         None,
         description="system prompt; null = the env's own instruction; empty = none (the observation alone)",

@@ -265,6 +265,17 @@ class AgenticConfig(StrictModel):
         " that keep the whole history, max_history_turns: null); auto = trajectory when every training env"
         " keeps the whole history, else step",
     )
+    share_prefix: bool = Field(
+        True,
+        description="compute the tokens that rows share from their start (a group's prompt, an episode's"
+        " earlier turns) once: each micro-batch's rows run as one prefix tree (one sequence of their distinct"
+        " tokens, each at its own position, attending only to its own row's earlier tokens), so log-probs,"
+        " values and gradients equal the per-row forward's; in every role: actor_train's train step and old"
+        " log-probs, the reference, the critic, and hf_infer generation (each distinct prompt encoded once;"
+        " vllm: its prefix caching). The trained roles' batching keeps a group's rows in one mini-batch, one"
+        " data-parallel rank and one micro-batch where they fit. roll config refuses a model whose attention"
+        " cannot take the tree; false: every row is its own sequence everywhere",
+    )
     train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig, description="training envs")
     val_env_manager: EnvManagerConfig = Field(
         default_factory=default_val_envs, description="validation envs (greedy)"

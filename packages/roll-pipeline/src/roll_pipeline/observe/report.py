@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from roll_algos import estimator_spec
+from roll_rollout.agent_manager import AGENT_ENV_TYPE
 
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.observe.summary import RunSummary
@@ -14,13 +15,21 @@ if TYPE_CHECKING:
 
 
 def env_id_baselines(env_id: str, episodes: int = 1000, max_steps: int | None = None) -> EnvBaselines:
-    """The baselines of a registered env with its default config (`roll baselines`), at `max_steps` turns
-    (default: the env's own `max_steps`); ValueError naming the envs that have some when it has none."""
+    """The baselines of a registered env with its default config (`roll baselines --env`), at `max_steps`
+    turns (default: the env's own `max_steps`), on `episodes` episodes from `roll_envs.HELD_OUT_SEED_START`,
+    with their distinct first observations counted; ValueError naming the envs that have some when it has
+    none."""
     import roll_envs
+    from roll_envs.baselines import distinct_observations
 
     env = roll_envs.make(env_id, render_mode=None)
-    found = roll_envs.env_baselines(env, env.config.max_steps if max_steps is None else max_steps, episodes)
-    env.close()
+    try:
+        turns = env.config.max_steps if max_steps is None else max_steps
+        found = roll_envs.env_baselines(env, turns, episodes)
+        if found is not None:
+            found = found._replace(observations=distinct_observations(env, found.seeds))
+    finally:
+        env.close()
     if found is None:
         raise ValueError(
             f"env {env_id!r} has no baselines; envs with some: {', '.join(envs_with_baselines())}"
@@ -45,30 +54,55 @@ def envs_with_baselines() -> list[str]:
     return ids
 
 
+def validation_seeds_by_tag(config: AgenticConfig) -> dict[str, tuple[int, ...]]:
+    """The seeds each validation tag plays at a validation of the run: `val_rollout_batch_size / group_size`
+    groups, one seed each from `roll_rollout.validation_seeds`, handed to the tags in order in the shares of
+    `num_groups_partition` (`TagMix`), as the pipeline's first validation does (step 0; later ones split
+    the same way whenever the shares are whole numbers)."""
+    from roll_rollout import TagMix, validation_seeds
+
+    manager = config.val_env_manager
+    groups = config.val_rollout_batch_size // manager.group_size
+    partition = manager.num_groups_partition or [1] * len(manager.tags)
+    need = TagMix(dict(zip(manager.tags, partition, strict=True))).split(groups)
+    seeds = iter(validation_seeds(groups))
+    return {tag: tuple(next(seeds) for _ in range(need.get(tag, 0))) for tag in manager.tags}
+
+
 def tag_baselines(
     config: AgenticConfig, episodes: int = 1000, *, validation_only: bool = False
 ) -> dict[str, EnvBaselines]:
     """`roll_envs.EnvBaselines` of each tag the run plays (validation tags first; `validation_only`: only
-    them) whose env has some, at the tag's turn cap: the smaller of `max_actions_per_traj` and the env's
-    `max_steps`."""
+    them) whose env has some, at the tag's turn cap (the smaller of `max_actions_per_traj` and the env's
+    `max_steps`), with the number of distinct first observations of the episodes scored. A validation tag's
+    are scored on exactly its validation seeds (`validation_seeds_by_tag`), the episodes its validation
+    success is measured on; a tag that is only trained has no fixed episodes: its are scored on `episodes`
+    episodes from `roll_envs.HELD_OUT_SEED_START`."""
     import roll_envs
+    from roll_envs.baselines import distinct_observations
 
-    tags = [*config.val_env_manager.tags, *([] if validation_only else config.train_env_manager.tags)]
+    validated = validation_seeds_by_tag(config)
+    tags = [*validated, *([] if validation_only else config.train_env_manager.tags)]
     found = {}
     for tag in dict.fromkeys(tags):
         spec = config.custom_envs[tag]
+        if spec.env_type == AGENT_ENV_TYPE or (tag in validated and not validated[tag]):
+            continue  # an agent tag (no env of its own to score), or a validation tag with no episode
         env = roll_envs.make(spec.env_type, render_mode=None, **spec.env_config)
-        turns = min(spec.max_actions_per_traj, env.config.max_steps)
-        result = roll_envs.env_baselines(env, turns, episodes)
-        env.close()
-        if result is not None:
-            found[tag] = result
+        try:
+            turns = min(spec.max_actions_per_traj, env.config.max_steps)
+            result = roll_envs.env_baselines(env, turns, episodes, seeds=validated.get(tag))
+            if result is not None:
+                found[tag] = result._replace(observations=distinct_observations(env, result.seeds))
+        finally:
+            env.close()
     return found
 
 
 def baseline_lines(config: AgenticConfig, *, validation_only: bool = False) -> dict[str, float]:
     """The reference lines of a learning curve: `NAME baseline` per success rate, prefixed by the tag
-    when several tags have baselines (`validation_only`: the validation tags', for a validation curve)."""
+    when several tags have baselines (`validation_only`: the validation tags', on their validation seeds,
+    for a validation curve)."""
     found = tag_baselines(config, validation_only=validation_only)
     prefix = len(found) > 1
     return {
@@ -78,9 +112,31 @@ def baseline_lines(config: AgenticConfig, *, validation_only: bool = False) -> d
     }
 
 
+def few_observations(base: EnvBaselines) -> str:
+    """`N distinct first observations` when the scored episodes show fewer than half as many different
+    first observations as there are episodes (the same prompts repeat), else empty."""
+    count, episodes = base.observations, len(base.seeds)
+    if count is None or 2 * count > episodes:
+        return ""
+    return f"{count} distinct first observation{'s' * (count != 1)}"
+
+
+def scored_on(base: EnvBaselines, validated: bool) -> str:
+    """Which episodes a tag's baselines were scored on, e.g. `the 64 validation episodes (seeds
+    1000000000-1000000063; 4 distinct first observations)`."""
+    seeds = base.seeds
+    span = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+    if len(seeds) > 1 and list(seeds) != list(range(seeds[0], seeds[-1] + 1)):
+        span = f"{len(seeds)} seeds from {seeds[0]}"
+    what = f"the {len(seeds)} validation {base.episodes}" if validated else f"{len(seeds)} {base.episodes}"
+    if not validated:
+        span = f"a training tag, not validated: {span}"
+    return f"{what} ({'; '.join(filter(None, [span, few_observations(base)]))})"
+
+
 def print_run_header(config: AgenticConfig) -> None:
     """Experiment, model, env setup and, for each tag whose env has baselines, the baselines to judge
-    the result by."""
+    the result by, on the episodes they were scored on."""
     train = config.train_env_manager
     est = estimator_spec(config.adv_estimator)
     kind = ", ".join(
@@ -102,7 +158,8 @@ def print_run_header(config: AgenticConfig) -> None:
     for tag, base in found.items():
         name = base.env if tag == base.env else f"{tag} ({base.env})"
         rates = ", ".join(f"{k} {v:.1%}" for k, v in base.success.items())
-        print(f"[roll] {name} baselines on held-out {base.episodes}: {rates}. {base.note}")
+        where = scored_on(base, tag in config.val_env_manager.tags)
+        print(f"[roll] {name} baselines on {where}: {rates}. {base.note}")
 
 
 def print_final_report(config: AgenticConfig, summary: RunSummary) -> None:

@@ -2,7 +2,8 @@
 `num_gpus_per_worker` and `model_args.gguf_file`, turned into plain worker arguments (the config-time check
 of each role's strategy is `roll_pipeline.config.strategies`).
 
-- `strategy_kwargs(role)`: `strategy_name` / `strategy_config` for the role worker's constructor;
+- `strategy_kwargs(role, share_prefix)`: `strategy_name` / `strategy_config` / `share_prefix` for the role
+  worker's constructor;
 - `plan_placement(roles, backend)`: the ranks of each role, their torch devices and each rank's Ray GPU
   request;
 - `plan_cpus(roles, placements, threads, env_workers, capacity)`: the Ray CPU request of each role's ranks and
@@ -52,11 +53,13 @@ def cpu_threads(configured: int | None, device: str, share: float = 1.0) -> int 
     return max(1, round((os.cpu_count() or 1) * share))
 
 
-def strategy_kwargs(role: WorkerConfig) -> dict[str, Any]:
-    """The role worker's `strategy_name` / `strategy_config` arguments."""
+def strategy_kwargs(role: WorkerConfig, share_prefix: bool = False) -> dict[str, Any]:
+    """The role worker's `strategy_name` / `strategy_config` arguments, and `share_prefix` (the run's: the
+    strategy computes the tokens that rows share from their start once)."""
     return {
         "strategy_name": role.strategy_args.strategy_name,
         "strategy_config": dict(role.strategy_args.strategy_config),
+        "share_prefix": share_prefix,
     }
 
 

@@ -28,8 +28,9 @@ class PolicyServer:
     """Serves `generate` requests from env managers through an inference strategy: batched calls
     (`BatchingPolicy`), or one submission per request to a continuously batching engine (`StreamingPolicy`).
 
-    `max_batch_size` caps a batch of `BatchingPolicy`; a streaming engine caps its own (vLLM's
-    `max_num_seqs` in strategy_config)."""
+    `max_batch_size` caps a batch of `BatchingPolicy`; for vllm it becomes vLLM's `max_num_seqs` unless
+    strategy_config names its own. `share_prefix` goes to the strategy (hf_infer encodes each distinct
+    prompt of a batch once; vllm turns on its prefix caching)."""
 
     def __init__(
         self,
@@ -43,12 +44,17 @@ class PolicyServer:
         stop_strings: Sequence[str] = (),
         strategy_name: str = "hf_infer",
         strategy_config: Mapping[str, Any] | None = None,
+        share_prefix: bool = False,
     ) -> None:
         from roll_strategies import ActorInferWorker
 
         # Stop strings of any length end a response at the sampled token completing them (the strategy matches
         # them in the decoded text); eos always stops. Checked before the model loads.
         self.stop_strings = _checked_stop_strings(stop_strings)
+        if strategy_name == "vllm":  # the engine batches continuously: the cap is its max_num_seqs
+            from roll_strategies.infer.vllm_infer import with_max_num_seqs
+
+            strategy_config = with_max_num_seqs(strategy_config, max_batch_size)
         self.worker = ActorInferWorker(
             model_path,
             device=device,
@@ -57,6 +63,7 @@ class PolicyServer:
             num_threads=num_threads,
             strategy_name=strategy_name,
             strategy_config=strategy_config,
+            share_prefix=share_prefix,
         )
         self.policy: BatchingPolicy | StreamingPolicy = (
             StreamingPolicy(self._generate_one)

@@ -8,9 +8,9 @@ What fans out to the ranks, and how:
 - `map_rows(method, batch, micro_batch_size)` (log-probs, values, the exact KL): the rows are cut into N
   contiguous shares of equal size, the last padded with copies of the first row, so every rank runs as many
   forwards (ZeRO-3 gathers the weights inside each); the results are put back in row order;
-- weight export (`weight_sync_plan`, `weight_bucket`): rank 0 serves the buckets; under ZeRO-3
-  (`gathers_weights`) every rank joins each bucket's gather with its own plan (a plan carries its rank's
-  fingerprint), and only rank 0's bucket travels;
+- weight export (`weight_sync_plan`, `weight_bucket`): rank 0 serves the buckets, by the sync's transport;
+  under ZeRO-3 (`gathers_weights`) every rank joins each bucket's gather with its own plan (a plan carries its
+  rank's fingerprint; the other ranks' on the CPU path), and only rank 0's bucket travels;
 - `call_all` (checkpoints: every rank saves and loads; the hf strategies write from rank 0 after a barrier,
   DeepSpeed writes every rank's shards) and `call_main` (rank 0 alone: fingerprint, step, probes).
 """
@@ -114,11 +114,30 @@ class RankGroup:
         ]
         return (await asyncio.gather(*calls))[0]
 
-    async def weight_sync_plan(self, version: int, *, dtype: str, bucket_bytes: int) -> Any:
-        """Rank 0's plan of a bucketed update (every rank makes its own when the export gathers)."""
+    async def weight_sync_plan(
+        self, version: int, *, dtype: str, bucket_bytes: int, transport: str = "cpu"
+    ) -> Any:
+        """Rank 0's plan of a bucketed update (every rank makes its own when the export gathers), its buckets
+        travelling by `transport` (`roll_strategies.sync.transport`). The other ranks' buckets come back to
+        the caller and are dropped, so they stay on the CPU path whatever rank 0's transport."""
+        # the CPU path calls the workers without `transport`, as before there was a choice
+        gpu = {} if transport == "cpu" else {"transport": transport}
         if not self.gathers_weights:
-            return await self.call_main("weight_sync_plan", version, dtype=dtype, bucket_bytes=bucket_bytes)
-        self._plans = await self.call_all("weight_sync_plan", version, dtype=dtype, bucket_bytes=bucket_bytes)
+            return await self.call_main(
+                "weight_sync_plan", version, dtype=dtype, bucket_bytes=bucket_bytes, **gpu
+            )
+        if not gpu:
+            self._plans = await self.call_all(
+                "weight_sync_plan", version, dtype=dtype, bucket_bytes=bucket_bytes
+            )
+            return self._plans[0]
+        calls = [
+            self.cluster.call(
+                rank, "weight_sync_plan", version, dtype=dtype, bucket_bytes=bucket_bytes, **extra
+            )
+            for rank, extra in zip(self.ranks, [gpu] + [{}] * (self.size - 1), strict=True)
+        ]
+        self._plans = list(await asyncio.gather(*calls))
         return self._plans[0]
 
     def weight_bucket(self, plan: Any, index: int) -> tuple[Any, Awaitable[Any]]:

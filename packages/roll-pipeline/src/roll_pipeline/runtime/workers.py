@@ -30,6 +30,7 @@ class SpawnSettings:
     backend: str  # cluster.backend
     thread_share: float  # of the cores a CPU role without num_threads takes (0.5 under asynchronous rollout)
     env_workers: int  # env workers of the train and val rollouts (each asks Ray for a little CPU)
+    share_prefix: bool = False  # every role's strategy computes the tokens rows share from their start once
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class RolePlan:
     dtype: str
     """The model's dtype in the worker."""
     strategy: dict[str, Any]
-    """`strategy_name` / `strategy_config` of the worker's constructor."""
+    """`strategy_name` / `strategy_config` / `share_prefix` of the worker's constructor."""
     optimizer: Mapping[str, Any] = field(default_factory=dict)
     """The optimizer arguments of a trained role's strategy (empty for a role that does not train)."""
     gpus: GpuSlots | None = None

@@ -3,8 +3,9 @@
 It serves the run's own model (the HF inference worker, requests batched across connections by
 `BatchingPolicy`) so that anything speaking the OpenAI API can drive it, and so that `OpenAIPolicy` is
 tested against a live server rather than a mock. Endpoints: `GET /v1/models`, `POST /v1/completions`
-(prompt as text or token ids) and `POST /v1/chat/completions` (messages through the model's chat
-template). With `return_tokens_as_token_ids` (as in vLLM) log-prob tokens are `token_id:N`.
+(prompt as text or token ids) and `POST /v1/chat/completions` (messages and tools through the model's chat
+template, tool calls read back from the reply: `roll_rollout.openai_chat`, the rendering the training proxy
+of `openai_agent` tags shares). With `return_tokens_as_token_ids` (as in vLLM) log-prob tokens are `token_id:N`.
 
 Standard library only: a `ThreadingHTTPServer` whose handler threads submit to one asyncio loop.
 Bad requests get HTTP 400 with an OpenAI-style error body; a failed generation gets 500.
@@ -22,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from roll_rollout import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
+from roll_rollout.openai_chat import ChatRequestError, assistant_message, chat_prompt_ids
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -113,15 +115,10 @@ class OpenAICompatibleServer:
         raise BadRequest("prompt must be a string or a non-empty list of token ids")
 
     def _chat_prompt(self, body: dict[str, Any]) -> list[int]:
-        messages = body.get("messages")
-        if not (isinstance(messages, list) and messages and all(_is_message(m) for m in messages)):
-            raise BadRequest("messages must be a non-empty list of {role, content: str} objects")
-        ids = self.tokenizer.apply_chat_template(
-            [{"role": m["role"], "content": m["content"]} for m in messages],
-            add_generation_prompt=True,
-            tokenize=True,
-        )
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        try:
+            return chat_prompt_ids(self.tokenizer, body.get("messages"), body.get("tools"))
+        except ChatRequestError as exc:
+            raise BadRequest(str(exc)) from exc
 
     def _reply(self, body: dict[str, Any], result: GenerateResult, prompt_len: int, chat: bool) -> dict:
         text = self.tokenizer.decode(result.output_ids, skip_special_tokens=True)
@@ -133,7 +130,9 @@ class OpenAICompatibleServer:
         choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason}
         wants_logprobs = body.get("logprobs") not in (None, False, 0)
         if chat:
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"], called = assistant_message(text, body.get("tools"))
+            if called:
+                choice["finish_reason"] = "tool_calls"
             if wants_logprobs:
                 content = [
                     {"token": t, "logprob": lp} for t, lp in zip(tokens, result.log_probs, strict=True)
@@ -155,10 +154,6 @@ class OpenAICompatibleServer:
                 "total_tokens": prompt_len + len(result.output_ids),
             },
         }
-
-
-def _is_message(m: Any) -> bool:
-    return isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
 
 
 def _sampling(body: dict[str, Any]) -> SamplingSettings:

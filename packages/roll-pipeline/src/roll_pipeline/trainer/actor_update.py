@@ -72,6 +72,7 @@ class ActorUpdater:
             step,
             agg_mode=loss_fn.agg_mode,
             prefix="actor",
+            groups=s.row_groups,
             with_entropy=True,
             with_full_kl=with_full_kl,
         )

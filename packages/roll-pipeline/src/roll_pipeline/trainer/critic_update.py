@@ -47,5 +47,6 @@ class CriticUpdater:
             step,
             agg_mode="token-mean",
             prefix="critic",
+            groups=s.row_groups,
         )
         return metrics

@@ -1,6 +1,7 @@
 """The update loop of a trained role (actor and critic alike): `ppo_epochs` passes over the step's rows, each
-shuffled into mini-batches (`micro_batches.mini_batches`), each mini-batch cut into micro-batches, one list
-per data-parallel rank (`micro_batches.build_micro_batches`), and run as one optimiser step by the ranks'
+shuffled into mini-batches (`micro_batches.mini_batches`; whole groups under `share_prefix`:
+`group_mini_batches`), each mini-batch cut into micro-batches, one list per data-parallel rank
+(`micro_batches.build_micro_batches`), and run as one optimiser step by the ranks'
 `train_step` (`RankGroup.train_step`); then the steps' metrics merged into one value per key and the padding
 counts of the micro-batches run.
 
@@ -26,7 +27,13 @@ from roll_strategies import LAST_VALUE_METRICS, lr_decay_factor
 
 from roll_pipeline.observe.metrics import mean
 from roll_pipeline.runtime.ranks import RankGroup
-from roll_pipeline.trainer.micro_batches import PaddingStats, TrainLayout, build_micro_batches, mini_batches
+from roll_pipeline.trainer.micro_batches import (
+    PaddingStats,
+    TrainLayout,
+    build_micro_batches,
+    group_mini_batches,
+    mini_batches,
+)
 
 __all__ = [
     "NonFiniteStepsError",
@@ -111,24 +118,31 @@ async def train_epochs(
     *,
     agg_mode: str,
     prefix: str,
+    groups: torch.Tensor | None = None,
     **step_kwargs: Any,
 ) -> tuple[dict[str, float], float]:
     """Update the role's ranks `group` on the rows of `fields` at step `step` (see the module docstring); returns
     its metrics
     (`merge_metrics` and `PaddingStats.metrics` under `prefix`) and the seconds of the loop.
 
-    `agg_mode` weights the micro-batches (`build_micro_batches`); `step_kwargs` go to every `train_step`
-    (e.g. `with_entropy`). Raises `NonFiniteStepsError` after too many non-finite steps (`check_nonfinite`)."""
+    `agg_mode` weights the micro-batches (`build_micro_batches`); `groups` ([R] the group id of each row) keeps
+    each group's rows together under `layout.share_prefix` (`group_mini_batches`); `step_kwargs` go to every
+    `train_step` (e.g. `with_entropy`). Raises `NonFiniteStepsError` after too many non-finite steps
+    (`check_nonfinite`)."""
     lr_scale = schedule.lr_scale(step)
     generator = schedule.generator(step)
     collected: list[dict[str, float]] = []
     stats = PaddingStats()
     rows = int(fields["input_ids"].shape[0])
     t0 = time.perf_counter()
+    by_group = groups if layout.share_prefix else None
     for _ in range(schedule.ppo_epochs):
-        order = torch.randperm(rows, generator=generator)
-        for idx in mini_batches(order, layout.rows_per_mini_batch):
-            per_rank, mb_stats = build_micro_batches(fields, idx, layout, agg_mode, group.size)
+        if by_group is not None:
+            batches = group_mini_batches(by_group, layout.rows_per_mini_batch, generator)
+        else:
+            batches = mini_batches(torch.randperm(rows, generator=generator), layout.rows_per_mini_batch)
+        for idx in batches:
+            per_rank, mb_stats = build_micro_batches(fields, idx, layout, agg_mode, group.size, by_group)
             t = time.perf_counter()
             collected.append(await group.train_step(per_rank, loss_fn, **step_kwargs, lr_scale=lr_scale))
             check_nonfinite(

@@ -17,16 +17,27 @@ no row at all, runs copies of a row weighted 0: ZeRO's collectives need every ra
 backward). Each micro-batch's loss is weighted by its share of the whole mini-batch's loss units, all ranks
 together (response tokens for `token-mean`, rows otherwise), so the accumulated gradient does not depend on how
 rows were split, nor over how many ranks.
+
+With `share_prefix` (the strategies then run each micro-batch as one prefix tree, computing the tokens its rows
+share once) the cuts keep each group's rows (`groups`: one id per row; a group's rows share their prompt)
+together: mini-batches shuffle whole groups (`group_mini_batches`), the ranks are balanced with groups as units
+(a group larger than a rank's share of rows is cut into consecutive pieces), and each rank fills its micro-batches
+group by group under the same budget, a group that does not fit in the room left opening the next micro-batch
+and one larger than a micro-batch filling consecutive ones. The weights are the same shares as above, so the
+gradient is the same whatever the cuts. Without it (or without `groups`) the cuts are the ones above.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from roll_algos import balance_partitions, dynamic_micro_batches
 from roll_algos.packing import pack_lengths
+from roll_strategies.compute.prefix_tree import build_prefix_tree
 
 from roll_pipeline.config.roles import WorkerConfig
 
@@ -35,6 +46,7 @@ __all__ = [
     "PaddingStats",
     "TrainLayout",
     "build_micro_batches",
+    "group_mini_batches",
     "mini_batches",
     "plan_micro_batches",
 ]
@@ -51,10 +63,12 @@ class TrainLayout:
     rows_per_mini_batch: int
     max_tokens: int
     round_to: int
+    share_prefix: bool = False  # keep each group's rows together (the strategy runs them as a prefix tree)
 
     @classmethod
-    def of(cls, role: WorkerConfig, packing_ok: bool = True) -> TrainLayout:
-        """The layout of a role's config; packing falls back to dynamic batching when the model cannot pack."""
+    def of(cls, role: WorkerConfig, packing_ok: bool = True, share_prefix: bool = False) -> TrainLayout:
+        """The layout of a role's config; packing falls back to dynamic batching when the model cannot pack;
+        `share_prefix` (the run's) keeps each group's rows together."""
         targs = role.training_args
         if role.use_sequence_packing and packing_ok:
             mode: BatchingMode = "packed"
@@ -68,6 +82,7 @@ class TrainLayout:
             rows_per_mini_batch=targs.per_device_train_batch_size * targs.gradient_accumulation_steps,
             max_tokens=role.max_tokens_per_microbatch_in_train,
             round_to=role.sequence_length_round_in_train,
+            share_prefix=share_prefix,
         )
 
 
@@ -78,6 +93,8 @@ class PaddingStats:
     real_tokens: int = 0
     padded_tokens: int = 0
     naive_tokens: int = 0
+    distinct_tokens: int = 0
+    """The tokens the forwards compute: under share_prefix each micro-batch's prefix-tree nodes, else real_tokens."""
     seconds: float = 0.0
     micro_batches: int = 0
 
@@ -86,6 +103,7 @@ class PaddingStats:
         self.real_tokens += other.real_tokens
         self.padded_tokens += other.padded_tokens
         self.naive_tokens += other.naive_tokens
+        self.distinct_tokens += other.distinct_tokens
         self.micro_batches += other.micro_batches
 
     def metrics(self, prefix: str) -> dict[str, float]:
@@ -99,6 +117,10 @@ class PaddingStats:
             f"{prefix}/naive_padding_fraction": 1.0 - self.real_tokens / max(self.naive_tokens, 1),
             f"{prefix}/micro_batches": float(self.micro_batches),
             f"{prefix}/train_tokens_per_s": self.real_tokens / self.seconds if self.seconds > 0 else 0.0,
+            f"{prefix}/distinct_token_fraction": self.distinct_tokens / max(self.real_tokens, 1),
+            f"{prefix}/train_distinct_tokens_per_s": self.distinct_tokens / self.seconds
+            if self.seconds > 0
+            else 0.0,
         }
 
 
@@ -110,6 +132,34 @@ def mini_batches(order: torch.Tensor, max_rows: int) -> list[torch.Tensor]:
     """
     count = max(1, -(-len(order) // max_rows))
     return [chunk for chunk in torch.tensor_split(order, count) if len(chunk)]
+
+
+def group_mini_batches(groups: torch.Tensor, max_rows: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """`mini_batches` of whole groups (`groups`: [R] the group id of each row): the groups in a random order
+    (drawn from `generator`), each group's rows together in their order, cut into as many mini-batches as
+    `mini_batches` makes, each cut at the group edge nearest the equal cut among those that keep every
+    mini-batch within `max_rows` (inside a group only where no edge does)."""
+    _, inverse = torch.unique(groups, return_inverse=True)
+    count_groups = int(inverse.max()) + 1 if len(inverse) else 0
+    members = [
+        torch.nonzero(inverse == g).flatten() for g in torch.randperm(count_groups, generator=generator)
+    ]
+    if not members:
+        return []
+    order = torch.cat(members)
+    edges = sorted(set(itertools.accumulate(len(m) for m in members)))
+    total = len(order)
+    count = max(1, -(-total // max_rows))
+    cuts = [0]
+    for k in range(1, count):
+        # every later mini-batch keeps at least one row and at most max_rows
+        lo = max(cuts[-1] + 1, total - (count - k) * max_rows)
+        hi = min(cuts[-1] + max_rows, total - (count - k))
+        ideal = k * total / count
+        inside = [e for e in edges if lo <= e <= hi]
+        cuts.append(min(inside, key=lambda e: abs(e - ideal)) if inside else min(max(round(ideal), lo), hi))
+    cuts.append(total)
+    return [order[a:b] for a, b in itertools.pairwise(cuts)]
 
 
 def _round_up(x: int, multiple: int) -> int:
@@ -133,7 +183,61 @@ def _plan_rank(lengths: list[int], layout: TrainLayout, capacity: int) -> list[l
     return [[i for b in bins[k : k + per] for i in b] for k in range(0, len(bins), per)]
 
 
-def _equalise(plans: list[list[list[int]]]) -> list[list[list[int]]]:
+def _plan_rank_groups(
+    lengths: list[int], units: list[list[int]], layout: TrainLayout, capacity: int
+) -> list[list[int]]:
+    """A rank's micro-batches (indices into `lengths`) under `_plan_rank`'s budget, filled with its rows group
+    by group (`units`): a group that does not fit in the room left opens the next micro-batch, one larger than a
+    micro-batch fills the room left and then consecutive ones."""
+    if layout.mode == "fixed":
+
+        def fits(mb: list[int]) -> bool:
+            return len(mb) <= layout.rows_per_micro_batch
+
+    elif layout.mode == "dynamic":
+        budget = max(layout.max_tokens, _round_up(max(lengths[i] for u in units for i in u), layout.round_to))
+
+        def fits(mb: list[int]) -> bool:
+            return len(mb) * _round_up(max(lengths[i] for i in mb), layout.round_to) <= budget
+
+        # longest first, as `dynamic_micro_batches` fills rows: similar lengths share a micro-batch's width
+        units = sorted((sorted(u, key=lambda i: -lengths[i]) for u in units), key=lambda u: -lengths[u[0]])
+    else:
+        per = max(1, layout.max_tokens // capacity)
+
+        def fits(mb: list[int]) -> bool:
+            return len(pack_lengths([lengths[i] for i in mb], capacity)) <= per
+
+    plan: list[list[int]] = []
+    current: list[int] = []
+    for unit in units:
+        if fits(current + unit):
+            current += unit
+            continue
+        if fits(unit):  # current holds rows, or unit would have fitted
+            plan.append(current)
+            current = list(unit)
+            continue
+        for i in unit:
+            if current and not fits([*current, i]):
+                plan.append(current)
+                current = []
+            current.append(i)
+    if current:
+        plan.append(current)
+    return plan
+
+
+def _halving_cut(mb: list[int], groups: Sequence[int] | None) -> int:
+    """Where `_equalise` halves a micro-batch: its middle, or with `groups` the group edge nearest it."""
+    middle = len(mb) // 2
+    if groups is None:
+        return middle
+    edges = [k for k in range(1, len(mb)) if groups[mb[k]] != groups[mb[k - 1]]]
+    return min(edges, key=lambda k: abs(k - middle)) if edges else middle
+
+
+def _equalise(plans: list[list[list[int]]], groups: Sequence[int] | None = None) -> list[list[list[int]]]:
     """Split the largest micro-batches of the ranks with fewer, so every rank runs as many (a split never
     exceeds the budget); ranks step their optimiser together."""
     target = max(len(p) for p in plans)
@@ -141,15 +245,48 @@ def _equalise(plans: list[list[list[int]]]) -> list[list[list[int]]]:
         while len(plan) < target and any(len(mb) > 1 for mb in plan):
             big = max(range(len(plan)), key=lambda k: len(plan[k]))
             mb = plan.pop(big)
-            plan[big:big] = [mb[: len(mb) // 2], mb[len(mb) // 2 :]]
+            cut = _halving_cut(mb, groups)
+            plan[big:big] = [mb[:cut], mb[cut:]]
     return plans
 
 
-def plan_micro_batches(lengths: list[int], layout: TrainLayout, dp_size: int = 1) -> list[list[list[int]]]:
+def _group_units(rows: Sequence[int], groups: Sequence[int]) -> list[list[int]]:
+    """`rows` by group, the groups in the order they first appear, each group's rows in their order."""
+    units: dict[int, list[int]] = {}
+    for i in rows:
+        units.setdefault(groups[i], []).append(i)
+    return list(units.values())
+
+
+def _plan_groups(
+    lengths: list[int], groups: Sequence[int], layout: TrainLayout, dp_size: int, capacity: int
+) -> list[list[list[int]]]:
+    """`plan_micro_batches` with each group's rows together (see the module docstring)."""
+    units = _group_units(range(len(lengths)), groups)
+    if dp_size == 1:
+        return [_plan_rank_groups(lengths, units, layout, capacity)]
+    share = -(-len(lengths) // dp_size)
+    units = [u[k : k + share] for u in units for k in range(0, len(u), share)]
+    tokens = [sum(lengths[i] for i in u) for u in units]
+    equal = len(units) % dp_size == 0 and len({len(u) for u in units}) == 1
+    ranks = balance_partitions(tokens, dp_size, equal_size=equal)
+    plans = [
+        _plan_rank_groups(lengths, [units[u] for u in rank], layout, capacity) if rank else []
+        for rank in ranks
+    ]
+    return _equalise(plans, groups)
+
+
+def plan_micro_batches(
+    lengths: list[int], layout: TrainLayout, dp_size: int = 1, groups: Sequence[int] | None = None
+) -> list[list[list[int]]]:
     """Per data-parallel rank, the micro-batches (lists of indices into `lengths`) of one mini-batch; packed
     rows have the whole mini-batch's capacity on every rank. A rank may get fewer micro-batches than another
-    only when it has too few rows to split (`build_micro_batches` pads it)."""
+    only when it has too few rows to split (`build_micro_batches` pads it). With `layout.share_prefix` and
+    `groups` (the group id of each row) each group's rows stay together (see the module docstring)."""
     capacity = pack_capacity(lengths, layout)
+    if layout.share_prefix and groups is not None:
+        return _plan_groups(lengths, groups, layout, dp_size, capacity)
     if dp_size == 1:
         return [_plan_rank(lengths, layout, capacity)]
     ranks = balance_partitions(lengths, dp_size, equal_size=len(lengths) % dp_size == 0)
@@ -171,22 +308,34 @@ def _slots(lengths: list[int], layout: TrainLayout, capacity: int) -> int:
     return len(lengths) * width
 
 
+def _distinct_tokens(fields: dict[str, torch.Tensor], rows: torch.Tensor, layout: TrainLayout) -> int:
+    """Tokens one micro-batch's forward computes: its prefix tree's nodes under share_prefix (the trie the
+    strategy builds from the same rows), else every real token."""
+    real = fields["attention_mask"][rows].bool()
+    if not layout.share_prefix:
+        return int(real.sum())
+    ids = fields["input_ids"][rows]
+    return int(build_prefix_tree([ids[r][real[r]].tolist() for r in range(len(rows))]).tokens.numel())
+
+
 def build_micro_batches(
     fields: dict[str, torch.Tensor],
     rows: torch.Tensor,
     layout: TrainLayout,
     agg_mode: str,
     ranks: int = 1,
+    groups: torch.Tensor | None = None,
 ) -> tuple[list[list[dict[str, torch.Tensor]]], PaddingStats]:
     """The micro-batches of one mini-batch (`rows`: indices into the row tensors of `fields`), one list per
     data-parallel rank (`plan_micro_batches`), each trimmed to its width, with its `loss_scale` (its share of the
-    whole mini-batch, all ranks together) and (packed) `pack_capacity`; and their padding counts.
+    whole mini-batch, all ranks together) and (packed) `pack_capacity`; and their padding counts. `groups` ([R]
+    the group id of every row of `fields`) keeps each group together under `layout.share_prefix`.
 
     Every rank gets as many micro-batches: a rank short of them (fewer rows than the others can split into)
     runs copies of the mini-batch's first row with `loss_scale` 0, which add nothing to the gradient or the
     metrics."""
     lengths = fields["attention_mask"][rows].sum(dim=1).tolist()
-    plans = plan_micro_batches(lengths, layout, ranks)
+    plans = plan_micro_batches(lengths, layout, ranks, None if groups is None else groups[rows].tolist())
     capacity = pack_capacity(lengths, layout)
     mask = fields["response_mask"][rows]
     units = mask.sum(dim=1) if agg_mode == "token-mean" else mask.any(dim=1).long()
@@ -215,5 +364,6 @@ def build_micro_batches(
         stats.padded_tokens += sum(
             _slots([lengths[i] for i in members], layout, capacity) for members in plan
         )
+        stats.distinct_tokens += sum(_distinct_tokens(fields, rows[members], layout) for members in plan)
         out.append(mbs + [micro_batch([0], 0.0) for _ in range(target - len(plan))])
     return out, stats

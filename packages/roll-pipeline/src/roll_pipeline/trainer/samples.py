@@ -68,6 +68,13 @@ class Samples:
         return int(self.input_ids.shape[0])
 
     @property
+    def row_groups(self) -> torch.Tensor:
+        """[R] long: the group id of each row's trajectory (a group's rows share their first prompt)."""
+        group_of = torch.zeros(int(self.row_trajectory.max()) + 1, dtype=torch.long)
+        group_of[self.turns.trajectory_ids] = self.turns.group_ids
+        return group_of[self.row_trajectory]
+
+    @property
     def lengths(self) -> torch.Tensor:
         """[R] real tokens per row."""
         return self.attention_mask.sum(dim=1)

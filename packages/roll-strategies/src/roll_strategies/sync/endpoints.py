@@ -91,12 +91,15 @@ def exported_fingerprint(self: HoldsExporter) -> str:
     return self.exporter.fingerprint()
 
 
-def weight_sync_plan(self: HoldsExporter, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan:
-    """Plan of a bucketed update of the current weights as `version` in the inference `dtype`."""
-    return self.exporter.plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
+def weight_sync_plan(
+    self: HoldsExporter, version: int, *, dtype: str, bucket_bytes: int, transport: str = "cpu"
+) -> WeightSyncPlan:
+    """Plan of a bucketed update of the current weights as `version` in the inference `dtype`, its buckets
+    travelling by `transport` (`sync.transport.Transport`; "cpu" unless both ends are on CUDA)."""
+    return self.exporter.plan(version, dtype=dtype, bucket_bytes=bucket_bytes, transport=transport)
 
 
 def weight_bucket(self: HoldsExporter, plan: WeightSyncPlan, index: int) -> WeightBucket:
-    """Bucket `index` of `plan`, a CPU tensor in the plan's dtype (under ZeRO-3 only that bucket's parameters
-    are gathered)."""
+    """Bucket `index` of `plan`, a tensor in the plan's dtype, on the CPU (on the weights' GPU with a GPU
+    transport); under ZeRO-3 only that bucket's parameters are gathered."""
     return self.exporter.bucket(plan, index)

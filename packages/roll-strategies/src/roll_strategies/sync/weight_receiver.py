@@ -10,6 +10,7 @@ import torch
 
 from roll_strategies.errors import StaleWeightsError, WeightSyncError
 from roll_strategies.models._loading import resolve_dtype
+from roll_strategies.sync.transport import Transport
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan, sync_metrics
 
 __all__ = ["WeightReceiver"]
@@ -19,7 +20,8 @@ class WeightReceiver:
     """Inference-side staging of bucketed updates, applied only once complete and in order.
 
     `expected` maps every tensor name the model needs to its shape; `apply` copies a complete
-    {name: tensor} dict into the model. Staging buffers live on the CPU in the plan's dtype.
+    {name: tensor} dict into the model. Staging buffers are in the plan's dtype, on the CPU; with a GPU
+    transport (`sync.transport`) on the GPU the first bucket arrived on, so the update never crosses the host.
     """
 
     def __init__(
@@ -90,7 +92,12 @@ class WeightReceiver:
             self._plan, self._next = bucket.plan, 0
             self._started, self._bytes = time.perf_counter(), 0
             dtype = resolve_dtype(bucket.plan.dtype)
-            self._staged = {t.name: torch.empty(t.numel, dtype=dtype) for t in bucket.plan.tensors}
+            device = (
+                bucket.data.device if bucket.plan.transport != Transport.CPU.value else torch.device("cpu")
+            )
+            self._staged = {
+                t.name: torch.empty(t.numel, dtype=dtype, device=device) for t in bucket.plan.tensors
+            }
         plan = self._plan
         if plan is None or bucket.index != self._next or bucket.fingerprint != plan.fingerprint:
             expected = (

@@ -13,6 +13,10 @@ old weights in place.
         metrics = infer.receive_weight_bucket(train.weight_bucket(plan, index))
 
 `sync_weights` runs exactly that (plus the skip when nothing changed) for in-process workers.
+
+Buckets travel through CPU memory unless both ends are on CUDA: then the plan's `transport`
+(`sync.transport`) keeps them on the GPU (a device copy in one process, CUDA IPC across processes on
+one GPU, an NCCL broadcast across GPUs).
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import fields as fields_of
+from typing import Any, Protocol
 
 import torch
 
 from roll_strategies.errors import StrategyError, WeightSyncError
 from roll_strategies.models._loading import resolve_dtype
+from roll_strategies.sync.transport import Transport, device_of, select_transport, share_cuda
 from roll_strategies.sync.weights import tensor_shape, unique_named_tensors
 
 __all__ = [
@@ -88,6 +94,9 @@ class WeightSyncPlan:
     tensors: tuple[TensorSpec, ...]
     buckets: tuple[tuple[WeightSlice, ...], ...]
     bucket_bytes: int
+    transport: str = Transport.CPU.value
+    """How the buckets travel (`sync.transport.Transport`): "cpu" packs them into CPU tensors; the others keep
+    them on the sender's GPU."""
 
     @property
     def num_buckets(self) -> int:
@@ -112,11 +121,25 @@ class WeightBucket:
     data: torch.Tensor
     plan: WeightSyncPlan | None = None
     """The whole plan, carried by bucket 0 only (the receiver allocates its staging buffers from it)."""
+    transport: str = Transport.CPU.value
+    """The plan's transport: on "cuda_ipc" pickling sends a CUDA IPC handle of `data` instead of its bytes."""
 
     @property
     def nbytes(self) -> int:
         """Bytes of `data`."""
         return self.data.numel() * self.data.element_size()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        if self.transport != Transport.CUDA_IPC.value or not self.data.is_cuda:
+            return object.__reduce_ex__(self, protocol)
+        fields = {f.name: getattr(self, f.name) for f in fields_of(self) if f.name != "data"}
+        return rebuild_bucket, (fields, share_cuda(self.data))
+
+
+def rebuild_bucket(fields: dict[str, Any], shared: tuple[Any, tuple[Any, ...]]) -> WeightBucket:
+    """A bucket unpickled from `WeightBucket.__reduce_ex__` on the IPC path: its data is the sender's memory."""
+    rebuild, args = shared
+    return WeightBucket(**fields, data=rebuild(*args))
 
 
 def plan_buckets(
@@ -156,7 +179,8 @@ def plan_buckets(
 def pack_bucket(
     plan: WeightSyncPlan, index: int, tensors: Mapping[str, torch.Tensor], *, fingerprint: str
 ) -> WeightBucket:
-    """Bucket `index` of `plan` from full tensors `tensors` (name -> tensor, any device/dtype), on the CPU.
+    """Bucket `index` of `plan` from full tensors `tensors` (name -> tensor, any device/dtype), on the CPU (on
+    the tensors' device when the plan's transport is not "cpu").
 
     `fingerprint` is the sender's current one: a mismatch with the plan's means the weights changed since
     the plan was made (a train step in between), which would mix two weight versions.
@@ -170,15 +194,29 @@ def pack_bucket(
         raise WeightSyncError(f"Expected a bucket index in [0, {plan.num_buckets}), got {index}.")
     dtype = resolve_dtype(plan.dtype)
     slices = plan.buckets[index]
-    parts = [tensors[s.name].detach().reshape(-1)[s.start : s.stop].to("cpu", dtype) for s in slices]
+    if plan.transport == Transport.CPU.value:
+        parts = [tensors[s.name].detach().reshape(-1)[s.start : s.stop].to("cpu", dtype) for s in slices]
+        return WeightBucket(
+            version=plan.version,
+            fingerprint=plan.fingerprint,
+            index=index,
+            num_buckets=plan.num_buckets,
+            slices=slices,
+            data=torch.cat(parts) if parts else torch.empty(0, dtype=dtype),
+            plan=plan if index == 0 else None,
+        )
+    # GPU transports: packed where the weights are (torch.cat copies, so the bucket never aliases them)
+    parts = [tensors[s.name].detach().reshape(-1)[s.start : s.stop].to(dtype=dtype) for s in slices]
+    device = parts[0].device if parts else torch.device("cpu")
     return WeightBucket(
         version=plan.version,
         fingerprint=plan.fingerprint,
         index=index,
         num_buckets=plan.num_buckets,
         slices=slices,
-        data=torch.cat(parts) if parts else torch.empty(0, dtype=dtype),
+        data=torch.cat([p.to(device) for p in parts]) if parts else torch.empty(0, dtype=dtype),
         plan=plan if index == 0 else None,
+        transport=plan.transport,
     )
 
 
@@ -228,11 +266,14 @@ def sync_weights(
     dtype: str,
     bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     force: bool = False,
+    transport: Transport | str | None = None,
 ) -> dict[str, float]:
     """Send `source`'s weights to each sink as `version`, bucket by bucket; skip sinks that hold them already.
 
     Returns weight_sync/{bytes, seconds, mb_per_s, buckets, skipped}, measured end to end (packing,
     transfer, staging and applying), summed over sinks. With `force`, sends even unchanged weights.
+    `transport` None picks it from the ends' `device` attributes (`sync.transport.select_transport`, in one
+    process): a device copy when all are on CUDA, CPU memory otherwise.
     """
     targets = [sinks] if not isinstance(sinks, Sequence) else list(sinks)
     started = time.perf_counter()
@@ -243,7 +284,15 @@ def sync_weights(
             sink.confirm_weights(version, fingerprint)
     if not todo:
         return {**sync_metrics(0, time.perf_counter() - started, 0), "weight_sync/skipped": 1.0}
-    plan = source.weight_sync_plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
+    if transport is None:
+        transport = select_transport(device_of(source), [device_of(s) for s in todo], same_process=True)
+    transport = Transport(transport)
+    if transport is Transport.CPU:  # the call every source takes (the CPU path sends what it always sent)
+        plan = source.weight_sync_plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
+    else:
+        plan = source.weight_sync_plan(
+            version, dtype=dtype, bucket_bytes=bucket_bytes, transport=transport.value
+        )
     sent = 0
     for index in range(plan.num_buckets):
         bucket = source.weight_bucket(plan, index)
@@ -282,8 +331,10 @@ class WeightExporter:
         """ "<instance>:<revision>": equal strings mean equal weights."""
         return f"{self.instance}:{self.revision}"
 
-    def plan(self, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan:
-        """The plan of an update of the current weights as `version`, in `dtype`, bucketed."""
+    def plan(
+        self, version: int, *, dtype: str, bucket_bytes: int, transport: str = Transport.CPU.value
+    ) -> WeightSyncPlan:
+        """The plan of an update of the current weights as `version`, in `dtype`, bucketed, sent by `transport`."""
         tensors = tuple(TensorSpec(n, tensor_shape(t)) for n, t in self.tensors().items())
         itemsize = resolve_dtype(dtype).itemsize
         layout = plan_buckets(tensors, bucket_bytes=bucket_bytes, itemsize=itemsize)
@@ -294,6 +345,7 @@ class WeightExporter:
             tensors=tensors,
             buckets=tuple(tuple(b) for b in layout),
             bucket_bytes=int(bucket_bytes),
+            transport=Transport(transport).value,
         )
 
     def bucket(self, plan: WeightSyncPlan, index: int) -> WeightBucket:

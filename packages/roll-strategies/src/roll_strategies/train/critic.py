@@ -15,10 +15,21 @@ from typing import Protocol
 import torch
 from safetensors.torch import load_file
 
-from roll_strategies.compute.forward import PACK_CAPACITY_KEY, packing_supported, value_outputs
+from roll_strategies.compute.forward import (
+    PACK_CAPACITY_KEY,
+    SHARE_PREFIX_KEY,
+    packing_supported,
+    value_outputs,
+)
 from roll_strategies.errors import StrategyError
 from roll_strategies.train.data_parallel import DataParallelSpec, join_group
-from roll_strategies.train.hf_train import TRAINER_STATE_FILE, _read, checkpoint_files, save_model
+from roll_strategies.train.hf_train import (
+    TRAINER_STATE_FILE,
+    _read,
+    check_prefix_sharing,
+    checkpoint_files,
+    save_model,
+)
 from roll_strategies.train.master_weights import MasterWeightOptimizer
 from roll_strategies.train.offload import OffloadReport, TrainStateOffload
 from roll_strategies.train.optimizer import OptimizerSettings
@@ -41,7 +52,8 @@ class HFCriticStrategy:
     """A Hugging Face value model trained with AdamW (linear warm-up, grad-norm clipping: `optimizer`), CPU or one GPU;
     float32 master weights under a bfloat16/float16 `dtype`, non-finite steps skipped (as `HFTrainStrategy`,
     both through `master_weights.MasterWeightOptimizer` and `train_loop.run_train_step`); `data_parallel`: this
-    process's rank of the critic's ranks (as `HFTrainStrategy`)."""
+    process's rank of the critic's ranks (as `HFTrainStrategy`); `share_prefix`: values and their gradients
+    from prefix-tree forwards (as `HFTrainStrategy`; a micro-batch's `forward.SHARE_PREFIX_KEY` overrides it)."""
 
     def __init__(
         self,
@@ -52,11 +64,13 @@ class HFCriticStrategy:
         optimizer: OptimizerSettings = OptimizerSettings(),
         seed: int = 0,
         data_parallel: DataParallelSpec | None = None,
+        share_prefix: bool = False,
     ) -> None:
         torch.manual_seed(seed)
         self.device = torch.device(device)
         self.data_parallel = join_group(data_parallel, self.device)
         self.model, self.tokenizer = load_value_model(model_path, device=device, dtype=dtype)
+        self.share_prefix = check_prefix_sharing(self.model, share_prefix, model_path, value_model=True)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
         self.max_grad_norm = optimizer.max_grad_norm
         self.step = 0  # train steps run, skipped non-finite ones included
@@ -100,6 +114,7 @@ class HFCriticStrategy:
                         ids[sl].to(self.device),
                         mask[sl].to(self.device),
                         needed[sl].to(self.device),
+                        share_prefix=self.share_prefix,
                     )
                     out[sl] = values.cpu()
         finally:
@@ -120,6 +135,7 @@ class HFCriticStrategy:
 
         def loss_of(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
             capacity = mb.get(PACK_CAPACITY_KEY)
+            share = mb.get(SHARE_PREFIX_KEY)
             values = value_outputs(
                 self.model,
                 mb["input_ids"],
@@ -127,6 +143,7 @@ class HFCriticStrategy:
                 mb["response_mask"],
                 pack_capacity=None if capacity is None else int(capacity),
                 pad_id=self.pad_id,
+                share_prefix=self.share_prefix if share is None else bool(share),
             )
             loss, metrics = loss_fn(values, mb)
             return loss, metrics, values

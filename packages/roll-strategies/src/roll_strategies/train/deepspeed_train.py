@@ -44,7 +44,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_strategies.compute.forward import REFERENCE_KEY, micro_batch_outputs
+from roll_strategies.compute.forward import (
+    REFERENCE_KEY,
+    SHARE_PREFIX_KEY,
+    batched_tree_log_probs,
+    micro_batch_outputs,
+)
 from roll_strategies.compute.logprobs import batched_log_probs, token_log_probs
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.models._loading import load_model_and_tokenizer
@@ -53,7 +58,7 @@ from roll_strategies.sync.weight_sync import WeightExporter
 from roll_strategies.sync.weights import unique_named_tensors
 from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.train.deepspeed_config import build_deepspeed_config, zero_stage
-from roll_strategies.train.hf_train import LossFn
+from roll_strategies.train.hf_train import LossFn, check_prefix_sharing
 from roll_strategies.train.offload import OffloadReport, optimizer_state_tensors
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.schedules import adamw_with_warmup, apply_lr_scale
@@ -168,7 +173,8 @@ def _allocated(device: torch.device) -> int:
 class DeepSpeedTrainStrategy:
     """Train backend on DeepSpeed (ZeRO stage, offload, bf16 from `strategy_config`, see `deepspeed_config`);
     AdamW, warm-up and clipping from `optimizer` (an `OptimizerSettings`, as hf_train); `data_parallel`: this
-    process's rank of the role (see the module docstring)."""
+    process's rank of the role (see the module docstring); `share_prefix`: prefix-tree forwards as in
+    `HFTrainStrategy`."""
 
     def __init__(
         self,
@@ -181,6 +187,7 @@ class DeepSpeedTrainStrategy:
         trainable: bool = True,
         strategy_config: Mapping[str, Any] | None = None,
         data_parallel: DataParallelSpec | None = None,
+        share_prefix: bool = False,
     ) -> None:
         if not trainable:
             raise StrategyError(
@@ -202,6 +209,7 @@ class DeepSpeedTrainStrategy:
         self.zero_stage = zero_stage(self.ds_config)
         # float32 master weights: DeepSpeed casts the module to bf16 itself when bf16 is enabled.
         model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype="float32")
+        self.share_prefix = check_prefix_sharing(model, share_prefix, model_path)
         model.train()
         self.optimizer, self.scheduler = adamw_with_warmup(model.parameters(), optimizer)
         self.engine, *_ = deepspeed.initialize(
@@ -241,6 +249,8 @@ class DeepSpeedTrainStrategy:
         if self.zero_stage == 3 and self.gradients.lockstep:
             forwards = -(-int(batch["input_ids"].shape[0]) // max(micro_batch_size, 1))
             self.data_parallel.check_same(forwards, "number of log-prob micro-batches")
+        if self.share_prefix:
+            return batched_tree_log_probs(self.engine, batch, micro_batch_size, device=self.device)
         return batched_log_probs(self.engine, batch, micro_batch_size, device=self.device)
 
     def train_step(
@@ -255,10 +265,12 @@ class DeepSpeedTrainStrategy:
         non-finite loss or gradient norm skips it (see the module docstring)."""
 
         def loss_of(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
-            if REFERENCE_KEY in mb:  # the exact KL to the worker's frozen reference, with grad (padded rows)
-                out = micro_batch_outputs(self.engine, mb, with_entropy=with_entropy)
+            share = bool(mb.get(SHARE_PREFIX_KEY, self.share_prefix)) and "response_mask" in mb
+            if REFERENCE_KEY in mb or share:  # exact KL to the worker's frozen reference, or a prefix tree
+                out = micro_batch_outputs(self.engine, mb, with_entropy=with_entropy, share_prefix=share)
                 log_probs, entropy = out.log_probs, out.entropy
-                mb["full_kl"], mb["full_kl_forward"] = out.full_kl, out.full_kl_forward
+                if out.full_kl is not None:
+                    mb["full_kl"], mb["full_kl_forward"] = out.full_kl, out.full_kl_forward
             else:
                 log_probs, entropy = token_log_probs(
                     self.engine,

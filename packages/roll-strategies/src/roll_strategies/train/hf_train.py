@@ -10,7 +10,11 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from roll_strategies.compute.forward import micro_batch_outputs
+from roll_strategies.compute.forward import (
+    batched_tree_log_probs,
+    micro_batch_outputs,
+    prefix_sharing_supported,
+)
 from roll_strategies.compute.logprobs import batched_log_probs, token_log_probs
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.models._loading import load_model_and_tokenizer
@@ -57,6 +61,10 @@ class HFTrainStrategy:
     `data_parallel`: this process's rank of the role (`data_parallel.DataParallelSpec`); each rank trains on its
     share of every mini-batch and the gradients are summed over the ranks (`train_loop`). Every rank calls
     `train_step` for every step; `save_checkpoint` is written by rank 0 (all ranks call it).
+
+    `share_prefix`: every forward on trained samples (train_step's micro-batches unless one sets
+    `forward.SHARE_PREFIX_KEY` false, compute_log_probs) runs as a prefix tree (`forward`): rows sharing a
+    prompt or history compute it once, with the same outputs and gradients.
     """
 
     def __init__(
@@ -69,10 +77,12 @@ class HFTrainStrategy:
         seed: int = 0,
         trainable: bool = True,
         data_parallel: DataParallelSpec | None = None,
+        share_prefix: bool = False,
     ) -> None:
         torch.manual_seed(seed)
         self.device = torch.device(device)
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype=dtype)
+        self.share_prefix = check_prefix_sharing(self.model, share_prefix, model_path)
         self.trainable = trainable
         self.max_grad_norm = optimizer.max_grad_norm
         self.step = 0  # train steps run, skipped non-finite ones included (the warm-up counts applied ones)
@@ -93,6 +103,8 @@ class HFTrainStrategy:
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU."""
+        if self.share_prefix:
+            return batched_tree_log_probs(self.model, batch, micro_batch_size, device=self.device)
         return batched_log_probs(self.model, batch, micro_batch_size, device=self.device)
 
     def train_step(
@@ -122,7 +134,9 @@ class HFTrainStrategy:
 
         def loss_of(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
             if "response_mask" in mb:  # padded or packed (`pack_capacity`), exact KL with `reference_model`
-                out = micro_batch_outputs(self.model, mb, with_entropy=with_entropy, pad_id=pad_id)
+                out = micro_batch_outputs(
+                    self.model, mb, with_entropy=with_entropy, pad_id=pad_id, share_prefix=self.share_prefix
+                )
                 log_probs, entropy = out.log_probs, out.entropy
                 if out.full_kl is not None:
                     mb["full_kl"] = out.full_kl
@@ -212,6 +226,20 @@ class HFTrainStrategy:
         self.exporter.bump()
         self.step = int(state["step"])
         torch.set_rng_state(state["rng"])
+
+
+def check_prefix_sharing(
+    model: torch.nn.Module, share_prefix: bool, model_path: str | Path, value_model: bool = False
+) -> bool:
+    """`share_prefix`, after checking that `model` gives per-sequence outputs from a prefix-tree forward
+    (`forward.prefix_sharing_supported`); a `StrategyError` naming the fix where it does not."""
+    if share_prefix and not prefix_sharing_supported(model, value_model=value_model):
+        raise StrategyError(
+            f"Expected a model whose forward honours a 4D additive attention mask for share_prefix=true, got "
+            f"{type(model).__name__} from {model_path}, whose prefix-tree outputs differ from per-sequence "
+            "ones (or which rejects the mask, e.g. flash-attention); set share_prefix=false for this role."
+        )
+    return share_prefix
 
 
 def save_model(model: torch.nn.Module, path: Path, trainer: MasterWeightOptimizer | None) -> None:

@@ -22,7 +22,7 @@ from roll_strategies.protocols import SleepableStrategy, StreamingInferStrategy
 from roll_strategies.registry import create_strategy
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
 from roll_strategies.train.critic import ValueLossFn
-from roll_strategies.train.hf_train import HFTrainStrategy, LossFn
+from roll_strategies.train.hf_train import HFTrainStrategy, LossFn, check_prefix_sharing
 from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
 from roll_strategies.workers.allocator import ProcessMemory, configure_allocator, release_freed_memory
 
@@ -65,7 +65,8 @@ class ActorTrainWorker:
     With `reference_model_path` it also holds a frozen copy of the reference model (in `reference_dtype`, on
     the strategy's device) for the exact KL estimators (`full`, `full_forward`): both models' logits are
     then in this process, so the KL is computed chunk by chunk of positions (`compute_reference_kl`, and
-    `train_step(..., with_full_kl=True)`) and no [tokens, vocabulary] tensor leaves it.
+    `train_step(..., with_full_kl=True)`) and no [tokens, vocabulary] tensor leaves it. Both run as a prefix
+    tree when the strategy was built with `share_prefix` (the reference follows the strategy's setting).
     """
 
     def __init__(
@@ -91,6 +92,11 @@ class ActorTrainWorker:
                 reference_model_path, device=str(self.strategy.device), dtype=reference_dtype
             )
             self.reference_model = model.eval().requires_grad_(False)
+            check_prefix_sharing(self.reference_model, self._share_prefix(), reference_model_path)
+
+    def _share_prefix(self) -> bool:
+        """The strategy's `share_prefix` (False for backends without one)."""
+        return bool(getattr(self.strategy, "share_prefix", False))
 
     def _reference(self) -> torch.nn.Module:
         if self.reference_model is None:
@@ -130,9 +136,16 @@ class ActorTrainWorker:
         """Identifies the current weights; equal to the infer worker's when it holds them already."""
         return self.strategy.weights_fingerprint()
 
-    def weight_sync_plan(self, version: int, *, dtype: str, bucket_bytes: int) -> WeightSyncPlan:
-        """Plan of a bucketed update as `version` in the inference `dtype` (see `roll_strategies.sync.weight_sync`)."""
-        return self.strategy.weight_sync_plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
+    def weight_sync_plan(
+        self, version: int, *, dtype: str, bucket_bytes: int, transport: str = "cpu"
+    ) -> WeightSyncPlan:
+        """Plan of a bucketed update as `version` in the inference `dtype` (see `roll_strategies.sync.weight_sync`);
+        a `transport` other than "cpu" keeps the buckets on the GPU (`sync.transport`)."""
+        if transport == "cpu":
+            return self.strategy.weight_sync_plan(version, dtype=dtype, bucket_bytes=bucket_bytes)
+        return self.strategy.weight_sync_plan(
+            version, dtype=dtype, bucket_bytes=bucket_bytes, transport=transport
+        )
 
     def weight_bucket(self, plan: WeightSyncPlan, index: int) -> WeightBucket:
         """Bucket `index` of `plan`, for `ActorInferWorker.receive_weight_bucket`."""
@@ -159,7 +172,14 @@ class ActorTrainWorker:
         """The exact KL(pi || ref) and KL(ref || pi) per response token of the current (old) policy against the
         held reference, and the reference's log-probs of the response tokens: [B, T] each, no grad."""
         model = _policy_model(self.strategy)
-        return reference_kl(model, self._reference(), batch, micro_batch_size, device=self.strategy.device)
+        return reference_kl(
+            model,
+            self._reference(),
+            batch,
+            micro_batch_size,
+            device=self.strategy.device,
+            share_prefix=self._share_prefix(),
+        )
 
     def offload_unavailable(self) -> str | None:
         """Why `offload` cannot run with this strategy, None when it can."""
@@ -285,7 +305,8 @@ class ActorInferWorker:
 
 
 class ReferenceWorker:
-    """Owns the frozen reference policy (`hf_train` frozen, the default, or `hf_infer`)."""
+    """Owns the frozen reference policy (`hf_train` frozen, the default, or `hf_infer`); `share_prefix` goes to
+    the strategy (prefix-tree forwards for the reference log-probs)."""
 
     def __init__(
         self,
@@ -296,6 +317,7 @@ class ReferenceWorker:
         dtype: str = "float32",
         strategy_name: str = "hf_train",
         strategy_config: Mapping[str, Any] | None = None,
+        share_prefix: bool = False,
     ) -> None:
         _set_up_process(num_threads)
         self.strategy = create_strategy(
@@ -305,6 +327,7 @@ class ReferenceWorker:
             strategy_config=strategy_config,
             device=device,
             dtype=dtype,
+            share_prefix=share_prefix,
         )
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:

@@ -4,11 +4,13 @@
 - `best_fixed_sequence`: the single move sequence (ignoring the board) that solves the most maps
   of a search set, found by exhaustive search with memoisation, then scored on held-out maps.
 
-Both use deterministic ice (the default) and the same map generator as `FrozenLakeEnv`, on the
-held-out maps from `HELD_OUT_SEED_START`. `FrozenLakeEnv.baselines` reports them as `EnvBaselines`.
+Both use deterministic ice (the default) and the same map generator as `FrozenLakeEnv`, on the maps
+of the seeds given (a run's validation seeds), else on the maps from `HELD_OUT_SEED_START`. `FrozenLakeEnv.baselines` reports them as `EnvBaselines`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -37,7 +39,7 @@ PRECOMPUTED_SEQUENCES: dict[int, str] = {
 
 
 def transition_table(
-    seeds: range | list[int], size: int = 4, p: float = 0.8
+    seeds: Sequence[int], size: int = 4, p: float = 0.8
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each seed's map: next-state table (N, S, 4) with holes and goal absorbing, start (N,), goal (N,)."""
     n_states = size * size
@@ -143,8 +145,10 @@ def frozen_lake_baselines(
     max_steps: int | None = None,
     size: int = 4,
     p: float = 0.8,
+    seeds: Sequence[int] | None = None,
 ) -> dict[str, float]:
-    """Success rates of the `random` and `best_fixed_sequence` baselines on `episodes` held-out maps.
+    """Success rates of the `random` and `best_fixed_sequence` baselines on the maps of `seeds` (None: the
+    `episodes` seeds from `HELD_OUT_SEED_START`).
 
     `max_steps` defaults to `FrozenLakeConfig().max_steps`; pass the episode's real turn limit
     (the smaller of the env's `max_steps` and the pipeline's turn cap) to compare like with like.
@@ -154,7 +158,8 @@ def frozen_lake_baselines(
     ['best_fixed_sequence', 'random']
     """
     steps = FrozenLakeConfig().max_steps if max_steps is None else max_steps
-    held = transition_table(range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes), size, p)
+    played = range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes) if seeds is None else seeds
+    held = transition_table(played, size, p)
     sequence = fixed_sequence_for(steps, size, p)
     return {
         "random": random_policy_success(*held, steps),

@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from roll_envs.base import ActionOutcome, BaseEnv
-from roll_envs.baseline_types import EnvBaselines
+from roll_envs.baseline_types import EnvBaselines, scored_seeds
 from roll_envs.envs.frozen_lake.baselines import frozen_lake_baselines
 from roll_envs.envs.frozen_lake.rules import ACTIONS, FrozenLakeConfig, generate_map, move
 from roll_envs.errors import EnvConfigError
@@ -96,13 +97,17 @@ class FrozenLakeEnv(BaseEnv):
         """On the goal."""
         return bool(self.desc) and self._letter(self.position) == "G"
 
-    def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines | None:
-        """`random` and `best_fixed_sequence` (`frozen_lake_baselines`) on this size and p; None on slippery ice."""
+    def baselines(
+        self, turns: int, episodes: int = 1000, seeds: Sequence[int] | None = None
+    ) -> EnvBaselines | None:
+        """`random` and `best_fixed_sequence` (`frozen_lake_baselines`) on this size and p, on the maps of
+        `seeds` (None: `episodes` seeds from `HELD_OUT_SEED_START`); None on slippery ice."""
         if self.config.is_slippery:  # the dynamic programming assumes deterministic moves
             return None
-        rates = frozen_lake_baselines(episodes, turns, self.config.size, self.config.p)
+        played = scored_seeds(episodes, seeds)
+        rates = frozen_lake_baselines(len(played), turns, self.config.size, self.config.p, played)
         note = "At or below the fixed-sequence baseline the agent does not read the board."
-        return EnvBaselines("FrozenLake", "maps", turns, rates, note, {})
+        return EnvBaselines("FrozenLake", "maps", turns, rates, note, {}, played)
 
     @property
     def has_baselines(self) -> bool:

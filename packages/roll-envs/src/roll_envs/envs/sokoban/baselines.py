@@ -8,8 +8,8 @@
   cap is at least the longest shortest solution); `optimal_moves_mean` / `optimal_moves_max` say how
   long those solutions are.
 
-Rooms are the ones `SokobanEnv.reset(seed=s)` plays, for the held-out seeds from `HELD_OUT_SEED_START`
-(disjoint from the training seeds); one move per turn (the default `max_actions_per_turn` of 1).
+Rooms are the ones `SokobanEnv.reset(seed=s)` plays, for the seeds given (a run's validation seeds), else
+for the seeds from `HELD_OUT_SEED_START`; one move per turn (the default `max_actions_per_turn` of 1).
 """
 
 from __future__ import annotations
@@ -119,31 +119,44 @@ def random_policy_success(graphs: Sequence[RoomGraph], turns: int) -> float:
     return float(per_room.mean())
 
 
-def held_out_rooms(episodes: int, config: SokobanConfig | None = None) -> list[Room]:
-    """The rooms `SokobanEnv(config).reset(seed=s)` plays for the `episodes` held-out seeds.
+def held_out_rooms(
+    episodes: int, config: SokobanConfig | None = None, seeds: Sequence[int] | None = None
+) -> list[Room]:
+    """The rooms `SokobanEnv(config).reset(seed=s)` plays for `seeds` (None: the `episodes` seeds from
+    `HELD_OUT_SEED_START`).
 
     `reset(seed=s)` seeds the env's `np_random` with Gymnasium's `seeding.np_random(s)` and draws the
     room from it (`draw_room`); so does this, without building an env.
     """
     cfg = build_config(SokobanConfig, config, {}, "SokobanEnv")
-    seeds = range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes)
-    return [draw_room(seeding.np_random(seed)[0], cfg) for seed in seeds]
+    played = range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes) if seeds is None else seeds
+    return [draw_room(seeding.np_random(seed)[0], cfg) for seed in played]
 
 
 @lru_cache(maxsize=16)
 def _held_out_graphs(
-    episodes: int, dim_x: int, dim_y: int, num_boxes: int, search_depth: int
+    episodes: int,
+    dim_x: int,
+    dim_y: int,
+    num_boxes: int,
+    search_depth: int,
+    seeds: tuple[int, ...] | None = None,
 ) -> tuple[RoomGraph, ...]:
-    """The held-out rooms' state graphs (cached: the turn cap only changes the cheap part)."""
+    """The rooms' state graphs, of `seeds` or else the `episodes` held-out seeds (cached: the turn cap only
+    changes the cheap part)."""
     config = SokobanConfig(dim_x=dim_x, dim_y=dim_y, num_boxes=num_boxes, search_depth=search_depth)
-    return tuple(room_graph(room) for room in held_out_rooms(episodes, config))
+    return tuple(room_graph(room) for room in held_out_rooms(episodes, config, seeds))
 
 
 def sokoban_baselines(
-    episodes: int = 1000, max_steps: int | None = None, config: SokobanConfig | dict[str, Any] | None = None
+    episodes: int = 1000,
+    max_steps: int | None = None,
+    config: SokobanConfig | dict[str, Any] | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> dict[str, float]:
-    """`random` and `optimal` success within `max_steps` moves on `episodes` held-out rooms, and the
-    mean and max length of the optimal (shortest) solutions.
+    """`random` and `optimal` success within `max_steps` moves on the rooms of `seeds` (None: the
+    `episodes` seeds from `HELD_OUT_SEED_START`), and the mean and max length of the optimal (shortest)
+    solutions.
 
     `max_steps` defaults to the env's `max_steps`; pass the episode's real turn limit (the smaller of the
     env's `max_steps` and the pipeline's `max_actions_per_traj`). Only the room generator's settings of
@@ -159,7 +172,9 @@ def sokoban_baselines(
     """
     cfg = config if isinstance(config, SokobanConfig) else SokobanConfig(**(config or {}))
     turns = cfg.max_steps if max_steps is None else max_steps
-    graphs = _held_out_graphs(episodes, cfg.dim_x, cfg.dim_y, cfg.num_boxes, cfg.search_depth)
+    played = None if seeds is None else tuple(seeds)
+    count = episodes if played is None else len(played)
+    graphs = _held_out_graphs(count, cfg.dim_x, cfg.dim_y, cfg.num_boxes, cfg.search_depth, played)
     lengths = [len(g.solution) for g in graphs if g.solution is not None]
     return {
         "random": random_policy_success(graphs, turns),

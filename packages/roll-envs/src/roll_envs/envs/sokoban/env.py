@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from roll_envs.base import BASE_METRICS, ActionOutcome, Aggregation, BaseEnv
-from roll_envs.baseline_types import EnvBaselines
+from roll_envs.baseline_types import EnvBaselines, scored_seeds
 from roll_envs.envs.sokoban.baselines import sokoban_baselines
 from roll_envs.envs.sokoban.generator import Room
 from roll_envs.envs.sokoban.rules import (
@@ -138,15 +138,17 @@ class SokobanEnv(BaseEnv):
         assert self.room is not None
         return {"boxes_on_target": float(len(self.boxes & self.room.targets))}
 
-    def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines:
-        """`random` and `optimal` (`sokoban_baselines`) on rooms of this config's generator settings."""
-        found = sokoban_baselines(episodes, turns, self.config)
+    def baselines(self, turns: int, episodes: int = 1000, seeds: Sequence[int] | None = None) -> EnvBaselines:
+        """`random` and `optimal` (`sokoban_baselines`) on rooms of this config's generator settings, those of
+        `seeds` (None: `episodes` seeds from `HELD_OUT_SEED_START`)."""
+        played = scored_seeds(episodes, seeds)
+        found = sokoban_baselines(len(played), turns, self.config, seeds)
         rates = {name: found.pop(name) for name in ("random", "optimal")}
         note = (
             f"Shortest solutions (BFS) take {found['optimal_moves_mean']:.1f} moves on average, "
             f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns."
         )
-        return EnvBaselines("Sokoban", "rooms", turns, rates, note, found)
+        return EnvBaselines("Sokoban", "rooms", turns, rates, note, found, played)
 
     def render_frame(self) -> np.ndarray:
         """Tiles: brick walls, floor, red target rings, crates (green on a target) and the player."""

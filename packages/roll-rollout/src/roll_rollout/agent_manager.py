@@ -1,0 +1,310 @@
+"""The `openai_agent` env type: an unmodified OpenAI-client agent plays each episode through the proxy.
+
+A tag with `env_type: openai_agent` names its agent and where its tasks come from:
+
+    env_config:
+      agent: my_agent:run          # module:function, or path/to/file.py:function
+      task_env: four_choice        # any registered roll env: its reset gives the task, its step checks answers
+      task_env_config: {}
+      agent_timeout_s: 600
+
+Per episode the task env is reset with the episode's seed and the agent is called, in a thread of its own,
+as `agent(base_url, task)`: `base_url` is the episode's own address on the worker's `AgentProxy`, `task`
+is `{"prompt": <the reset observation>, "instruction": <the env's instruction>, "actions": <the env's
+`valid_actions`, [] when it has none>, "seed": <seed>, "tag": <tag>}`.
+What the agent returns is its episode's outcome:
+
+- a number: the reward;
+- a string, or a dict with `"answer"`: the answer, which the task env's `step` checks (its reward and
+  `info["success"]` are the episode's). A bare action of the env's `valid_actions` (e.g. `C`) is written in
+  the env's answer format first (`env.format_answer`, e.g. `<answer>C</answer>`); any other text is stepped
+  as it is, as a model's turn would be;
+- a dict with `"reward"` (and optionally `"success"`): those.
+
+Each chat.completions call the agent made becomes one `Turn` (in call order): its prompt ids exactly as the
+policy was given them, the sampled ids and log-probs; the episode's reward goes on the last turn. Calls are
+not chained into one conversation (an agent re-sends the history as text), so such a tag trains with
+`sample_shape: step`. An agent that raises ends the episode as `env_error`, one that outlives
+`agent_timeout_s` as `env_timeout` (its thread is left to finish: Python cannot stop it), a failed
+generation as `policy_error`; an episode whose calls outran `max_actions_per_traj` or `sequence_length`
+ends truncated with the calls made so far and reward 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import importlib
+import importlib.util
+import math
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roll_envs.random_state import DEFAULT_SEED, EnvRandomState, declares_own_random_state
+
+from roll_rollout.agent_proxy import AgentProxy, AgentSession
+from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.env_manager import EpisodeJob
+from roll_rollout.errors import RolloutError
+from roll_rollout.players import manager_metrics
+from roll_rollout.policy import PolicyClient
+from roll_rollout.schema import Trajectory, Turn
+from roll_rollout.seeds import sample_key
+from roll_rollout.wire import MAX_TEXT_CHARS
+
+AGENT_ENV_TYPE = "openai_agent"
+"""The `env_type` of a tag whose episodes an OpenAI-client agent plays."""
+
+
+class AgentConfigError(RolloutError):
+    """An `openai_agent` tag's `env_config` that cannot work; the message says what to write instead."""
+
+
+class AgentFailed(EnvCallError):
+    """The agent raised, made no call or returned no outcome: its episode is an `env_error`."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """An `openai_agent` tag's `env_config` (see the module docstring)."""
+
+    agent: str
+    task_env: str
+    task_env_config: dict[str, Any] = field(default_factory=dict)
+    agent_timeout_s: float = 600.0
+
+    @classmethod
+    def from_env_config(cls, env_config: Mapping[str, Any]) -> AgentConfig:
+        known = {"agent", "task_env", "task_env_config", "agent_timeout_s"}
+        unknown = sorted(set(env_config) - known)
+        if unknown:
+            raise AgentConfigError(
+                f"openai_agent env_config has unknown keys {unknown}; it takes {sorted(known)}"
+            )
+        agent, task_env = env_config.get("agent"), env_config.get("task_env")
+        if not (isinstance(agent, str) and agent.count(":") == 1 and all(agent.split(":"))):
+            raise AgentConfigError(
+                f"openai_agent env_config.agent must be 'module:function' or 'path/to/file.py:function', got {agent!r}"
+            )
+        if not (isinstance(task_env, str) and task_env):
+            raise AgentConfigError(
+                "openai_agent env_config.task_env must name a registered roll env that gives the tasks, "
+                f"e.g. four_choice; got {task_env!r}"
+            )
+        task_config = env_config.get("task_env_config") or {}
+        timeout = env_config.get("agent_timeout_s", 600.0)
+        if not isinstance(task_config, Mapping) or not (isinstance(timeout, int | float) and timeout > 0):
+            raise AgentConfigError(
+                "openai_agent env_config needs task_env_config a mapping and agent_timeout_s > 0"
+            )
+        return cls(agent, task_env, dict(task_config), float(timeout))
+
+
+def load_agent(ref: str) -> Callable[[str, dict[str, Any]], Any]:
+    """The function `ref` names: `module:function`, or `path/to/file.py:function` (relative to the cwd)."""
+    module_name, _, attr = ref.partition(":")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name).resolve()
+            name = f"roll_agent_{hashlib.blake2b(str(path).encode(), digest_size=6).hexdigest()}"
+            module = sys.modules.get(name)
+            if module is None:
+                loader_spec = importlib.util.spec_from_file_location(name, path)
+                if loader_spec is None or loader_spec.loader is None or not path.is_file():
+                    raise ImportError(f"no Python file at {path}")
+                module = importlib.util.module_from_spec(loader_spec)
+                loader_spec.loader.exec_module(module)
+                sys.modules[name] = module
+        else:
+            module = importlib.import_module(module_name)
+        fn = getattr(module, attr)
+    except (ImportError, AttributeError, SyntaxError) as exc:
+        raise AgentConfigError(
+            f"openai_agent agent {ref!r} does not load ({type(exc).__name__}: {exc}). Fix: name an importable "
+            "module and a function in it, or a .py file relative to the working directory"
+        ) from exc
+    if not callable(fn):
+        raise AgentConfigError(f"openai_agent agent {ref!r} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+class AgentEnvManager:
+    """Plays an `openai_agent` tag's episodes on one env slot (same `run_episode` / `close` as TrajEnvManager)."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        make_task_env: Callable[[], Any],
+        tag: str,
+        proxy: AgentProxy,
+        max_calls: int,
+        max_context_tokens: int,
+        calls: EnvCalls,
+        env: Any | None = None,
+        random_state: EnvRandomState | None = None,
+    ) -> None:
+        self.config, self._make_env, self.tag, self.proxy = config, make_task_env, tag, proxy
+        self.agent = load_agent(config.agent)
+        self.max_calls, self.max_context_tokens, self.calls = max_calls, max_context_tokens, calls
+        self.env = env
+        self.random_state = random_state if random_state is not None else EnvRandomState()
+
+    async def run_episode(self, job: EpisodeJob, policy: PolicyClient) -> Trajectory:
+        """Play one episode; never raises (but can be cancelled)."""
+        traj = Trajectory(job.env_id, job.group_id, job.episode_id, self.tag, job.seed)
+        try:
+            await self._play(traj, job, policy)
+        except EnvCallTimeout as exc:
+            traj.error = f"env_timeout: {exc}"
+            self.env = None
+        except AgentFailed as exc:  # the env is fine: keep it
+            traj.error = f"env_error: {exc}"
+        except EnvCallError as exc:
+            traj.error = f"env_error: {exc}"
+            self.env = None
+        except Exception as exc:
+            traj.error = f"policy_error: {type(exc).__name__}: {exc}"
+        return traj
+
+    async def _env_call(self, fn: Callable[..., Any], what: str) -> Any:
+        state = None if self.env is not None and declares_own_random_state(self.env) else self.random_state
+        return await self.calls.run(fn, what=f"env {self.tag!r} {what}", random_state=state)
+
+    async def _play(self, traj: Trajectory, job: EpisodeJob, policy: PolicyClient) -> None:
+        if self.env is None:
+            self.random_state.reseed(DEFAULT_SEED)
+            self.env = await self._env_call(self._make_env, "constructor")
+        self.random_state.reseed(job.seed)
+        obs, _ = await self._env_call(functools.partial(self.env.reset, seed=job.seed), "reset")
+        task = {
+            "prompt": obs,
+            "instruction": getattr(self.env, "instruction", ""),
+            "actions": list(getattr(self.env, "valid_actions", None) or []),
+            "seed": job.seed,
+            "tag": self.tag,
+        }
+        session = AgentSession(
+            policy,
+            asyncio.get_running_loop(),
+            job.sampling,
+            self.max_calls,
+            self.max_context_tokens,
+            lambda i: sample_key(job.seed, job.env_id, job.episode_id, i),
+        )
+        base_url = self.proxy.open(session)
+        try:
+            outcome = await self._run_agent(base_url, task)
+        finally:
+            self.proxy.close_session(base_url)
+        recorded = session.ordered_calls()
+        if session.policy_error is not None:
+            raise RolloutError(f"a chat.completions call of the agent failed: {session.policy_error}")
+        if isinstance(outcome, BaseException) and session.refused is None:
+            raise AgentFailed(
+                f"agent {self.config.agent!r} raised {type(outcome).__name__}: {outcome}"
+            ) from outcome
+        if not recorded:
+            raise AgentFailed(
+                f"agent {self.config.agent!r} made no chat.completions call through its base_url; nothing to "
+                "train on (the agent must send its requests to the base_url it is given)"
+            )
+        reward, success = (0.0, False) if session.refused else await self._outcome(outcome)
+        traj.turns = [_turn(c, i, reward if i == len(recorded) - 1 else 0.0) for i, c in enumerate(recorded)]
+        traj.success, traj.terminated, traj.truncated = (
+            success,
+            session.refused is None,
+            session.refused is not None,
+        )
+        traj.metrics = manager_metrics(traj.turns, traj.success)
+
+    async def _run_agent(self, base_url: str, task: dict[str, Any]) -> Any:
+        """The agent's return value, or the exception it raised; `EnvCallTimeout` after `agent_timeout_s`."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+
+        def run() -> None:
+            try:
+                value: Any = self.agent(base_url, dict(task))
+            except BaseException as exc:  # the agent's failure is the episode's, never the worker's
+                value = exc
+            with contextlib.suppress(RuntimeError):  # the worker closed its loop while the agent ran on
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(value))
+
+        threading.Thread(target=run, name=f"agent-{self.tag}", daemon=True).start()
+        try:
+            async with asyncio.timeout(self.config.agent_timeout_s):
+                return await asyncio.shield(done)
+        except TimeoutError:
+            raise EnvCallTimeout(
+                f"agent {self.config.agent!r} did not return within agent_timeout_s={self.config.agent_timeout_s:g} s"
+            ) from None
+
+    async def _outcome(self, outcome: Any) -> tuple[float, bool]:
+        """(reward, success) of what the agent returned (see the module docstring)."""
+        if isinstance(outcome, bool) or not isinstance(outcome, int | float | str | Mapping):
+            raise AgentFailed(
+                f"agent {self.config.agent!r} returned {type(outcome).__name__}; return a number (the reward), "
+                "a string (the answer the task env checks) or a dict with 'reward' or 'answer'"
+            )
+        if isinstance(outcome, Mapping) and "reward" in outcome:
+            reward = _finite(outcome["reward"], self.config.agent)
+            return reward, bool(outcome.get("success", reward > 0))
+        if isinstance(outcome, int | float):
+            reward = _finite(outcome, self.config.agent)
+            return reward, reward > 0
+        answer = outcome.get("answer") if isinstance(outcome, Mapping) else outcome
+        if not isinstance(answer, str):
+            raise AgentFailed(
+                f"agent {self.config.agent!r} returned an answer of type {type(answer).__name__}"
+            )
+        fmt, actions = (
+            getattr(self.env, "format_answer", None),
+            getattr(self.env, "valid_actions", None) or (),
+        )
+        action = fmt(answer) if callable(fmt) and answer in actions else answer
+        _, reward, _, _, info = await self._env_call(functools.partial(self.env.step, action), "step")
+        return _finite(reward, "the task env"), bool((info or {}).get("success", False))
+
+    def close(self) -> None:
+        env, self.env = self.env, None
+        if env is not None:
+            try:
+                env.close()
+            except Exception:
+                return
+
+
+def _finite(value: Any, who: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise AgentFailed(
+            f"{who} gave a reward of type {type(value).__name__}; it must be a number"
+        ) from None
+    if not math.isfinite(x):
+        raise AgentFailed(f"{who} gave a non-finite reward ({x})")
+    return x
+
+
+def _turn(call: Any, index: int, reward: float) -> Turn:
+    """A recorded call as a trained turn: the ids as sent and sampled, never re-encoded."""
+    digest = hashlib.blake2b(str(call.prompt_ids).encode(), digest_size=16).hexdigest()
+    return Turn(
+        prompt_ids=list(call.prompt_ids),
+        response_ids=list(call.result.output_ids),
+        log_probs=list(call.result.log_probs),
+        reward=reward,
+        action_is_valid=True,
+        action_is_effective=True,
+        state_key=f"call {index} {digest}",
+        policy_version=call.result.policy_version,
+        finish_reason=call.result.finish_reason,
+        response_text=call.text[:MAX_TEXT_CHARS],
+        observation=call.last_message[:MAX_TEXT_CHARS],
+    )

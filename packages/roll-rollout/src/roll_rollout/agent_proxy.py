@@ -1,0 +1,254 @@
+"""The training proxy: an OpenAI-compatible endpoint per episode in front of the run's policy.
+
+An `openai_agent` tag's agent is ordinary code speaking the OpenAI API. Each of its episodes gets a
+`base_url` of its own, `http://127.0.0.1:PORT/v1/<episode key>`; a `POST .../chat/completions` there is
+rendered to prompt ids (`roll_rollout.openai_chat.chat_prompt_ids`, tools included), sampled by the same
+`PolicyClient` the env slots use (token ids in, token ids and log-probs out, under the run's sampling
+settings) and recorded in the episode's `AgentSession`: the prompt ids exactly as sent, the sampled ids
+and their log-probs. Those records are what trains (`roll_rollout.agent_manager`); the text the agent
+sees is only ever decoded from them, never encoded back.
+
+One proxy serves every slot of an env worker (stdlib `ThreadingHTTPServer`, loopback only). Requests to
+an unknown or closed key get HTTP 404; a call beyond the episode's call budget or context gets HTTP 400
+(`context_length_exceeded`) and marks the session `refused`; a failed generation gets HTTP 500 and marks
+it `policy_error`. From the request body only `messages`, `tools`, `max_tokens` /
+`max_completion_tokens` (which can only lower the run's per-turn budget) and `logprobs` are read:
+temperature, top_p and the like are the run's, so the agent samples what training assumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from roll_rollout.openai_chat import ChatRequestError, assistant_message, chat_completion, chat_prompt_ids
+from roll_rollout.policy import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
+from roll_rollout.prompts import ChatTokenizer
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MODEL_NAME = "roll-policy"
+"""The model id the proxy lists and answers with (any `model` in a request is accepted)."""
+
+
+class ProxyError(Exception):
+    """A request the proxy answers with an HTTP error `status` (OpenAI-style error body, `code`)."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One chat.completions call of an episode: what the policy was given and what it sampled."""
+
+    prompt_ids: list[int]
+    result: GenerateResult
+    text: str  # the sampled ids decoded (special tokens skipped): what the agent was answered
+    last_message: str  # the request's last message text: the observation the call acted on
+
+
+@dataclass
+class AgentSession:
+    """One episode's calls through the proxy; `sample_key(i)` is the random stream of its i-th call."""
+
+    policy: PolicyClient
+    loop: asyncio.AbstractEventLoop  # where `policy.generate` runs (the env worker's loop)
+    sampling: SamplingSettings
+    max_calls: int
+    max_context_tokens: int
+    sample_key: Callable[[int], int]
+    calls: dict[int, RecordedCall] = field(default_factory=dict)
+    refused: str | None = None  # why a call was refused (the episode is then truncated)
+    policy_error: str | None = None
+    _issued: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reserve(self) -> int:
+        """The next call's index, or `ProxyError` past the episode's call budget."""
+        with self._lock:
+            index, self._issued = self._issued, self._issued + 1
+        if index >= self.max_calls:
+            self.refused = f"the agent made more than {self.max_calls} calls (max_actions_per_traj)"
+            raise ProxyError(400, f"{self.refused}; the episode ends here", "context_length_exceeded")
+        return index
+
+    def record(self, index: int, call: RecordedCall) -> None:
+        with self._lock:
+            self.calls[index] = call
+
+    def ordered_calls(self) -> list[RecordedCall]:
+        """The recorded calls in the order they were made."""
+        with self._lock:
+            return [self.calls[i] for i in sorted(self.calls)]
+
+
+class AgentProxy:
+    """The OpenAI-compatible proxy of one env worker (see the module docstring); `open` a session per episode."""
+
+    def __init__(
+        self, tokenizer: ChatTokenizer, *, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 600.0
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.timeout_s = timeout_s
+        self._sessions: dict[str, AgentSession] = {}
+        self._lock = threading.Lock()
+        self._tokenizer_lock = threading.Lock()  # a fast tokenizer is not safe to share between threads
+        self._http = ThreadingHTTPServer((host, port), _handler_class(self))
+        self._http.daemon_threads = True
+        self._thread = threading.Thread(target=self._http.serve_forever, name="agent-proxy", daemon=True)
+        self._thread.start()
+
+    @property
+    def root(self) -> str:
+        host, port = self._http.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def open(self, session: AgentSession) -> str:
+        """Register `session`; returns its `base_url` (the root followed by a fresh, unguessable key)."""
+        key = f"ep-{secrets.token_hex(8)}"
+        with self._lock:
+            self._sessions[key] = session
+        return f"{self.root}/{key}"
+
+    def close_session(self, base_url: str) -> None:
+        """Stop serving `base_url`: later calls get 404."""
+        with self._lock:
+            self._sessions.pop(base_url.rsplit("/", 1)[-1], None)
+
+    def stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+    # ------------------------------------------------------------------ requests
+    def session(self, key: str) -> AgentSession:
+        with self._lock:
+            found = self._sessions.get(key)
+        if found is None:
+            raise ProxyError(
+                404, f"no open episode {key!r}: the episode ended or the base_url is not one roll gave"
+            )
+        return found
+
+    def chat(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The chat.completion reply to `body`, recorded in the session of `key`."""
+        session = self.session(key)
+        if int(body.get("n") or 1) != 1 or body.get("stream"):
+            raise ProxyError(400, "only n=1 without streaming is supported by roll's training proxy")
+        tools = body.get("tools")
+        try:
+            with self._tokenizer_lock:
+                prompt_ids = chat_prompt_ids(self.tokenizer, body.get("messages"), tools)
+        except ChatRequestError as exc:
+            raise ProxyError(400, str(exc)) from exc
+        index = session.reserve()
+        request = GenerateRequest(
+            prompt_ids, _sampling(session, body, len(prompt_ids)), None, session.sample_key(index)
+        )
+        future = asyncio.run_coroutine_threadsafe(session.policy.generate(request), session.loop)
+        try:
+            result = future.result(timeout=self.timeout_s)
+        except FutureTimeout as exc:
+            future.cancel()
+            session.policy_error = f"generation took longer than {self.timeout_s} s"
+            raise ProxyError(504, session.policy_error) from exc
+        except Exception as exc:
+            session.policy_error = f"{type(exc).__name__}: {exc}"
+            raise ProxyError(500, session.policy_error) from exc
+        with self._tokenizer_lock:
+            text = self.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+            tokens = [self.tokenizer.decode([t], skip_special_tokens=False) for t in result.output_ids]
+        messages = body["messages"]
+        last = messages[-1].get("content") if isinstance(messages[-1].get("content"), str) else ""
+        session.record(index, RecordedCall(prompt_ids, result, text, last or ""))
+        message, called = assistant_message(text, tools)
+        finish = "tool_calls" if called else result.finish_reason
+        wants = body.get("logprobs") not in (None, False, 0)
+        return chat_completion(
+            MODEL_NAME, message, finish, len(prompt_ids), tokens, result.log_probs if wants else None
+        )
+
+
+def _sampling(session: AgentSession, body: dict[str, Any], prompt_len: int) -> SamplingSettings:
+    """The run's sampling, its token budget lowered by the request's and by the room left in the context."""
+    budget = session.max_context_tokens - prompt_len
+    if budget <= 0:
+        session.refused = (
+            f"a prompt of {prompt_len} tokens leaves no room in sequence_length={session.max_context_tokens}"
+        )
+        raise ProxyError(400, session.refused, "context_length_exceeded")
+    asked = body.get("max_completion_tokens") or body.get("max_tokens")
+    limit = min(session.sampling.max_new_tokens, budget)
+    if isinstance(asked, int) and asked > 0:
+        limit = min(limit, asked)
+    return replace(session.sampling, max_new_tokens=limit)
+
+
+def _handler_class(proxy: AgentProxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per request
+            pass
+
+        def _route(self) -> tuple[str, str]:
+            """(episode key, the rest of the path) of /v1/<key>/<rest>."""
+            parts = self.path.split("?", 1)[0].strip("/").split("/", 2)
+            if len(parts) < 3 or parts[0] != "v1":
+                return "", ""
+            return parts[1], parts[2]
+
+        def do_GET(self) -> None:
+            key, rest = self._route()
+            try:
+                if rest != "models":
+                    raise ProxyError(404, f"no route GET {self.path}")
+                proxy.session(key)
+                self._send(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
+            except ProxyError as exc:
+                self._error(exc)
+
+        def do_POST(self) -> None:
+            key, rest = self._route()
+            try:
+                if rest != "chat/completions":
+                    raise ProxyError(
+                        404, f"no route POST {self.path}; the proxy serves <base_url>/chat/completions"
+                    )
+                length = int(self.headers.get("Content-Length") or 0)
+                if not 0 < length <= MAX_BODY_BYTES:
+                    raise ProxyError(400, f"body must have 1..{MAX_BODY_BYTES} bytes, got {length}")
+                try:
+                    body = json.loads(self.rfile.read(length))
+                except json.JSONDecodeError as exc:
+                    raise ProxyError(400, f"body is not JSON: {exc}") from exc
+                if not isinstance(body, dict):
+                    raise ProxyError(400, "body must be a JSON object")
+                self._send(200, proxy.chat(key, body))
+            except ProxyError as exc:
+                self._error(exc)
+            except Exception as exc:  # a bug must answer the agent, not hang it
+                self._error(ProxyError(500, f"{type(exc).__name__}: {exc}"))
+
+        def _error(self, exc: ProxyError) -> None:
+            kind = "invalid_request_error" if exc.status < 500 else "server_error"
+            self._send(
+                exc.status, {"error": {"message": str(exc), "type": kind, "code": exc.code or exc.status}}
+            )
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler

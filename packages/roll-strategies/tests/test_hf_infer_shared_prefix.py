@@ -1,0 +1,162 @@
+"""hf_infer with `share_prefix=True`: each distinct prompt is encoded once, and generation gives the plain path's
+tokens, finish reasons and log-probs (to 1e-5) on Qwen2- and Llama-shaped models, greedy and sampled, with
+stop strings."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from roll_strategies import GenerationOutput, GenerationParams, HFInferStrategy, StrategyError
+from roll_strategies.infer import hf_infer
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+SAMPLED = GenerationParams(max_new_tokens=16, temperature=1.0, top_p=0.9, top_k=20)
+GREEDY = GenerationParams(max_new_tokens=16, greedy=True)
+
+
+@pytest.fixture(scope="module")
+def llama_model_dir(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random Llama-shaped model on the tiny model's tokenizer."""
+    out = tmp_path_factory.mktemp("llama") / "model"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = LlamaConfig(
+        vocab_size=8 * -(-len(tokenizer) // 8),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).float().save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama"])
+def pair(request, tiny_model_dir, llama_model_dir) -> tuple[HFInferStrategy, HFInferStrategy]:
+    """(plain, shared) strategies on one model, same seed."""
+    folder = tiny_model_dir if request.param == "qwen2" else llama_model_dir
+    return HFInferStrategy(folder, seed=3), HFInferStrategy(folder, seed=3, share_prefix=True)
+
+
+def _grouped_prompts(tokenizer, toy) -> list[list[int]]:
+    """Groups of 4 samples of 2 distinct prompts of different lengths, interleaved."""
+    rng = random.Random(7)
+    short, long = (
+        tokenizer.encode(
+            tokenizer.apply_chat_template(
+                toy.chat(toy.grid_observation(rng, size)), add_generation_prompt=True, tokenize=False
+            ),
+            add_special_tokens=False,
+        )
+        for size in (2, 4)
+    )
+    assert len(long) > len(short)
+    return [long, short, short, long, long, short, short, long]
+
+
+def _stop_strings_from(tokenizer, outputs: Sequence[GenerationOutput]) -> tuple[str, ...]:
+    """From a few rows, the text of two adjacent tokens past the row's start (whole characters): stop
+    strings that end those rows, or others earlier."""
+    stops = set()
+    for out in outputs[::3]:
+        ids = out.output_ids
+        for i in range(len(ids) // 3, len(ids) - 1):
+            piece = tokenizer.decode(ids[i : i + 2], skip_special_tokens=False)
+            if len(piece) >= 2 and "\ufffd" not in piece:
+                stops.add(piece)
+                break
+    return tuple(sorted(stops))
+
+
+def _assert_same(plain: list[GenerationOutput], shared: list[GenerationOutput]) -> None:
+    for a, b in zip(plain, shared, strict=True):
+        assert a.output_ids == b.output_ids and a.finish_reason == b.finish_reason
+        np.testing.assert_allclose(b.log_probs, a.log_probs, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "t1-topp-topk"])
+def test_shared_prompts_give_the_plain_tokens_and_log_probs(pair, toy, params):
+    plain, shared = pair
+    prompts = _grouped_prompts(plain.tokenizer, toy)
+    keys = list(range(20, 28))
+    first = plain.generate(prompts, params, keys)
+    _assert_same(first, shared.generate(prompts, params, keys))
+    stops = _stop_strings_from(plain.tokenizer, first)
+    assert stops
+    with_stops = dataclasses.replace(params, stop_strings=stops)
+    ended = plain.generate(prompts, with_stops, keys)
+    assert any(len(e.output_ids) < len(f.output_ids) for e, f in zip(ended, first, strict=True))
+    _assert_same(ended, shared.generate(prompts, with_stops, keys))
+
+
+def test_unkeyed_rows_sample_as_the_plain_path(pair, toy):
+    """Rows without sample keys are keyed by (seed, call, row): repeated prompts still sample apart."""
+    plain, shared = pair
+    prompts = _grouped_prompts(plain.tokenizer, toy)
+    a, b = plain.generate(prompts, SAMPLED), shared.generate(prompts, SAMPLED)
+    _assert_same(a, b)
+    assert len({tuple(o.output_ids) for o in b}) > 2
+
+
+def test_each_distinct_prompt_is_encoded_once(tiny_model_dir, toy):
+    shared = HFInferStrategy(tiny_model_dir, seed=3, share_prefix=True)
+    prompts = _grouped_prompts(shared.tokenizer, toy)
+    width = max(len(p) for p in prompts)
+    shapes: list[tuple[int, int]] = []
+    hook = shared.model.get_input_embeddings().register_forward_hook(
+        lambda module, args, output: shapes.append(tuple(args[0].shape))
+    )
+    try:
+        shared.generate(prompts, GenerationParams(max_new_tokens=3, greedy=True))
+    finally:
+        hook.remove()
+    # one prefill of the 2 distinct prompts (all but the last column), then one token per row and step
+    assert shapes == [(2, width - 1), (8, 1), (8, 1), (8, 1)]
+
+
+def test_distinct_prompts_take_the_plain_path(tiny_model_dir, toy):
+    shared = HFInferStrategy(tiny_model_dir, seed=3, share_prefix=True)
+    prompts = _grouped_prompts(shared.tokenizer, toy)[:2]
+    assert shared._shared_prompt_cache(prompts) is None
+    assert shared._shared_prompt_cache([[5], [5]]) is None  # one-token prompts: nothing before the last token
+
+
+def test_log_probs_are_scored_as_prefix_trees_with_the_plain_values(pair, toy):
+    plain, shared = pair
+    prompts = _grouped_prompts(plain.tokenizer, toy)
+    outs = plain.generate(prompts, SAMPLED, list(range(8)))
+    rows = [p + o.output_ids for p, o in zip(prompts, outs, strict=True)]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    response = torch.zeros_like(ids, dtype=torch.bool)
+    for b, (row, prompt) in enumerate(zip(rows, prompts, strict=True)):  # right padding
+        ids[b, : len(row)] = torch.tensor(row)
+        mask[b, : len(row)] = 1
+        response[b, len(prompt) : len(row)] = True
+    for batch in (
+        {"input_ids": ids, "attention_mask": mask},
+        {"input_ids": ids, "attention_mask": mask, "response_mask": response},
+    ):
+        expected = plain.compute_log_probs(batch, 4)
+        got = shared.compute_log_probs(batch, 4)
+        assert torch.equal(got != 0, expected != 0)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_a_model_without_exact_prefix_trees_is_refused(tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(hf_infer, "prefix_sharing_supported", lambda model, value_model=False: False)
+    with pytest.raises(StrategyError, match="share_prefix=false"):
+        HFInferStrategy(tiny_model_dir, share_prefix=True)

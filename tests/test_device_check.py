@@ -1,0 +1,60 @@
+"""tools/device_check.py --dry-run: the device check's code path on the CPU, in a subprocess that cannot import
+Ray, vLLM or DeepSpeed (what the device machine lacks), with only the packages' src folders on PYTHONPATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = [
+    ROOT / "packages" / name / "src"
+    for name in ("roll-envs", "roll-rollout", "roll-algos", "roll-strategies", "roll-pipeline")
+]
+
+BLOCKER = """
+import importlib.abc, importlib.util, runpy, sys
+
+BLOCKED = ("ray", "vllm", "deepspeed")
+find_spec = importlib.util.find_spec
+
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: the device check must not need it)")
+        return None
+
+
+def absent(name, package=None):  # availability probes (transformers, accelerate) see them uninstalled
+    return None if name.split(".")[0] in BLOCKED else find_spec(name, package)
+
+
+importlib.util.find_spec = absent
+sys.meta_path.insert(0, Blocked())
+sys.argv = ["device_check.py", *sys.argv[1:]]
+runpy.run_path(TOOL, run_name="__main__")
+"""
+
+
+@pytest.mark.timeout(1800)
+def test_the_dry_run_needs_no_ray_vllm_or_deepspeed(tmp_path):
+    out = tmp_path / "device_check.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in SRC), "HF_HUB_OFFLINE": "1"}
+    script = BLOCKER.replace("TOOL", repr(str(ROOT / "tools" / "device_check.py")))
+    args = ["--dry-run", "--out", str(out), "--work", str(tmp_path / "work")]
+    done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["dry_run"] and report["device"] == "cpu" and report["imported"] == []
+    assert report["train"]["tokens_per_second"] > 0 and report["infer"]["tokens_per_second"] > 0
+    assert report["weight_sync"]["transport"] == "cpu" and report["weight_sync"]["seconds"] > 0
+    assert report["offload"]["bytes_moved"] > 0 and report["offload"]["gpu_freed_bytes"] == 0
+    run = report["roll_train"]
+    assert run["steps"] == 2 and [s["step"] for s in run["per_step"]] == [1, 2]
+    assert run["per_step"][-1]["weight_sync/version"] == 2
