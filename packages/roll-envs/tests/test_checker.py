@@ -64,7 +64,11 @@ class GlobalRandom(GoodEnv):
 
 class TimeDependent(GoodEnv):
     def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
-        self.n = time.perf_counter_ns() % 5  # outside the seed, even under isolation
+        self.stamp = time.perf_counter_ns()  # outside the seed, even under isolation; never the same twice
+        self.n = self.stamp % 5
+
+    def text_observation(self) -> str:
+        return f"n={self.n} t={self.stamp}"
 
 
 _SHARED = {"n": 0}
