@@ -3,6 +3,7 @@ Ray, vLLM or DeepSpeed (what the device machine lacks), with only the packages' 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -52,9 +53,40 @@ def test_the_dry_run_needs_no_ray_vllm_or_deepspeed(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())
     assert report["dry_run"] and report["device"] == "cpu" and report["imported"] == []
+    assert "errors" not in report and set(report["section_seconds"]) == {
+        "model",
+        "strategies",
+        "share_prefix",
+        "roll_train",
+    }
+    shared = report["share_prefix"]  # float32: the prefix tree's log-probs are the dense ones
+    assert shared["dense_seconds"] > 0 and shared["max_abs_log_prob_diff"] < 1e-4
     assert report["train"]["tokens_per_second"] > 0 and report["infer"]["tokens_per_second"] > 0
     assert report["weight_sync"]["transport"] == "cpu" and report["weight_sync"]["seconds"] > 0
     assert report["offload"]["bytes_moved"] > 0 and report["offload"]["gpu_freed_bytes"] == 0
     run = report["roll_train"]
     assert run["steps"] == 2 and [s["step"] for s in run["per_step"]] == [1, 2]
     assert run["per_step"][-1]["weight_sync/version"] == 2
+
+
+def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):
+    """One measurement that raises does not lose the others: its traceback goes under `errors`, the JSON is
+    written after each section, and the exit status says something failed."""
+    spec = importlib.util.spec_from_file_location("device_check", ROOT / "tools" / "device_check.py")
+    tool = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "device_check", tool)  # its dataclasses look their module up
+    spec.loader.exec_module(tool)
+    out = tmp_path / "report.json"
+    report: dict = {}
+
+    def broken() -> dict:
+        raise RuntimeError("no such kernel")
+
+    tool._section(report, out, "strategies", broken)
+    tool._section(report, out, "roll_train", lambda: {"roll_train": {"steps": 2}})
+    written = json.loads(out.read_text())
+    assert "RuntimeError: no such kernel" in written["errors"]["strategies"]
+    assert written["roll_train"] == {"steps": 2} and set(written["section_seconds"]) == {
+        "strategies",
+        "roll_train",
+    }

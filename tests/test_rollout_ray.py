@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import msgpack
 import pytest
@@ -92,9 +93,17 @@ def test_truly_hung_env_threads_are_freed_by_recycling_the_actor(ray_session, to
     )
 
     async def scenario():
-        # hangs are drawn per process (the factory salts its seed with the pid), about 0.03 per env step:
-        # 8 batches make >= 2 of them all but certain (4 batches left ~10% of runs with one)
-        batches = [await scheduler.get_batch(8) for _ in range(8)]
+        # hangs are drawn per process (the factory salts its seed with the pid), about 0.03 per env step, so
+        # how many batches it takes to hang twice varies: collect until two timed out and the worker was
+        # recycled (usually 3-8 batches)
+        batches = []
+        while len(batches) < 40:
+            batches.append(await scheduler.get_batch(8))
+            total = Counter()
+            for b in batches:
+                total.update({k: v for k, v in b.metrics.items() if k.startswith("rollout/env_")})
+            if total["rollout/env_timeouts"] >= 2 and total["rollout/env_worker_recycles"] >= 1:
+                break
         await scheduler.stop()
         return batches
 

@@ -25,6 +25,7 @@ import platform
 import sys
 import tempfile
 import time
+import traceback
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,6 +186,52 @@ def measure_strategies(folder: Path, device_name: str, dtype: str, sizes: Sizes)
     return result  # train and infer go with this frame: `run` frees their memory before the roll train
 
 
+def _response_nll(log_probs: Any, entropy: Any, mb: Any) -> tuple[Any, dict[str, float]]:
+    mask = mb["response_mask"]
+    return -(log_probs * mask).sum() / mask.sum(), {}
+
+
+def measure_share_prefix(folder: Path, device_name: str, dtype: str, sizes: Sizes) -> dict[str, Any]:
+    """One group (`sizes.rows` samples sharing a prompt of `train_tokens - new_tokens` tokens, each with its
+    own `new_tokens`-token response) trained dense and as a prefix tree: seconds per train step of each, and the
+    largest log-prob difference between the two forwards on the same weights (bf16 rounding on a GPU)."""
+    import torch
+    from roll_strategies import HFTrainStrategy
+    from roll_strategies.compute.forward import SHARE_PREFIX_KEY, micro_batch_outputs
+
+    device = torch.device(device_name)
+    train = HFTrainStrategy(folder, device=device_name, dtype=dtype, share_prefix=True)
+    vocab = min(int(train.model.config.vocab_size), 4000)
+    gen = torch.Generator().manual_seed(1)
+    prompt_len = sizes.train_tokens - sizes.new_tokens
+    prompt = torch.randint(8, vocab, (1, prompt_len), generator=gen).expand(sizes.rows, -1)
+    responses = torch.randint(8, vocab, (sizes.rows, sizes.new_tokens), generator=gen)
+    ids = torch.cat([prompt, responses], dim=1)
+    response_mask = torch.zeros_like(ids)
+    response_mask[:, prompt_len:] = 1
+    base = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response_mask}
+    result: dict[str, Any] = {
+        "rows": sizes.rows,
+        "prompt_tokens": prompt_len,
+        "response_tokens": sizes.new_tokens,
+    }
+    for name, share in (("dense_seconds", False), ("shared_seconds", True)):
+        mb = {**base, SHARE_PREFIX_KEY: share}
+        result[name] = _timed(
+            device, sizes.repeats, lambda mb=mb: train.train_step([mb], _response_nll, with_entropy=False)
+        )
+    result["speedup"] = result["dense_seconds"] / result["shared_seconds"]
+    on_device = {k: v.to(device) for k, v in base.items()}
+    with torch.no_grad():
+        dense, shared = (
+            micro_batch_outputs(train.model, {**on_device, SHARE_PREFIX_KEY: share}, with_entropy=False)
+            for share in (False, True)
+        )
+    result["max_abs_log_prob_diff"] = float((dense.log_probs - shared.log_probs).abs().max())
+    result["mean_abs_log_prob"] = float(dense.log_probs[on_device["response_mask"].bool()].abs().mean())
+    return {"share_prefix": result}
+
+
 def roll_train(folder: Path, output_dir: Path, *, dry_run: bool) -> dict[str, Any]:
     """A 2-step `roll train` of the Qwen example on `folder`, every role on GPU 0 (on the CPU when `dry_run`)."""
     from roll_pipeline import AgenticPipeline, compose
@@ -240,8 +287,31 @@ def add_wheels(folder: Path, target: Path) -> list[str]:
     return used
 
 
+def _section(report: dict[str, Any], out: Path, name: str, measure: Any) -> None:
+    """Run one measurement into `report` (its keys, or `errors[name]` with the traceback when it raises), then
+    write the report so far: a later section's crash or a timeout keeps what the earlier ones measured."""
+    started = time.perf_counter()
+    try:
+        report.update(measure())
+    except Exception:  # a GPU run is rare: record the failure and go on to the next measurement
+        report.setdefault("errors", {})[name] = traceback.format_exc()[-6000:]
+        print(f"[device_check] {name} failed:\n{report['errors'][name]}", file=sys.stderr, flush=True)
+    report.setdefault("section_seconds", {})[name] = round(time.perf_counter() - started, 2)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"[device_check] {name}: {report['section_seconds'][name]} s", flush=True)
+
+
+def _free(device: str) -> None:
+    """Release the memory of the strategies the last section built (they went with its frame)."""
+    import torch
+
+    gc.collect()
+    if device != "cpu":
+        torch.cuda.empty_cache()
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Every measurement, in order; the JSON report."""
+    """Every measurement, in order; the JSON report (also written to `args.out` after each section)."""
     import torch
     import transformers
 
@@ -251,6 +321,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("Expected a CUDA device, found none; run with --dry-run for the CPU rehearsal.")
     dtype = "float32" if args.dry_run else "bfloat16"
     work = Path(args.work or tempfile.mkdtemp(prefix="roll_device_check_"))
+    out = Path(args.out)
     report: dict[str, Any] = {
         "dry_run": args.dry_run,
         "device": device,
@@ -262,12 +333,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "transformers": transformers.__version__,
         "dtype": dtype,
     }
-    report["model"] = build_model(work / "model", dry_run=args.dry_run, num_layers=args.layers)
-    report.update(measure_strategies(work / "model", device, dtype, DRY_SIZES if args.dry_run else GPU_SIZES))
-    gc.collect()
-    if device != "cpu":
-        torch.cuda.empty_cache()
-    report["roll_train"] = roll_train(work / "model", work / "runs", dry_run=args.dry_run)
+    model = work / "model"
+    sizes = DRY_SIZES if args.dry_run else GPU_SIZES
+    _section(
+        report,
+        out,
+        "model",
+        lambda: {"model": build_model(model, dry_run=args.dry_run, num_layers=args.layers)},
+    )
+    if "model" in report.get("errors", {}):
+        return report  # every later measurement needs the model
+    _section(report, out, "strategies", lambda: measure_strategies(model, device, dtype, sizes))
+    _free(device)
+    _section(report, out, "share_prefix", lambda: measure_share_prefix(model, device, dtype, sizes))
+    _free(device)
+    _section(
+        report,
+        out,
+        "roll_train",
+        lambda: {"roll_train": roll_train(model, work / "runs", dry_run=args.dry_run)},
+    )
     # roll never imports them; transformers imports DeepSpeed on its own where it is installed
     report["imported"] = sorted(m for m in NOT_NEEDED if m in sys.modules)
     report["seconds_total"] = time.perf_counter() - started
@@ -298,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {**run(args), "wheels": wheels}
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
-    return 0
+    return 1 if report.get("errors") else 0
 
 
 if __name__ == "__main__":
