@@ -2,14 +2,15 @@
 without faults (docs/benchmarks.md, "Faulty env steps"); each run in a fresh process, one after another.
 
 The run is `roll train`'s own config (the tiny model, 16 groups of 8 FrozenLake episodes of up to 8 turns
-a step) with `max_steps=3`, the local backend and `env_step_timeout_s=10` (a FrozenLake step takes
-microseconds); `--small` takes the end-to-end tests' small run instead (tests/small_runs.py). Its env type
+a step) with `max_steps=3`, the local backend, `env_step_timeout_s=60` and `env_step_backup_after_s=2` (the
+defaults; a FrozenLake step takes microseconds); `--small` takes the end-to-end tests' small run instead (tests/small_runs.py). Its env type
 is `faulty_frozen_lake` (`roll_rollout.testing.faulty_registry_env`: FrozenLake in a `FaultyEnv`, whose
 hangs never end), which does not declare `owns_random_state`: its envs are isolated, each in a process of
 its own. Runs: `clean` (`p_raise=0, p_hang=0`), `faulty` (5% / 1%), `faulty_in_process` (5% / 1%, the
 isolated envs in the worker's process behind the random-state lock: `EnvCallLimits(env_processes=False)`).
 
     uv run python benchmarks/faulty_env_train.py --runs clean faulty faulty_in_process [--timeout-s S]
+    uv run python benchmarks/faulty_env_train.py --backup-after-s 0   # no backup episodes
     uv run python benchmarks/faulty_env_train.py --redundancy 1   # one straggler slot per group
 """
 
@@ -38,7 +39,9 @@ SMALL = [*SMALL_FROZEN_LAKE, *FEW_WORKERS]
 """The end-to-end tests' small run (tests/small_runs.py); without --small, `roll train`'s own config."""
 
 
-def run(name: str, out: Path, small: bool, timeout_s: float, redundancy: int = 0) -> dict[str, Any]:
+def run(
+    name: str, out: Path, small: bool, timeout_s: float, redundancy: int = 0, backup_after_s: float = 2.0
+) -> dict[str, Any]:
     """One 3-step run in this process: its wall time and the rollout's fault counts."""
     from roll_pipeline import AgenticPipeline
     from roll_pipeline.config.compose import compose
@@ -58,6 +61,8 @@ def run(name: str, out: Path, small: bool, timeout_s: float, redundancy: int = 0
         f"train_env_manager.env_step_timeout_s={timeout_s}",
         f"val_env_manager.env_step_timeout_s={timeout_s}",
         f"train_env_manager.group_size_redundancy={redundancy}",
+        f"train_env_manager.env_step_backup_after_s={backup_after_s}",
+        f"val_env_manager.env_step_backup_after_s={backup_after_s}",
     ]
     cfg = compose(None, None, overrides)
     started = time.monotonic()
@@ -70,7 +75,7 @@ def run(name: str, out: Path, small: bool, timeout_s: float, redundancy: int = 0
     rows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
     counts = {
         key: int(sum(r.get(f"rollout/{key}", 0) for r in rows))
-        for key in ("env_errors", "env_timeouts", "env_worker_recycles")
+        for key in ("env_errors", "env_timeouts", "env_worker_recycles", "backup_episodes")
     }
     return {"run": name, "seconds": round(seconds, 1), **counts}
 
@@ -90,19 +95,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", nargs="+", default=["clean", "faulty"], choices=sorted(RUNS))
     parser.add_argument("--small", action="store_true", help="the end-to-end tests' small run")
-    parser.add_argument("--timeout-s", type=float, default=10.0, help="env_step_timeout_s")
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="env_step_timeout_s (the default's)")
+    parser.add_argument(
+        "--backup-after-s", type=float, default=2.0, help="env_step_backup_after_s (the default's; 0: off)"
+    )
     parser.add_argument("--redundancy", type=int, default=0, help="train_env_manager.group_size_redundancy")
     parser.add_argument("--limit-s", type=float, default=1800.0, help="wall time allowed to one run")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a run in a child process, its JSON row out
     args = parser.parse_args()
     if args.one:
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(run(args.one, Path(tmp), args.small, args.timeout_s, args.redundancy)))
+            row = run(args.one, Path(tmp), args.small, args.timeout_s, args.redundancy, args.backup_after_s)
+            print(json.dumps(row))
         return
     rows = []
     for name in args.runs:  # each in a fresh process: hung threads of one run must not slow the next
         command = [sys.executable, __file__, "--one", name, "--timeout-s", str(args.timeout_s)]
-        command += ["--redundancy", str(args.redundancy)]
+        command += ["--redundancy", str(args.redundancy), "--backup-after-s", str(args.backup_after_s)]
         command += ["--small"] if args.small else []
         started = time.monotonic()
         try:

@@ -113,8 +113,8 @@ def test_without_the_isolation_the_slots_play_different_episodes(chat_tokenizer,
     """The test above is not vacuous: with env calls run on the process-wide generators, it fails."""
     run = EnvCalls.run
 
-    async def unisolated(self, fn, *args, what="env call", random_state=None):
-        return await run(self, fn, *args, what=what)
+    async def unisolated(self, fn, *args, what="env call", random_state=None, **kwargs):
+        return await run(self, fn, *args, what=what, **kwargs)
 
     monkeypatch.setattr(EnvCalls, "run", unisolated)
     trajs = play(chat_tokenizer, answer_ids, GlobalDrawsEnv, [7] * SLOTS)
@@ -162,9 +162,9 @@ def test_a_declared_env_plays_the_same_episodes_without_isolation(
     given: list[Any] = []
     run = EnvCalls.run
 
-    async def spying(self, fn, *args, what="env call", random_state=None):
+    async def spying(self, fn, *args, what="env call", random_state=None, **kwargs):
         given.append(random_state)
-        return await run(self, fn, *args, what=what, random_state=random_state)
+        return await run(self, fn, *args, what=what, random_state=random_state, **kwargs)
 
     monkeypatch.setattr(EnvCalls, "run", spying)
     declared = play(chat_tokenizer, answer_ids, lambda: roll_envs.make(env_id), seeds)

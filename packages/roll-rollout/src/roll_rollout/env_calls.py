@@ -30,6 +30,15 @@ next calls back to the pool. The first call of an env, and every call after a sl
 so a slow env stalls the loop at most once; but an env that is fast and then hangs stalls it until it
 returns (the timeout can only fail the call afterwards). So inline calls are opt-in (`inline_below_s` 0 by
 default: every call in the pool, under its timeout), for envs known never to block (`INLINE_OPT_IN_S`).
+
+Slow calls (`EnvCalls.slow_after_s`): a reset or step that has run longer than `max(backup_after_s,
+SLOW_CALL_FACTOR x the median of this worker's recent resets and steps)` is *slow*; the worker reports its
+episode and the scheduler plays a backup of it (see `roll_rollout.scheduler`), so a hung call holds its batch
+for about `backup_after_s`, not for the whole `timeout_s`. A slow call also hands its concurrency permit on
+(`CallTimer.hand_over`, called by the worker; it keeps its thread, one of the spares), so the worker's other
+calls do not queue behind it. The median, not
+a high percentile: the first calls of freshly started env processes are slow, and a percentile would lift the
+threshold past the timeout exactly when the first validation pass needs it.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ import concurrent.futures
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -54,6 +64,18 @@ INLINE_BELOW_S = 0.0
 
 INLINE_OPT_IN_S = 0.001
 """A threshold for envs known never to block: a call of one that took under 1 ms runs its next call inline."""
+
+BACKUP_AFTER_S = 2.0
+"""The default floor of the slow-call threshold: a FrozenLake step takes microseconds, a sandbox run seconds."""
+
+SLOW_CALL_FACTOR = 200.0
+"""A call is slow past this many times the median of the worker's recent calls (and the floor)."""
+
+SLOW_CALL_MIN_SAMPLES = 32
+"""Calls timed before the median counts; until then the floor alone is the threshold."""
+
+RETHRESHOLD_EVERY = 64
+"""Timed calls between two recomputations of the threshold (a sort of the recent durations)."""
 
 _STOP = None
 """Queue item that ends one pool thread."""
@@ -137,6 +159,16 @@ class CallPace:
         return call
 
 
+class CallTimer:
+    """When the running call of one env began, once it held a permit of `EnvCalls` (None between calls), and
+    how it gives that permit back early: what the worker reads and calls for a slow call
+    (`EnvCalls.slow_after_s`)."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.hand_over: Callable[[], None] | None = None
+
+
 class EnvCallError(RolloutError):
     """An env's reset, step or constructor raised; `__cause__` is the env's own exception."""
 
@@ -154,21 +186,56 @@ class EnvCalls:
         timeout_s: float = 60.0,
         max_hung: int = 4,
         inline_below_s: float = INLINE_BELOW_S,
+        backup_after_s: float = BACKUP_AFTER_S,
     ) -> None:
-        if max_concurrent < 1 or max_hung < 1 or not timeout_s > 0 or not inline_below_s >= 0:
+        if (
+            max_concurrent < 1
+            or max_hung < 1
+            or not timeout_s > 0
+            or not inline_below_s >= 0
+            or not backup_after_s >= 0
+        ):
             raise ValueError(
-                f"EnvCalls needs max_concurrent >= 1, max_hung >= 1, timeout_s > 0 and inline_below_s >= 0; "
-                f"got {max_concurrent}, {max_hung}, {timeout_s}, {inline_below_s}"
+                f"EnvCalls needs max_concurrent >= 1, max_hung >= 1, timeout_s > 0, inline_below_s >= 0 and "
+                f"backup_after_s >= 0; got {max_concurrent}, {max_hung}, {timeout_s}, {inline_below_s}, "
+                f"{backup_after_s}"
             )
+        self.backup_after_s = backup_after_s
+        self._durations: deque[float] = deque(maxlen=1024)  # recent resets and steps, seconds
+        self._noted = 0
+        self._threshold: float | None = None  # set below, once timeout_s is
         self.max_concurrent = max_concurrent
         self.inline_below_s = inline_below_s
         self.timeout_s = timeout_s
         self.max_hung = max_hung
+        self._threshold = self._compute_threshold()
         # Spare threads for calls that hang, so the healthy envs keep max_concurrent threads.
         self._pool = DaemonThreadPool(max_concurrent + max_hung, name="roll-env")
         self._slots: asyncio.Semaphore | None = None
         self._lock = threading.Lock()
         self._hung = 0
+
+    def note_duration(self, seconds: float) -> None:
+        """Record how long a reset or step took (what `slow_after_s` reads)."""
+        self._durations.append(seconds)
+        self._noted += 1
+        if self._noted % RETHRESHOLD_EVERY == 0 or self._noted == SLOW_CALL_MIN_SAMPLES:
+            self._threshold = self._compute_threshold()
+
+    def slow_after_s(self) -> float | None:
+        """Seconds after which a running reset or step counts as slow (module docstring); None when backups
+        are off (`backup_after_s` 0) or the threshold reaches the timeout (which then ends the call first).
+        Recomputed every `RETHRESHOLD_EVERY` timed calls: every call asks for it."""
+        return self._threshold
+
+    def _compute_threshold(self) -> float | None:
+        if self.backup_after_s <= 0:
+            return None
+        threshold = self.backup_after_s
+        if len(self._durations) >= SLOW_CALL_MIN_SAMPLES:
+            ordered = sorted(self._durations)
+            threshold = max(threshold, SLOW_CALL_FACTOR * ordered[len(ordered) // 2])
+        return threshold if threshold < self.timeout_s else None
 
     def pace(self) -> CallPace:
         """A fresh `CallPace` for one env that owns its random state (its calls may then run inline)."""
@@ -192,6 +259,7 @@ class EnvCalls:
         what: str = "env call",
         random_state: EnvRandomState | None = None,
         abandon: Callable[[], None] | None = None,
+        timer: CallTimer | None = None,
     ) -> T:
         """`fn(*args)` in a pool thread; `EnvCallError` if it raises, `EnvCallTimeout` after `timeout_s`.
 
@@ -204,8 +272,23 @@ class EnvCalls:
         """
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_concurrent)
-        async with self._slots:
-            call = None if random_state is None else random_state.call(fn, *args)
+        slots = self._slots
+        await slots.acquire()
+        permit = [True]
+
+        def give_back() -> None:
+            if permit[0]:
+                permit[0] = False
+                slots.release()
+
+        call = None if random_state is None else random_state.call(fn, *args)
+        if timer is not None:
+            timer.started = time.monotonic()  # from here: waiting for a permit is not the env's time
+            # a slow call (likely hung) hands its permit on when the worker finds it slow, so the others of
+            # the worker (its episode's backup among them) do not wait for its timeout; it keeps its thread
+            # (one of the spares). An isolated call holds the random-state lock anyway: it keeps its permit.
+            timer.hand_over = give_back if call is None else None
+        try:
             future = self._pool.submit(fn, *args) if call is None else self._pool.submit(call)
             if abandon is None:
                 abandon = _nothing if call is None else call.abandon
@@ -226,13 +309,24 @@ class EnvCalls:
                 raise
             except Exception as exc:
                 raise EnvCallError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+        finally:
+            give_back()
+            if timer is not None:
+                timer.started = timer.hand_over = None
 
-    async def run_paced(self, pace: CallPace, fn: Callable[..., T], *args: Any, what: str = "env call") -> T:
+    async def run_paced(
+        self,
+        pace: CallPace,
+        fn: Callable[..., T],
+        *args: Any,
+        what: str = "env call",
+        timer: CallTimer | None = None,
+    ) -> T:
         """`fn(*args)` of an env owning its random state: inline while `pace` says its calls are fast, else
         as `run` does (timed, for the next call's choice). See the module docstring."""
         if pace.fast:
             return self._run_inline(fn, args, what, pace)
-        return await self.run(pace.timed(fn), *args, what=what)
+        return await self.run(pace.timed(fn), *args, what=what, timer=timer)
 
     def _run_inline(self, fn: Callable[..., T], args: tuple[Any, ...], what: str, pace: CallPace) -> T:
         """`fn(*args)` on the event loop, with the outcomes of a pool call: an error or an overrun of

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from typing import Any
 
 from roll_envs.random_state import DEFAULT_SEED, EnvRandomState, declares_own_random_state
 
-from roll_rollout.env_calls import CallPace, EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.env_calls import CallPace, CallTimer, EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.env_process import EnvProcess, EnvProcessError
 from roll_rollout.players import Seats, manager_metrics, move_rewards, player_success
 from roll_rollout.policy import GenerateRequest, PolicyClient, SamplingSettings
@@ -49,6 +50,8 @@ from roll_rollout.seeds import sample_key
 from roll_rollout.wire import MAX_TEXT_CHARS
 
 FAILURE_KINDS = ("env_timeout", "env_error", "policy_error")
+TIMED_CALLS = ("reset", "step")
+"""The env calls whose running time can mark their episode slow (a constructor may load data for long)."""
 """Why an episode failed; the prefix of `Trajectory.error`."""
 
 
@@ -108,6 +111,9 @@ class TrajEnvManager:
         self.random_state = random_state if random_state is not None else EnvRandomState()
         self.fixed_players = dict(fixed_players or {})
         self._in_env_call = False
+        self.timer = CallTimer()
+        """When the running reset or step began (None between them): the worker reports an episode whose
+        call has run past `EnvCalls.slow_after_s` (a backup is played)."""
         self._pace: CallPace = calls.pace()  # reset with each new env
 
     async def run_episode(self, job: EpisodeJob, policy: PolicyClient) -> Trajectory:
@@ -133,20 +139,28 @@ class TrajEnvManager:
 
     async def _env_call(self, fn: Callable[..., Any], *args: Any, what: str) -> Any:
         self._in_env_call = True
+        timer = self.timer if what in TIMED_CALLS else None
+        began = time.monotonic()
         try:
-            if self.process is not None:  # the child's generators are its own: no random state here
-                return await self.calls.run(
-                    fn, *args, what=f"env {self.tag!r} {what}", abandon=self.process.kill
-                )
-            state = self._state_for(self.env)
-            if state is None:  # an env owning its random state runs its cheap calls inline (`CallPace`)
-                return await self.calls.run_paced(self._pace, fn, *args, what=f"env {self.tag!r} {what}")
-            return await self.calls.run(fn, *args, what=f"env {self.tag!r} {what}", random_state=state)
+            result = await self._run_env_call(fn, *args, what=f"env {self.tag!r} {what}", timer=timer)
         except asyncio.CancelledError:
             self._drop_env(close=False)  # its thread is still inside the env: never reuse it
             raise
         finally:
             self._in_env_call = False
+        if timer is not None:  # only calls that returned: a timed-out one would lift the slow-call threshold
+            self.calls.note_duration(time.monotonic() - began)
+        return result
+
+    async def _run_env_call(
+        self, fn: Callable[..., Any], *args: Any, what: str, timer: CallTimer | None
+    ) -> Any:
+        if self.process is not None:  # the child's generators are its own: no random state here
+            return await self.calls.run(fn, *args, what=what, abandon=self.process.kill, timer=timer)
+        state = self._state_for(self.env)
+        if state is None:  # an env owning its random state runs its cheap calls inline (`CallPace`)
+            return await self.calls.run_paced(self._pace, fn, *args, what=what, timer=timer)
+        return await self.calls.run(fn, *args, what=what, random_state=state, timer=timer)
 
     async def _play(self, traj: Trajectory, job: EpisodeJob, policy: PolicyClient) -> None:
         if self.env is None and self.process is not None:

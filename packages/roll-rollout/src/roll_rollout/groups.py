@@ -75,6 +75,8 @@ class GroupEpisode:
     finished: list[Trajectory] = field(default_factory=list)
     failures: int = 0
     closed: bool = False  # complete or given up: later finishers are stragglers
+    borrowed: list[int] = field(default_factory=list)  # other layout groups lent to its backup episodes
+    backed_up: set[int] = field(default_factory=set)  # episode ids that got a backup
 
     def min_version(self) -> int | None:
         """The oldest policy version among its turns (None without turns)."""

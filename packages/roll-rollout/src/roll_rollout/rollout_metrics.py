@@ -29,6 +29,7 @@ COUNTED = (
     "rollout/filtered_groups",
     "rollout/env_worker_restarts",
     "rollout/env_worker_recycles",
+    "rollout/backup_episodes",
 )
 """Event counters present in every batch's metrics."""
 

@@ -18,6 +18,14 @@ the same group episode (same seed) with a fresh env, and a group episode with mo
 group moves on to a new seed. A worker that dies, or whose hung env calls need a new process, is
 killed and respawned, and its running episodes are replayed. See docs/rollout.md.
 
+Backups: an env worker reports an episode whose reset or step has run past its slow-call threshold
+(`EnvCalls.slow_after_s`, about `backup_after_s`); the scheduler then plays one more episode of that group
+episode (same seed) on a free env slot of the same tag: a finished slot of the group itself, or of a layout
+group nothing else needs, which stays lent until the group episode closes. A backup that is slow in turn gets one
+too, up to `BACKUPS_PER_SLOT` per episode the group needs. Whichever episodes finish first
+complete the group, and the rest are cancelled, as for redundant slots; a hung call then holds a batch (or a
+validation pass, which needs every seed) for about the threshold instead of the whole `env_step_timeout_s`.
+
 Helpers: `SeedStream` (seeds.py: what checkpoints save), `GroupQueue`, `WorkerPool`, `RolloutMetrics`.
 """
 
@@ -43,6 +51,10 @@ from roll_rollout.rollout_metrics import RolloutMetrics
 from roll_rollout.schema import Trajectory
 from roll_rollout.seeds import SeedStream
 from roll_rollout.settings import SchedulerSettings
+
+BACKUPS_PER_SLOT = 3
+"""Backups a group episode may get, per episode it needs: a backup can hang too (a validation seed's backup
+of a backup is what keeps a 1-slot group off the timeout), but an env that is merely slow must not cascade."""
 
 
 class RolloutScheduler:
@@ -202,7 +214,7 @@ class RolloutScheduler:
         self.ledger.add("delivered", sum(len(e) for e in episodes))
         trajs = [t for group in episodes for t in split_group(group, self._seeds.new_group_key)]
         failed, queued = self._metrics.take_failed(), sum(self._ready.sizes().values())
-        metrics = self._metrics.take(self.ledger, trajs, self.policy_version, queued, len(self._busy))
+        metrics = self._metrics.take(self.ledger, trajs, self.policy_version, queued, len(self._running()))
         return RolloutBatch(trajs, failed, metrics)
 
     # ------------------------------------------------------------------ dispatch
@@ -214,8 +226,12 @@ class RolloutScheduler:
         self._pool.start()
         freeze_startup_heap()  # the workers are built: full GC passes skip the start-up heap from now on
 
+    def _running(self) -> list[GroupEpisode]:
+        """The running group episodes, once each (a backup's lent layout group maps to its owner too)."""
+        return list({id(ge): ge for ge in self._busy.values()}.values())
+
     def _running_of_tag(self, tag: str) -> int:
-        return sum(1 for ge in self._busy.values() if ge.tag == tag)
+        return sum(1 for ge in self._running() if ge.tag == tag)
 
     def _refill(self) -> None:
         """Start group episodes on idle layout groups: the queued explicit seeds, then fresh seeds
@@ -259,6 +275,45 @@ class RolloutScheduler:
         for traj in done:
             self._on_finished(w, traj)
         self._metrics.note_stats(w, stats)
+        self._back_up(stats.get("slow_episodes") or ())
+
+    def _back_up(self, slow: Sequence[int]) -> None:
+        """Play a backup of each slow episode of an open group episode on a free env slot of its tag (module
+        docstring); one reported again (each poll reports it while its call runs) gets none twice."""
+        wanted = [
+            (eid, ge)
+            for eid in slow
+            if (ge := self._owner.get(eid)) is not None
+            and not ge.closed
+            and eid not in ge.backed_up
+            and len(ge.backed_up) < BACKUPS_PER_SLOT * self.layout.group_size
+        ]
+        if not wanted:
+            return
+        occupied = {ge.running[eid] for eid, ge in self._owner.items() if eid in ge.running}
+        for eid, ge in wanted:
+            free = self._free_slot(ge, occupied)
+            if free is None:
+                return  # no slot now: the next report tries again
+            group, env_id = free
+            if group != ge.layout_group and group not in ge.borrowed:
+                ge.borrowed.append(group)
+                self._busy[group] = ge
+            occupied.add(env_id)
+            ge.backed_up.add(eid)
+            self._metrics.count("rollout/backup_episodes")
+            self._dispatch([(ge, env_id)])
+
+    def _free_slot(self, ge: GroupEpisode, occupied: set[int]) -> tuple[int, int] | None:
+        """(layout group, env slot) for a backup of `ge`: an idle slot of its own or lent groups first, then
+        of a layout group of its tag that nothing runs on."""
+        own = [ge.layout_group, *ge.borrowed]
+        idle = [g for g in self.layout.groups_of_tag(ge.tag) if g not in self._busy]
+        for group in (*own, *idle):
+            for env_id in self.layout.env_ids_of_group(group):
+                if env_id not in occupied:
+                    return group, env_id
+        return None
 
     def _on_cancelled(self, w: int, episode_id: int) -> None:
         ge = self._owner.pop(episode_id, None)
@@ -321,7 +376,9 @@ class RolloutScheduler:
     def _close(self, ge: GroupEpisode) -> None:
         """Mark `ge` done, free its layout group, cancel its still running episodes."""
         ge.closed = True
-        self._busy.pop(ge.layout_group, None)
+        for group in (ge.layout_group, *ge.borrowed):
+            if self._busy.get(group) is ge:
+                del self._busy[group]
         by_worker: dict[int, list[int]] = {}
         for episode_id, env_id in ge.running.items():
             by_worker.setdefault(self.layout.worker_of_env(env_id), []).append(episode_id)
@@ -368,7 +425,7 @@ class RolloutScheduler:
         await self._pool.stop()
         self.ledger.add("cancelled", len(self._owner))
         self._owner.clear()
-        for ge in self._busy.values():  # finished episodes of group episodes left incomplete
+        for ge in self._running():  # finished episodes of group episodes left incomplete
             self.ledger.add("unconsumed", len(ge.finished))
         self._busy.clear()
         self._ready.drain()
@@ -378,7 +435,7 @@ class RolloutScheduler:
         failed = self.ledger.total["failed"]
         return (
             f"get_batch({num_trajectories}) got no batch within batch_timeout_s={self.settings.batch_timeout_s:g} s: "
-            f"groups needed per tag {need}, ready {ready}, running {len(self._busy)}; {failed} episodes failed so "
+            f"groups needed per tag {need}, ready {ready}, running {len(self._running())}; {failed} episodes failed so "
             f"far (last error: {self._metrics.last_failure[:500] or 'none'}). Check the env and the policy server, or raise "
             "rollout_batch_timeout_s if episodes are just slow."
         )

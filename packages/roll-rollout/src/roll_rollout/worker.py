@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,7 +31,7 @@ from roll_envs.random_state import EnvRandomState, declares_own_random_state
 
 from roll_rollout.agent_manager import AGENT_ENV_TYPE, AgentConfig, AgentEnvManager
 from roll_rollout.agent_proxy import AgentProxy
-from roll_rollout.env_calls import INLINE_BELOW_S, EnvCalls
+from roll_rollout.env_calls import BACKUP_AFTER_S, INLINE_BELOW_S, EnvCalls
 from roll_rollout.env_manager import EpisodeJob, TrajEnvManager, failure_kind
 from roll_rollout.env_process import EnvProcess, EnvRecipe
 from roll_rollout.errors import PayloadError
@@ -64,13 +65,16 @@ class EnvCallLimits:
     `roll_rollout.env_process`; an `env_factory` given to `EnvWorker` keeps its envs in this process), and
     below which duration a call of an env owning its random state runs its next call on the event loop
     (`inline_env_call_s`, see `roll_rollout.env_calls`; 0, the default: always in a thread, under the timeout;
-    `env_calls.INLINE_OPT_IN_S` for envs known never to block: a hang inline holds the worker's event loop)."""
+    `env_calls.INLINE_OPT_IN_S` for envs known never to block: a hang inline holds the worker's event loop), and
+    the floor of the slow-call threshold past which a reset or step has its episode backed up
+    (`backup_after_s`, see `roll_rollout.env_calls`; 0 turns backups off)."""
 
     max_env_step_concurrent: int = 8
     env_step_timeout_s: float = 60.0
     max_hung_env_calls: int = 4
     env_processes: bool = True
     inline_env_call_s: float = INLINE_BELOW_S
+    backup_after_s: float = BACKUP_AFTER_S
 
 
 def encode_jobs(jobs: Sequence[EpisodeJob]) -> bytes:
@@ -146,6 +150,7 @@ class EnvWorker:
             limits.env_step_timeout_s,
             limits.max_hung_env_calls,
             limits.inline_env_call_s,
+            limits.backup_after_s,
         )
         self._slots: dict[int, _Slot] = {}
         # shared: their caches serve every slot
@@ -270,8 +275,26 @@ class EnvWorker:
             "hung_env_calls": self.calls.hung,
             "needs_recycle": self.calls.needs_recycle,
             "threads": threading.active_count(),
+            "slow_episodes": self._slow_episodes(),
         }
         return msgpack.packb({"done": done, "cancelled": cancelled, "stats": stats})
+
+    def _slow_episodes(self) -> list[int]:
+        """The running episodes whose reset or step has run past `EnvCalls.slow_after_s` (the scheduler backs
+        them up); each such call hands its concurrency permit on (`CallTimer.hand_over`)."""
+        threshold = self.calls.slow_after_s()
+        if threshold is None:
+            return []
+        now = time.monotonic()
+        slow = []
+        for slot in self._slots.values():
+            timer = getattr(slot.manager, "timer", None)  # an agent slot's manager makes no timed env calls
+            started = None if timer is None else timer.started
+            if started is not None and slot.current is not None and now - started > threshold:
+                slow.append(slot.current.episode_id)
+                if timer.hand_over is not None:
+                    timer.hand_over()
+        return slow
 
     # ------------------------------------------------------------------ slot loops
     def _ensure_loop(self, env_id: int, slot: _Slot) -> None:

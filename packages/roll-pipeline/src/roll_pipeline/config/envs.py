@@ -38,6 +38,14 @@ class EnvManagerConfig(StrictModel):
         gt=0,
         description="an env constructor, reset or step taking longer fails its episode; the env is recreated",
     )
+    env_step_backup_after_s: float = Field(
+        2.0,
+        ge=0,
+        description="a reset or step running longer than this (or 50x the 99th percentile of its worker's recent "
+        "ones, if more) has its episode backed up: the same seed plays on a free env slot and the first "
+        "episodes to finish count, so a hung call holds a batch for about this long instead of "
+        "env_step_timeout_s; 0 turns backups off",
+    )
     max_hung_env_calls: int = Field(
         4,
         ge=1,

@@ -121,7 +121,10 @@ def build_scheduler(
     """A scheduler whose env workers are spawned on `cluster` (and respawned if they die)."""
     layout = layout_of(manager)
     limits = EnvCallLimits(
-        manager.max_env_step_concurrent, manager.env_step_timeout_s, manager.max_hung_env_calls
+        manager.max_env_step_concurrent,
+        manager.env_step_timeout_s,
+        manager.max_hung_env_calls,
+        backup_after_s=manager.env_step_backup_after_s,
     )
 
     def spawn(worker: int) -> WorkerLink:
