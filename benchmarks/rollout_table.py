@@ -19,7 +19,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import rollout_bench as rb
-from roll_rollout.env_calls import INLINE_OPT_IN_S
 
 
 def best(runs: list[rb.Measurement]) -> rb.Measurement:
@@ -33,22 +32,23 @@ def run_p1(rows: list[rb.Measurement], rounds: int = 2) -> list[str]:
     tok = rb.tiny_tokenizer()
     lockstep = rb.p1_lockstep_ray(tok)
     runs: dict[str, list[rb.Measurement]] = {
-        k: [] for k in ("loop", "ray", "local", "ray_inline", "local_inline")
+        k: [] for k in ("loop", "ray", "local", "ray_pool", "local_pool")
     }
     for _ in range(rounds):  # interleaved, so a burst of load on the shared cores hits every row alike
         runs["loop"].append(rb.p1_in_process_loop(tok))
         runs["ray"].append(rb.p1_roll(tok, use_ray=True))
         runs["local"].append(rb.p1_roll(tok, use_ray=False))
-        runs["ray_inline"].append(rb.p1_roll(tok, use_ray=True, inline_s=INLINE_OPT_IN_S))
-        runs["local_inline"].append(rb.p1_roll(tok, use_ray=False, inline_s=INLINE_OPT_IN_S))
+        runs["ray_pool"].append(rb.p1_roll(tok, use_ray=True, inline_s=0.0))
+        runs["local_pool"].append(rb.p1_roll(tok, use_ray=False, inline_s=0.0))
     best_of = {k: best(v) for k, v in runs.items()}
     loop, ray_roll, local_roll = best_of["loop"], best_of["ray"], best_of["local"]
-    rows += [ray_roll, local_roll, best_of["ray_inline"], best_of["local_inline"], lockstep, loop]
+    rows += [ray_roll, local_roll, best_of["ray_pool"], best_of["local_pool"], lockstep, loop]
     return [
         f"P1: roll (Ray) / lockstep = {ray_roll.value / lockstep.value:.1f}x (target >= 10x); "
         f"roll (Ray) / in-process loop = {ray_roll.value / loop.value:.0%} (target >= 50%); "
-        f"roll (in-process) / loop = {local_roll.value / loop.value:.0%}; with inline env calls (opt-in): "
-        f"Ray {best_of['ray_inline'].value / loop.value:.0%}, in-process {best_of['local_inline'].value / loop.value:.0%}"
+        f"roll (in-process) / loop = {local_roll.value / loop.value:.0%} (target >= 50%); every env call in the "
+        f"pool (inline_env_call_s=0): Ray {best_of['ray_pool'].value / loop.value:.0%}, in-process "
+        f"{best_of['local_pool'].value / loop.value:.0%}"
     ]
 
 

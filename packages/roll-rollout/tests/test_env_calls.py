@@ -12,7 +12,7 @@ import time
 import pytest
 from roll_envs import EnvRandomState
 from roll_rollout import EnvCallError, EnvCalls, EnvCallTimeout
-from roll_rollout.env_calls import DaemonThreadPool
+from roll_rollout.env_calls import INLINE_OPT_IN_S, DaemonThreadPool
 
 
 def test_a_call_returns_its_value_and_an_error_keeps_its_cause():
@@ -242,3 +242,42 @@ def test_an_inline_call_past_the_timeout_fails_and_zero_never_inlines():
     finally:
         calls.shutdown()
         never.shutdown()
+
+
+class _Declares:
+    """An env stand-in: its class declares (or not) that its calls never block."""
+
+    def __init__(self, never_blocks: object) -> None:
+        self.never_blocks = never_blocks
+
+
+def test_by_default_only_envs_declaring_never_blocks_run_inline():
+    default = EnvCalls(max_concurrent=2, timeout_s=5)
+    declared, undeclared = default.pace(_Declares(True)), default.pace(_Declares(False))
+    assert declared.inline_below_s == INLINE_OPT_IN_S and undeclared.inline_below_s == 0
+    assert default.pace(_Declares("yes")).inline_below_s == 0  # only the boolean True declares it
+    assert default.pace(None).inline_below_s == 0  # no env yet (a slot between envs)
+    for explicit in (0.0, 0.01):  # a number applies to every env, declared or not
+        calls = EnvCalls(inline_below_s=explicit)
+        assert {calls.pace(_Declares(flag)).inline_below_s for flag in (True, False)} == {explicit}
+
+    async def scenario():
+        loop_thread = threading.get_ident()
+        inline = [await default.run_paced(declared, threading.get_ident) for _ in range(3)]
+        pooled = [await default.run_paced(undeclared, threading.get_ident) for _ in range(3)]
+        assert inline[0] != loop_thread and inline[1:] == [loop_thread] * 2
+        assert loop_thread not in pooled
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        default.shutdown()
+
+
+def test_the_built_in_games_declare_never_blocks_and_the_sandbox_does_not():
+    import roll_envs
+
+    for env_id in ("frozen_lake", "sokoban", "four_choice", "tictactoe"):
+        assert type(roll_envs.make(env_id)).never_blocks is True, env_id
+    for env_id in ("sandbox", "webshop_lite"):
+        assert type(roll_envs.make(env_id)).never_blocks is False, env_id

@@ -123,6 +123,11 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     owns_random_state: ClassVar[bool] = False
     """True: reset/step/render/close never touch `random` or `np.random`, so roll runs them concurrently
     without isolating the global generators (see the class docstring; `check_env` verifies it)."""
+    never_blocks: ClassVar[bool] = False
+    """True: reset/step are bounded computations on in-memory state (no I/O, no subprocess, no sleep, no
+    unbounded loop), so roll may run a fast one directly on its env worker's event loop, saving a thread hop
+    (`roll_rollout.env_calls`). A call that blocked there could not be timed out: declare it only when that
+    cannot happen. roll's built-in games declare it; the sandbox does not."""
 
     def __init__(
         self,

@@ -28,8 +28,10 @@ itself, with no thread hop, while that env's previous call took under `pace.inli
 tens of microseconds and a GIL hand-over, more than a cheap step. A call that takes longer sends the env's
 next calls back to the pool. The first call of an env, and every call after a slow one, runs in the pool,
 so a slow env stalls the loop at most once; but an env that is fast and then hangs stalls it until it
-returns (the timeout can only fail the call afterwards). So inline calls are opt-in (`inline_below_s` 0 by
-default: every call in the pool, under its timeout), for envs known never to block (`INLINE_OPT_IN_S`).
+returns (the timeout can only fail the call afterwards). So inline calls are for envs that declare
+`never_blocks = True` (roll's built-in games: pure computations on in-memory state, no I/O, no waiting): by
+default (`inline_below_s` None) those get `INLINE_OPT_IN_S`, every other env runs every call in the pool, under
+its timeout; a number instead applies to every env owning its random state (0: none inline).
 
 Slow calls (`EnvCalls.slow_after_s`): a reset or step that has run longer than `max(backup_after_s,
 SLOW_CALL_FACTOR x the median of this worker's recent resets and steps)` is *slow*; the worker reports its
@@ -59,11 +61,19 @@ from roll_rollout.errors import RolloutError
 T = TypeVar("T")
 
 
-INLINE_BELOW_S = 0.0
-"""The default: no call runs inline, so every call's timeout holds (see the module docstring)."""
+INLINE_BELOW_S: float | None = None
+"""The default: calls of envs declaring `never_blocks` run inline under `INLINE_OPT_IN_S`; every other env's
+calls run in the pool, under their timeout (see the module docstring)."""
 
 INLINE_OPT_IN_S = 0.001
 """A threshold for envs known never to block: a call of one that took under 1 ms runs its next call inline."""
+
+
+def declares_never_blocks(env: Any) -> bool:
+    """Whether `env` declares `never_blocks = True` (`roll_envs.BaseEnv.never_blocks`): its calls are bounded
+    computations, so a fast one may run inline on the worker's event loop."""
+    return getattr(env, "never_blocks", False) is True
+
 
 BACKUP_AFTER_S = 2.0
 """The default floor of the slow-call threshold: a FrozenLake step takes microseconds, a sandbox run seconds."""
@@ -185,18 +195,18 @@ class EnvCalls:
         max_concurrent: int = 8,
         timeout_s: float = 60.0,
         max_hung: int = 4,
-        inline_below_s: float = INLINE_BELOW_S,
+        inline_below_s: float | None = INLINE_BELOW_S,
         backup_after_s: float = BACKUP_AFTER_S,
     ) -> None:
         if (
             max_concurrent < 1
             or max_hung < 1
             or not timeout_s > 0
-            or not inline_below_s >= 0
+            or not (inline_below_s is None or inline_below_s >= 0)
             or not backup_after_s >= 0
         ):
             raise ValueError(
-                f"EnvCalls needs max_concurrent >= 1, max_hung >= 1, timeout_s > 0, inline_below_s >= 0 and "
+                f"EnvCalls needs max_concurrent >= 1, max_hung >= 1, timeout_s > 0, inline_below_s None or >= 0 and "
                 f"backup_after_s >= 0; got {max_concurrent}, {max_hung}, {timeout_s}, {inline_below_s}, "
                 f"{backup_after_s}"
             )
@@ -237,9 +247,12 @@ class EnvCalls:
             threshold = max(threshold, SLOW_CALL_FACTOR * ordered[len(ordered) // 2])
         return threshold if threshold < self.timeout_s else None
 
-    def pace(self) -> CallPace:
-        """A fresh `CallPace` for one env that owns its random state (its calls may then run inline)."""
-        return CallPace(self.inline_below_s)
+    def pace(self, env: Any = None) -> CallPace:
+        """A fresh `CallPace` for `env` (one owning its random state: its calls may then run inline; see the
+        module docstring for which)."""
+        if self.inline_below_s is not None:
+            return CallPace(self.inline_below_s)
+        return CallPace(INLINE_OPT_IN_S if declares_never_blocks(env) else 0.0)
 
     @property
     def hung(self) -> int:

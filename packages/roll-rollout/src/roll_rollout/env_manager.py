@@ -114,7 +114,7 @@ class TrajEnvManager:
         self.timer = CallTimer()
         """When the running reset or step began (None between them): the worker reports an episode whose
         call has run past `EnvCalls.slow_after_s` (a backup is played)."""
-        self._pace: CallPace = calls.pace()  # reset with each new env
+        self._pace: CallPace = calls.pace(env)  # set anew with each new env
 
     async def run_episode(self, job: EpisodeJob, policy: PolicyClient) -> Trajectory:
         """Play one episode from `env.reset(seed=job.seed)`; never raises (but can be cancelled)."""
@@ -172,6 +172,7 @@ class TrajEnvManager:
         if self.env is None:
             self.random_state.reseed(DEFAULT_SEED)
             self.env = await self._env_call(self._make_env, what="constructor")
+            self._pace = self.calls.pace(self.env)
         if not declares_own_random_state(self.env):  # a declared env's calls never read this state
             self.random_state.reseed(job.seed)
         obs, info = await self._env_call(functools.partial(self.env.reset, seed=job.seed), what="reset")

@@ -64,8 +64,9 @@ class EnvCallLimits:
     undeclared envs built from the registry run each in a child process of its own (`env_processes`, see
     `roll_rollout.env_process`; an `env_factory` given to `EnvWorker` keeps its envs in this process), and
     below which duration a call of an env owning its random state runs its next call on the event loop
-    (`inline_env_call_s`, see `roll_rollout.env_calls`; 0, the default: always in a thread, under the timeout;
-    `env_calls.INLINE_OPT_IN_S` for envs known never to block: a hang inline holds the worker's event loop), and
+    (`inline_env_call_s`, see `roll_rollout.env_calls`; None, the default: `env_calls.INLINE_OPT_IN_S` for envs
+    declaring `never_blocks`, every other env's calls in a thread under the timeout; a number: that threshold for
+    every env owning its random state, 0 for none: a hang inline holds the worker's event loop), and
     the floor of the slow-call threshold past which a reset or step has its episode backed up
     (`backup_after_s`, see `roll_rollout.env_calls`; 0 turns backups off)."""
 
@@ -73,7 +74,7 @@ class EnvCallLimits:
     env_step_timeout_s: float = 60.0
     max_hung_env_calls: int = 4
     env_processes: bool = True
-    inline_env_call_s: float = INLINE_BELOW_S
+    inline_env_call_s: float | None = INLINE_BELOW_S
     backup_after_s: float = BACKUP_AFTER_S
 
 

@@ -32,6 +32,7 @@ class FrozenLakeEnv(BaseEnv):
 
     config_cls = FrozenLakeConfig
     owns_random_state = True  # draws only from the episode rng (np_random and generators seeded from it)
+    never_blocks = True  # in-memory game logic: a step is microseconds, never waits
     config: FrozenLakeConfig
 
     def __init__(self, config: Any = None, *, render_mode: str | None = "text", **overrides: Any) -> None:

@@ -53,6 +53,7 @@ class SokobanEnv(BaseEnv):
 
     config_cls = SokobanConfig
     owns_random_state = True  # draws only from the episode rng (np_random and generators seeded from it)
+    never_blocks = True  # in-memory game logic: a step is microseconds, never waits
     config: SokobanConfig
     metric_aggregation: ClassVar[Mapping[str, Aggregation]] = {**BASE_METRICS, "boxes_on_target": "last"}
 
