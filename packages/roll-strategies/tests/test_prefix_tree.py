@@ -18,7 +18,6 @@ import torch
 from roll_strategies import StrategyError, batched_log_probs, lm_outputs, value_outputs
 from roll_strategies.compute.forward import (
     _layout,
-    batched_tree_log_probs,
     prefix_sharing_supported,
     reference_kl,
 )
@@ -217,13 +216,13 @@ def test_critic_values_and_gradients_equal_dense(case, left):
     assert_same(value_model, rows.CASES[case](0, left), value=True)
 
 
-def test_batched_tree_log_probs_equal_batched_log_probs():
+def test_batched_log_probs_as_prefix_trees_equal_the_dense_ones():
     """The old-log-prob recompute: the same positions and values, micro-batch by micro-batch."""
     model = tiny("llama")
     b = rows.step_wise(5)
     for size in (2, 4, 100):
         torch.testing.assert_close(
-            batched_tree_log_probs(model, b, size, device="cpu"),
+            batched_log_probs(model, b, size, device="cpu", share_prefix=True),
             batched_log_probs(model, b, size, device="cpu"),
             rtol=0,
             atol=TOL,

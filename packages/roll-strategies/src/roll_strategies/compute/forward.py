@@ -52,12 +52,12 @@ __all__ = [
     "SHARE_PREFIX_KEY",
     "ReferenceKL",
     "TokenOutputs",
-    "batched_tree_log_probs",
     "lm_outputs",
     "micro_batch_outputs",
     "packing_supported",
     "prefix_sharing_supported",
     "reference_kl",
+    "tree_log_probs",
     "value_outputs",
 ]
 
@@ -368,28 +368,17 @@ def reference_kl(
     return out
 
 
-def batched_tree_log_probs(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], micro_batch_size: int, *, device: str | torch.device
+def tree_log_probs(
+    model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, response: torch.Tensor | None
 ) -> torch.Tensor:
-    """`logprobs.batched_log_probs` (the same positions, the same [B, T] float32 on CPU, no grad) with each
-    micro-batch run as a prefix tree. One forward per micro-batch, as there (ZeRO-3 ranks stay in step)."""
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    response = batch.get("response_mask")
-    if micro_batch_size < 1:
-        raise StrategyError(f"Expected micro_batch_size >= 1, got {micro_batch_size}.")
-    out = torch.zeros(ids.shape, dtype=torch.float32)
-    with torch.no_grad():
-        for start in range(0, ids.shape[0], micro_batch_size):
-            sl = slice(start, start + micro_batch_size)
-            real = mask[sl].bool()
-            first = _first_needed_column(None if response is None else response[sl])
-            needed = torch.zeros_like(real)  # where `token_log_probs` computes: a real token after a real one
-            needed[:, first:] = real[:, first:] & real[:, first - 1 : -1]
-            got = lm_outputs(
-                model, ids[sl].to(device), mask[sl].to(device), needed.to(device), share_prefix=True
-            )
-            out[sl] = got.log_probs.cpu()
-    return out
+    """One micro-batch's log-probs as `token_log_probs` gives them (a real token after a real one, from the
+    first response column on), computed as a prefix tree; [B, T], zero elsewhere. `logprobs.batched_log_probs`
+    calls it under `share_prefix`."""
+    real = mask.bool()
+    first = _first_needed_column(response)
+    needed = torch.zeros_like(real)
+    needed[:, first:] = real[:, first:] & real[:, first - 1 : -1]
+    return lm_outputs(model, ids, mask, needed, share_prefix=True).log_probs
 
 
 _PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}

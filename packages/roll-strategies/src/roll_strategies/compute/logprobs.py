@@ -323,13 +323,22 @@ def token_log_probs(
 
 
 def batched_log_probs(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], micro_batch_size: int, *, device: str | torch.device
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    micro_batch_size: int,
+    *,
+    device: str | torch.device,
+    share_prefix: bool = False,
 ) -> torch.Tensor:
     """`token_log_probs` over `batch["input_ids"]` / `batch["attention_mask"]` in micro-batches, no grad.
 
     With `batch["response_mask"]` present, only the positions from each micro-batch's first response
-    column on are computed (see `needed` of `token_log_probs`). Returns [B, T] float32 on CPU.
+    column on are computed (see `needed` of `token_log_probs`). `share_prefix` runs each micro-batch as a
+    prefix tree (`compute.forward`): the same positions and values, one forward per micro-batch either way
+    (ZeRO-3 ranks stay in step). Returns [B, T] float32 on CPU.
     """
+    from roll_strategies.compute.forward import tree_log_probs  # forward builds on this module
+
     input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
     needed = batch.get("response_mask")
     if micro_batch_size < 1:
@@ -340,6 +349,9 @@ def batched_log_probs(
             ids = input_ids[start : start + micro_batch_size].to(device)
             mask = attention_mask[start : start + micro_batch_size].to(device)
             part = None if needed is None else needed[start : start + micro_batch_size].to(device)
-            lp, _ = token_log_probs(model, ids, mask, with_entropy=False, needed=part)
+            if share_prefix:
+                lp = tree_log_probs(model, ids, mask, part)
+            else:
+                lp, _ = token_log_probs(model, ids, mask, with_entropy=False, needed=part)
             out[start : start + micro_batch_size] = lp.float().cpu()
     return out

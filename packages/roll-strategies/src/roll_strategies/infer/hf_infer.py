@@ -13,7 +13,7 @@ distinct prompt), the KV cache rows are repeated for each row of the batch, and 
 that cache: its first step runs only each row's last prompt token. Decoding, sampling keys, stop strings
 and log-probs are those of the plain path; tokens and log-probs equal it up to float rounding (the same
 layout, other matmul shapes). `compute_log_probs` runs each micro-batch as one prefix tree
-(`compute.forward.batched_tree_log_probs`). An episode's next turn does not reuse its previous turn's
+(`logprobs.batched_log_probs(share_prefix=True)`). An episode's next turn does not reuse its previous turn's
 cache: the strategy keeps nothing between calls, a weight sync would invalidate what it kept, and a next
 turn's prompt is rebuilt from the kept history, so it need not extend the last prompt token for token.
 """
@@ -36,7 +36,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from roll_strategies.compute.forward import batched_tree_log_probs, prefix_sharing_supported
+from roll_strategies.compute.forward import prefix_sharing_supported
 from roll_strategies.compute.logprobs import _supports_logits_to_keep, batched_log_probs
 from roll_strategies.errors import StrategyError
 from roll_strategies.infer.sampling import KeyedSampler, row_keys
@@ -240,10 +240,10 @@ class HFInferStrategy:
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU; with
-        share_prefix each micro-batch runs as one prefix tree (`lm_outputs(share_prefix=True)`)."""
-        if self.share_prefix:
-            return batched_tree_log_probs(self.model, batch, micro_batch_size, device=self.device)
-        return batched_log_probs(self.model, batch, micro_batch_size, device=self.device)
+        share_prefix each micro-batch runs as one prefix tree (`batched_log_probs(share_prefix=True)`)."""
+        return batched_log_probs(
+            self.model, batch, micro_batch_size, device=self.device, share_prefix=self.share_prefix
+        )
 
     # weight sync: the receiving end, through `self.receiver` (see `sync.endpoints`)
     update_weights = endpoints.update_weights

@@ -47,7 +47,6 @@ import torch
 from roll_strategies.compute.forward import (
     REFERENCE_KEY,
     SHARE_PREFIX_KEY,
-    batched_tree_log_probs,
     micro_batch_outputs,
 )
 from roll_strategies.compute.logprobs import batched_log_probs, token_log_probs
@@ -249,9 +248,9 @@ class DeepSpeedTrainStrategy:
         if self.zero_stage == 3 and self.gradients.lockstep:
             forwards = -(-int(batch["input_ids"].shape[0]) // max(micro_batch_size, 1))
             self.data_parallel.check_same(forwards, "number of log-prob micro-batches")
-        if self.share_prefix:
-            return batched_tree_log_probs(self.engine, batch, micro_batch_size, device=self.device)
-        return batched_log_probs(self.engine, batch, micro_batch_size, device=self.device)
+        return batched_log_probs(
+            self.engine, batch, micro_batch_size, device=self.device, share_prefix=self.share_prefix
+        )
 
     def train_step(
         self,

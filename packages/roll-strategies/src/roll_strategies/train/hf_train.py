@@ -11,7 +11,6 @@ import torch
 from safetensors.torch import load_file
 
 from roll_strategies.compute.forward import (
-    batched_tree_log_probs,
     micro_batch_outputs,
     prefix_sharing_supported,
 )
@@ -103,9 +102,9 @@ class HFTrainStrategy:
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU."""
-        if self.share_prefix:
-            return batched_tree_log_probs(self.model, batch, micro_batch_size, device=self.device)
-        return batched_log_probs(self.model, batch, micro_batch_size, device=self.device)
+        return batched_log_probs(
+            self.model, batch, micro_batch_size, device=self.device, share_prefix=self.share_prefix
+        )
 
     def train_step(
         self,
