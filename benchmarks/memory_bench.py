@@ -187,7 +187,7 @@ def _unchunked(role: str, model, ref, b) -> None:
 def _chunked(role: str, model, ref, b) -> None:
     """The role as the strategies now run it (`roll_strategies.compute.forward` / `logprobs`)."""
     from roll_strategies.compute.forward import lm_outputs, reference_kl
-    from roll_strategies.compute.logprobs import batched_log_probs
+    from roll_strategies.compute.recompute import batched_log_probs
 
     rows = b["input_ids"].shape[0]
     if role == "reference":

@@ -104,7 +104,7 @@ def test_reference_log_probs_of_the_exact_kl_pass_equal_a_separate_pass():
     """The train worker's exact-KL pass also gives the reference's log-probs (no second reference pass): they
     equal the reference's own log-prob pass, and the KL of a model against itself is 0."""
     from roll_strategies.compute.forward import reference_kl
-    from roll_strategies.compute.logprobs import batched_log_probs
+    from roll_strategies.compute.recompute import batched_log_probs
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     def model(seed: int) -> Qwen2ForCausalLM:

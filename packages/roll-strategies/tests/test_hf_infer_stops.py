@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from roll_strategies import GenerationOutput, GenerationParams, HFInferStrategy, StrategyError
-from roll_strategies.compute.logprobs import batched_log_probs
+from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.infer.hf_infer import SampledLogProbs, StopStrings
 from roll_strategies.infer.sampling import KeyedSampler, row_keys
 from roll_strategies.models.gguf import GGUF_INFO_FILE, SMOLLM2_GGUF, default_cache_dir

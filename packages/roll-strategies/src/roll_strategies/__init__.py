@@ -7,7 +7,8 @@ built by `build_tiny_model` (CLI: `uv run python tools/build_tiny_model.py --out
 """
 
 from roll_strategies.compute.forward import TokenOutputs, lm_outputs, packing_supported, value_outputs
-from roll_strategies.compute.logprobs import batched_log_probs, position_ids_from_mask, token_log_probs
+from roll_strategies.compute.logprobs import position_ids_from_mask, token_log_probs
+from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.errors import (
     CheckpointError,
     ModelNotFoundError,

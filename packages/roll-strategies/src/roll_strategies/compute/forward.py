@@ -38,7 +38,6 @@ from torch import nn
 from roll_strategies.compute.logprobs import (
     Head,
     TokenStats,
-    _first_needed_column,
     position_ids_from_mask,
     run_lm,
     vocab_stats,
@@ -57,7 +56,6 @@ __all__ = [
     "packing_supported",
     "prefix_sharing_supported",
     "reference_kl",
-    "tree_log_probs",
     "value_outputs",
 ]
 
@@ -366,19 +364,6 @@ def reference_kl(
             out.kl_forward[sl] = got.full_kl_forward.cpu()  # type: ignore[union-attr]
             out.ref_log_probs[sl] = got.ref_log_probs.cpu()  # type: ignore[union-attr]
     return out
-
-
-def tree_log_probs(
-    model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, response: torch.Tensor | None
-) -> torch.Tensor:
-    """One micro-batch's log-probs as `token_log_probs` gives them (a real token after a real one, from the
-    first response column on), computed as a prefix tree; [B, T], zero elsewhere. `logprobs.batched_log_probs`
-    calls it under `share_prefix`."""
-    real = mask.bool()
-    first = _first_needed_column(response)
-    needed = torch.zeros_like(real)
-    needed[:, first:] = real[:, first:] & real[:, first - 1 : -1]
-    return lm_outputs(model, ids, mask, needed, share_prefix=True).log_probs
 
 
 _PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}

@@ -18,7 +18,7 @@ import functools
 import inspect
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
 import torch
@@ -31,7 +31,6 @@ from roll_strategies.errors import StrategyError
 __all__ = [
     "LOGITS_CHUNK_ELEMENTS",
     "TokenStats",
-    "batched_log_probs",
     "position_ids_from_mask",
     "run_lm",
     "token_log_probs",
@@ -320,38 +319,3 @@ def token_log_probs(
     log_probs = zeros.index_put((rows, cols), stats.log_probs)
     entropy = zeros.index_put((rows, cols), stats.entropy) if stats.entropy is not None else None
     return log_probs, entropy
-
-
-def batched_log_probs(
-    model: nn.Module,
-    batch: Mapping[str, torch.Tensor],
-    micro_batch_size: int,
-    *,
-    device: str | torch.device,
-    share_prefix: bool = False,
-) -> torch.Tensor:
-    """`token_log_probs` over `batch["input_ids"]` / `batch["attention_mask"]` in micro-batches, no grad.
-
-    With `batch["response_mask"]` present, only the positions from each micro-batch's first response
-    column on are computed (see `needed` of `token_log_probs`). `share_prefix` runs each micro-batch as a
-    prefix tree (`compute.forward`): the same positions and values, one forward per micro-batch either way
-    (ZeRO-3 ranks stay in step). Returns [B, T] float32 on CPU.
-    """
-    from roll_strategies.compute.forward import tree_log_probs  # forward builds on this module
-
-    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-    needed = batch.get("response_mask")
-    if micro_batch_size < 1:
-        raise StrategyError(f"Expected micro_batch_size >= 1, got {micro_batch_size}.")
-    out = torch.zeros(input_ids.shape, dtype=torch.float32)
-    with torch.no_grad():
-        for start in range(0, input_ids.shape[0], micro_batch_size):
-            ids = input_ids[start : start + micro_batch_size].to(device)
-            mask = attention_mask[start : start + micro_batch_size].to(device)
-            part = None if needed is None else needed[start : start + micro_batch_size].to(device)
-            if share_prefix:
-                lp = tree_log_probs(model, ids, mask, part)
-            else:
-                lp, _ = token_log_probs(model, ids, mask, with_entropy=False, needed=part)
-            out[start : start + micro_batch_size] = lp.float().cpu()
-    return out

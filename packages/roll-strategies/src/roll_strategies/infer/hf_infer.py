@@ -13,7 +13,7 @@ distinct prompt), the KV cache rows are repeated for each row of the batch, and 
 that cache: its first step runs only each row's last prompt token. Decoding, sampling keys, stop strings
 and log-probs are those of the plain path; tokens and log-probs equal it up to float rounding (the same
 layout, other matmul shapes). `compute_log_probs` runs each micro-batch as one prefix tree
-(`logprobs.batched_log_probs(share_prefix=True)`). An episode's next turn does not reuse its previous turn's
+(`recompute.batched_log_probs(share_prefix=True)`). An episode's next turn does not reuse its previous turn's
 cache: the strategy keeps nothing between calls, a weight sync would invalidate what it kept, and a next
 turn's prompt is rebuilt from the kept history, so it need not extend the last prompt token for token.
 """
@@ -37,7 +37,8 @@ from transformers import (
 )
 
 from roll_strategies.compute.forward import prefix_sharing_supported
-from roll_strategies.compute.logprobs import _supports_logits_to_keep, batched_log_probs
+from roll_strategies.compute.logprobs import _supports_logits_to_keep
+from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.errors import StrategyError
 from roll_strategies.infer.sampling import KeyedSampler, row_keys
 from roll_strategies.models._loading import load_model_and_tokenizer

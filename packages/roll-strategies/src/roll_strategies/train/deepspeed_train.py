@@ -44,12 +44,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_strategies.compute.forward import (
-    REFERENCE_KEY,
-    SHARE_PREFIX_KEY,
-    micro_batch_outputs,
-)
-from roll_strategies.compute.logprobs import batched_log_probs, token_log_probs
+from roll_strategies.compute.forward import REFERENCE_KEY, SHARE_PREFIX_KEY, micro_batch_outputs
+from roll_strategies.compute.logprobs import token_log_probs
+from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.models._loading import load_model_and_tokenizer
 from roll_strategies.sync import endpoints

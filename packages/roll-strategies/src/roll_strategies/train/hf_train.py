@@ -10,11 +10,9 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from roll_strategies.compute.forward import (
-    micro_batch_outputs,
-    prefix_sharing_supported,
-)
-from roll_strategies.compute.logprobs import batched_log_probs, token_log_probs
+from roll_strategies.compute.forward import micro_batch_outputs, prefix_sharing_supported
+from roll_strategies.compute.logprobs import token_log_probs
+from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.models._loading import load_model_and_tokenizer
 from roll_strategies.sync import endpoints
