@@ -38,9 +38,9 @@ SLOW_CALL_FACTOR x the median of this worker's recent resets and steps)` is *slo
 episode and the scheduler plays a backup of it (see `roll_rollout.scheduler`), so a hung call holds its batch
 for about `backup_after_s`, not for the whole `timeout_s`. A slow call also hands its concurrency permit on
 (`CallTimer.hand_over`, called by the worker; it keeps its thread, one of the spares), so the worker's other
-calls do not queue behind it. The median, not
-a high percentile: the first calls of freshly started env processes are slow, and a percentile would lift the
-threshold past the timeout exactly when the first validation pass needs it.
+calls do not queue behind it. The median, not a high percentile: the first calls of freshly started env
+processes are slow, and a percentile would lift the threshold past the timeout exactly when the first
+validation pass needs it.
 """
 
 from __future__ import annotations
@@ -210,14 +210,13 @@ class EnvCalls:
                 f"backup_after_s >= 0; got {max_concurrent}, {max_hung}, {timeout_s}, {inline_below_s}, "
                 f"{backup_after_s}"
             )
-        self.backup_after_s = backup_after_s
-        self._durations: deque[float] = deque(maxlen=1024)  # recent resets and steps, seconds
-        self._noted = 0
-        self._threshold: float | None = None  # set below, once timeout_s is
         self.max_concurrent = max_concurrent
         self.inline_below_s = inline_below_s
         self.timeout_s = timeout_s
         self.max_hung = max_hung
+        self.backup_after_s = backup_after_s
+        self._durations: deque[float] = deque(maxlen=1024)  # recent resets and steps, seconds
+        self._noted = 0
         self._threshold = self._compute_threshold()
         # Spare threads for calls that hang, so the healthy envs keep max_concurrent threads.
         self._pool = DaemonThreadPool(max_concurrent + max_hung, name="roll-env")

@@ -294,7 +294,7 @@ class RolloutScheduler:
         for eid, ge in wanted:
             free = self._free_slot(ge, occupied)
             if free is None:
-                return  # no slot now: the next report tries again
+                continue  # no slot of its tag now: the next report tries again
             group, env_id = free
             if group != ge.layout_group and group not in ge.borrowed:
                 ge.borrowed.append(group)
