@@ -130,6 +130,21 @@ class NoInstruction(GoodEnv):
         return ""
 
 
+class Demonstrates(GoodEnv):
+    def demonstration(self) -> str | None:
+        return self.format_answer("Go")
+
+
+class DemonstratesGarbage(GoodEnv):
+    def demonstration(self) -> str | None:
+        return self.format_answer("Jump") if self.n >= 6 else self.format_answer("Go")
+
+
+class DemonstratesANumber(GoodEnv):
+    def demonstration(self) -> str | None:
+        return 3  # type: ignore[return-value]
+
+
 @pytest.mark.parametrize(
     ("cls", "expected"),
     [
@@ -144,6 +159,13 @@ class NoInstruction(GoodEnv):
         (NeverEnds, "still running after max_steps"),
         (BadFrame, "(H, W, 3) uint8"),
         (NoInstruction, "instruction should be a non-empty str"),
+        (Demonstrates, None),
+        (
+            DemonstratesGarbage,
+            "DemonstratesGarbage: seed 0 turn 2: demonstration() returned '<answer>Jump</answer>'",
+        ),
+        (DemonstratesGarbage, "reads as an invalid answer"),
+        (DemonstratesANumber, "demonstration() returned int 3; expected a str or None"),
     ],
 )
 def test_broken_envs_are_explained(cls, expected):
@@ -219,3 +241,22 @@ def test_megabytes_of_garbage_are_an_invalid_action_with_the_penalty():
         new_obs, reward, _, _, info = env.step(text)
         assert (new_obs, reward, info["action_is_valid"]) == (obs, -0.25, False)
         env.reset(seed=0)
+
+
+def test_a_demonstration_is_followed_on_each_seed_and_checked_in_the_env_answer_format():
+    played = []
+
+    class Recorded(Demonstrates):
+        def step(self, action: str):  # type: ignore[override]
+            played.append(action)
+            return super().step(action)
+
+    assert (
+        checker.check_demonstration(roll_envs.IsolatedEnv(Recorded(answer_format="boxed")), (0, 1), 3) == []
+    )
+    assert played == ["\\boxed{Go}"] * 6  # three turns from each seed, in the env's answer format
+    wrong_format = Demonstrates(answer_format="boxed")
+    wrong_format.demonstration = lambda: "<answer>Go</answer>"  # type: ignore[method-assign]
+    problems = checker.check_demonstration(wrong_format, (0, 1), 3)
+    assert len(problems) == 2 and all("'<answer>Go</answer>'" in p and "Demonstrates" in p for p in problems)
+    assert checker.check_demonstration(GoodEnv(), (0,), 3) == []  # no expert: nothing to check

@@ -108,6 +108,9 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     go through these two hooks, so the pipeline prints and plots a third-party env's baselines as it does
     the built-ins'.
 
+    Demonstrations (optional): `demonstration()` gives an expert's answer for the current state (FrozenLake:
+    the first move of a shortest path to the goal), None without an expert.
+
     Random state: `owns_random_state` (class attribute, default False) declares that the env's `reset`,
     `step`, `render` and `close` draw only from its own generators (the `rng` of `new_episode`,
     `self.np_random`, a `random.Random` of its own), never from the process-wide `random` or `np.random`.
@@ -224,6 +227,12 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
         """Whether `baselines` gives numbers, answered without computing them; default: whether the class
         overrides `baselines` (override this too when that depends on the config)."""
         return type(self).baselines is not BaseEnv.baselines
+
+    def demonstration(self) -> str | None:
+        """An expert's answer for the current state, in the env's answer format (`self.format_answer(action)`),
+        or None when the env has no expert or the episode has ended; default None. It reads the state and
+        changes nothing (no step, no draw); `check_env` plays it and requires a valid answer."""
+        return None
 
     # ---- several players (optional hooks) -------------------------------------------------------
 

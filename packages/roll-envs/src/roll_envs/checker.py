@@ -12,6 +12,7 @@ state shared between instances fails `check_interleaved`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import random
@@ -22,6 +23,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from roll_envs.checker_demonstration import check_demonstration
 from roll_envs.checker_players import check_players
 from roll_envs.checker_random import check_random_state_declaration
 from roll_envs.errors import CheckEnvError, GarbagePaysWarning
@@ -246,7 +248,8 @@ def check_interleaved(
         return []
     finally:
         for instance in pair:
-            _close_quietly(instance)
+            with contextlib.suppress(Exception):  # a failing close must not hide the check's answer
+                instance.close()
 
 
 def _interleave(pair: list[Any], seed: int, turns: int) -> list[str]:
@@ -271,13 +274,6 @@ def _interleave(pair: list[Any], seed: int, turns: int) -> list[str]:
         text = answer_text(pair[0], rng.choice(actions or PROBE_ANSWERS))
         first, second = pair[0].step(text)[:4], pair[1].step(text)[:4]
     return []
-
-
-def _close_quietly(env: Any) -> None:
-    try:
-        env.close()
-    except Exception:
-        return
 
 
 def check_time_limit(env: Any, seed: int) -> list[str]:
@@ -413,7 +409,8 @@ def check_env(
     env's `owns_random_state` (a declared env is also interleaved without isolation).
 
     A multi-player env (`players`) is also played seat by seat (`check_players`): who moved, who moves
-    next, every player's reward, and each fixed policy's answer in every state.
+    next, every player's reward, and each fixed policy's answer in every state. An env with a
+    `demonstration()` follows it from each seed (`check_demonstration`): each must be a valid answer.
 
     An env that passes is also checked for the reward rule (`check_reward_rule`); where an answer with
     no valid action scores more than a valid action, a `GarbagePaysWarning` says which penalty fixes it.
@@ -434,6 +431,7 @@ def check_env(
             lambda: check_garbage(isolated, seeds[0]),
             lambda: check_render(isolated, seeds[0]),
             lambda: check_players(isolated, seeds[0], turns),
+            lambda: check_demonstration(isolated, seeds, turns),
             lambda: check_random_state_declaration(env, isolated.drew_from_globals, unisolated),
         ):
             try:

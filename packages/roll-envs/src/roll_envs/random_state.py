@@ -280,6 +280,11 @@ class IsolatedEnv:
         """`env.fixed_policy_answer(name)` under the env's state."""
         return self._run(self.env.fixed_policy_answer, name)
 
+    def demonstration(self) -> str | None:
+        """`env.demonstration()` under the env's state (None for an env without the hook)."""
+        hook = getattr(self.env, "demonstration", None)
+        return None if hook is None else self._run(hook)
+
     def format_answer(self, *actions: str) -> str:
         """`env.format_answer(*actions)`."""
         return self.env.format_answer(*actions)

@@ -9,7 +9,7 @@ is an independent check.
 Every public name of `rules` and `env` is importable from here.
 
 Modules:
-    rules.py       the actions and their moves, the config, map generation, reading a board
+    rules.py       the actions and their moves, the config, map generation, shortest paths, reading a board
     env.py         `FrozenLakeEnv` and its tiles
     baselines.py   the random policy's and the best fixed move sequence's success rates
 """
@@ -18,10 +18,12 @@ from roll_envs.envs.frozen_lake.env import FROZEN_LAKE_TILES, FrozenLakeEnv
 from roll_envs.envs.frozen_lake.rules import (
     ACTIONS,
     FrozenLakeConfig,
+    frozen_lake_description,
     frozen_lake_neighbours,
     generate_map,
     has_path,
     move,
+    shortest_path_moves,
 )
 
 __all__ = [
@@ -29,8 +31,10 @@ __all__ = [
     "FROZEN_LAKE_TILES",
     "FrozenLakeConfig",
     "FrozenLakeEnv",
+    "frozen_lake_description",
     "frozen_lake_neighbours",
     "generate_map",
     "has_path",
     "move",
+    "shortest_path_moves",
 ]

@@ -12,7 +12,14 @@ import numpy as np
 from roll_envs.base import ActionOutcome, BaseEnv
 from roll_envs.baseline_types import EnvBaselines, scored_seeds
 from roll_envs.envs.frozen_lake.baselines import frozen_lake_baselines
-from roll_envs.envs.frozen_lake.rules import ACTIONS, FrozenLakeConfig, generate_map, move
+from roll_envs.envs.frozen_lake.rules import (
+    ACTIONS,
+    FrozenLakeConfig,
+    frozen_lake_description,
+    generate_map,
+    move,
+    shortest_path_moves,
+)
 from roll_envs.errors import EnvConfigError
 from roll_envs.tiles import Color, Tile
 
@@ -22,6 +29,8 @@ class FrozenLakeEnv(BaseEnv):
 
     Reward 1 on reaching the goal, minus `hole_penalty` (default 0) on falling into a hole, else 0; the
     episode terminates in a hole or on the goal and is truncated after `max_steps` turns. `reset(options={"map": ["SFF", "FHF", "FFG"]})` plays a given map.
+    With `describe`, a line in words follows the board (`frozen_lake_description`); `demonstration()` gives
+    the first move of a shortest path to the goal.
 
     >>> env = FrozenLakeEnv()
     >>> obs, info = env.reset(seed=0)
@@ -45,9 +54,14 @@ class FrozenLakeEnv(BaseEnv):
         """The system prompt (about 60 words)."""
         multi = self.multi_action_hint("moves")
         slip = " The ice is slippery: you may slide sideways." if self.config.is_slippery else ""
+        line = (
+            " Below the map, a line says where you are, where the goal is and what each move leads to."
+            if self.config.describe
+            else ""
+        )
         return (
             "You are walking on a frozen lake. Reach the goal G and do not fall into a hole O. "
-            "The map: P is you, _ is ice, O is a hole, G is the goal. "
+            f"The map: P is you, _ is ice, O is a hole, G is the goal.{line} "
             f"Moves: Left, Down, Right, Up. A move into the edge does nothing.{slip}{multi} "
             f"Answer with one move, like {self.format_answer('Left')}."
         )
@@ -82,17 +96,25 @@ class FrozenLakeEnv(BaseEnv):
         return ActionOutcome(reward, letter in "GH", effective)
 
     def text_observation(self) -> str:
-        """The board, one row per line."""
-        ncol = len(self.desc[0])
-        row, col = divmod(self.position, ncol)
-        lines = []
-        for r, line in enumerate(self.desc):
-            cells = ["O" if ch == "H" else "G" if ch == "G" else "_" for ch in line]
-            if r == row:
-                here = line[col]
-                cells[col] = "X" if here == "H" else "√" if here == "G" else "P"
-            lines.append("".join(cells))
-        return "\n".join(lines)
+        """The board, one row per line; with `describe`, then the board in words (`frozen_lake_description`)."""
+        board = self._board()
+        if not self.config.describe:
+            return board
+        return f"{board}\n{frozen_lake_description(board)}"
+
+    def demonstration(self) -> str | None:
+        """The first move of a shortest path from you to the goal that enters no hole (`shortest_path_moves`:
+        breadth-first, ties in `ACTIONS` order), as an answer; None once the episode ended (in a hole, on the
+        goal, or after `max_steps` turns) or when no path exists. On slippery ice it is still the shortest
+        path's move (the move the plan wants; the ice may send you sideways), not the likeliest to arrive."""
+        if (
+            not self.desc
+            or self._letter(self.position) in "GH"
+            or self.elapsed_steps >= self.config.max_steps
+        ):
+            return None
+        moves = shortest_path_moves(self.desc, self.position)
+        return self.format_answer(moves[0]) if moves else None
 
     def is_success(self) -> bool:
         """On the goal."""
@@ -119,7 +141,20 @@ class FrozenLakeEnv(BaseEnv):
         """Tiles: ice, holes, the goal's flag and the player (a cross in a hole, on green at the goal)."""
         from roll_envs.tiles import tile_frame
 
-        return tile_frame(self.text_observation().split("\n"), FROZEN_LAKE_TILES)
+        return tile_frame(self._board().split("\n"), FROZEN_LAKE_TILES)
+
+    def _board(self) -> str:
+        """The board alone, one row per line: what `render_frame` draws and the description reads."""
+        ncol = len(self.desc[0])
+        row, col = divmod(self.position, ncol)
+        lines = []
+        for r, line in enumerate(self.desc):
+            cells = ["O" if ch == "H" else "G" if ch == "G" else "_" for ch in line]
+            if r == row:
+                here = line[col]
+                cells[col] = "X" if here == "H" else "√" if here == "G" else "P"
+            lines.append("".join(cells))
+        return "\n".join(lines)
 
     def _letter(self, position: int) -> str:
         ncol = len(self.desc[0])

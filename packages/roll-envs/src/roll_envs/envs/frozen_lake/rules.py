@@ -1,5 +1,5 @@
-"""FrozenLake's rules, without the env: the actions and their moves, the config, map generation, and
-what lies next to the player on a text board.
+"""FrozenLake's rules, without the env: the actions and their moves, the config, map generation, shortest
+paths, and what a text board shows (what lies next to the player, the board in words).
 
 Maps follow RAGEN's FrozenLake: each seed draws a new `size` x `size` board whose cells are frozen
 with probability `p`, a random start and a distinct random goal, redrawn until a path joins them.
@@ -8,6 +8,10 @@ module, which imports neither.
 """
 
 from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Collection, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -20,6 +24,11 @@ ACTIONS = ("Left", "Down", "Right", "Up")
 
 _MOVES = ((0, -1), (1, 0), (0, 1), (-1, 0))
 _MAX_MAP_ATTEMPTS = 10_000
+
+_BOARD_SYMBOLS = frozenset("_OGPX√")
+"""The symbols of a text board: ice, hole, goal, you, you in a hole, you on the goal."""
+
+_CELL_WORDS = {"_": "ice", "O": "hole", "G": "goal"}
 
 
 class FrozenLakeConfig(EnvConfig):
@@ -42,6 +51,11 @@ class FrozenLakeConfig(EnvConfig):
         description="subtracted from the reward of the move that falls into a hole (Gymnasium's: 0, the"
         " same as wandering until the turn limit); a penalty makes every move into a hole a lesson",
     )
+    describe: bool = Field(
+        False,
+        description="add a line in words under the board: your row and column, the goal's, and what each"
+        " move leads to (ice, hole, goal, edge); a rendering of the board for models that cannot read a grid",
+    )
 
 
 def generate_map(rng: np.random.Generator, size: int = 4, p: float = 0.8) -> list[str]:
@@ -62,52 +76,139 @@ def generate_map(rng: np.random.Generator, size: int = 4, p: float = 0.8) -> lis
     )
 
 
-def has_path(board: list[list[str]], start: int, goal: int) -> bool:
-    """Whether the goal is reachable from the start over non-hole cells (4-connected)."""
-    size = len(board)
-    seen = {start}
-    stack = [start]
-    while stack:
-        cell = stack.pop()
-        if cell == goal:
-            return True
-        row, col = divmod(cell, size)
-        for dr, dc in _MOVES:
-            r, c = row + dr, col + dc
-            if 0 <= r < size and 0 <= c < size and board[r][c] != "H":
-                nxt = r * size + c
-                if nxt not in seen:
-                    seen.add(nxt)
-                    stack.append(nxt)
-    return False
+def has_path(board: Sequence[Sequence[str]], start: int, goal: int) -> bool:
+    """Whether the goal is reachable from the start without entering a hole (4-connected)."""
+    return _first_shortest_path(board, start, {goal}) is not None
 
 
-def move(desc: list[str], position: int, action: int) -> int:
+def shortest_path_moves(desc: Sequence[Sequence[str]], position: int) -> list[str] | None:
+    """The moves of a shortest path from `position` to a goal `G` that enters no hole, with deterministic
+    moves; of several, the first in `ACTIONS` order (Left before Down before Right before Up at the first
+    move that differs). [] on a goal, None when no goal can be reached (or from a hole).
+
+    >>> shortest_path_moves(["SH", "FG"], 0)
+    ['Down', 'Right']
+    >>> shortest_path_moves(["SF", "FG"], 0)
+    ['Down', 'Right']
+    >>> shortest_path_moves(["SH", "HG"], 0) is None
+    True
+    """
+    ncol = len(desc[0])
+    goals = {r * ncol + c for r, row in enumerate(desc) for c, cell in enumerate(row) if cell == "G"}
+    path = _first_shortest_path(desc, position, goals)
+    return None if path is None else [ACTIONS[a] for a in path]
+
+
+def _first_shortest_path(
+    desc: Sequence[Sequence[str]], start: int, targets: Collection[int]
+) -> list[int] | None:
+    """Breadth-first search over `move`: the action indices of a shortest path from `start` to a cell of
+    `targets`, or None. Holes and goals end an episode, so no path leaves one. Expanding cells in queue
+    order and moves in `ACTIONS` order, the first path found to a cell is the first of its shortest ones
+    in that order."""
+    if start in targets:
+        return []
+    flat = "".join("".join(row) for row in desc)
+    parents: dict[int, tuple[int, int]] = {start: (start, -1)}
+    queue = deque([start] if flat[start] not in "HG" else [])
+    while queue:
+        cell = queue.popleft()
+        for action in range(len(ACTIONS)):
+            nxt = move(desc, cell, action)
+            if nxt in parents:  # seen at this depth or less (a move into the edge stays on `cell`)
+                continue
+            parents[nxt] = (cell, action)
+            if nxt in targets:
+                return _unwind(parents, nxt)
+            if flat[nxt] not in "HG":
+                queue.append(nxt)
+    return None
+
+
+def _unwind(parents: dict[int, tuple[int, int]], cell: int) -> list[int]:
+    """The actions leading to `cell` through its chain of BFS parents."""
+    actions: list[int] = []
+    while parents[cell][1] >= 0:
+        cell, action = parents[cell]
+        actions.append(action)
+    return actions[::-1]
+
+
+def move(desc: Sequence[Sequence[str]], position: int, action: int) -> int:
     """Gymnasium's deterministic move: one cell in the direction, staying put at the border."""
-    nrow, ncol = len(desc), len(desc[0])
+    ncol = len(desc[0])
     row, col = divmod(position, ncol)
     dr, dc = _MOVES[action]
-    return min(max(row + dr, 0), nrow - 1) * ncol + min(max(col + dc, 0), ncol - 1)
+    row, col = row + dr, col + dc
+    return row * ncol + col if 0 <= row < len(desc) and 0 <= col < ncol else position
 
 
 def frozen_lake_neighbours(board: str) -> str | None:
     """What lies next to P on a FrozenLake text board, e.g. `Left _ Down O Right edge Up G`; None without P.
 
-    `board` is the env's text observation (rows joined by newlines); each move of `ACTIONS`, in that
-    order, names the symbol of the cell it leads to, or `edge` off the board.
+    `board` is the env's text observation (rows joined by newlines; a described observation's line in
+    words is not read); each move of `ACTIONS`, in that order, names the symbol of the cell it leads to, or
+    `edge` off the board.
 
     >>> frozen_lake_neighbours("_O\\nPG")
     'Left edge Down edge Right G Up _'
     >>> frozen_lake_neighbours("_X\\n_G") is None
     True
     """
-    rows = board.split("\n")
-    here = next(((r, row.index("P")) for r, row in enumerate(rows) if "P" in row), None)
+    rows = _board_rows(board)
+    here = _find(rows, "P")
     if here is None:
         return None
+    return " ".join(f"{name} {symbol}" for name, symbol in _neighbours(rows, here))
+
+
+def frozen_lake_description(board: str) -> str | None:
+    """The board in words: where you are (rows and columns from 1, top-left), where the goal is and what
+    each move of `ACTIONS` leads to; once the episode ended, where it ended. None without a player symbol.
+
+    >>> frozen_lake_description("_O\\nPG")
+    'You are at row 2, column 1. The goal is at row 2, column 2. Left: edge, Down: edge, Right: goal, Up: ice.'
+    >>> frozen_lake_description("_X\\n_G")
+    'You fell into a hole at row 1, column 2. The goal is at row 2, column 2.'
+    >>> frozen_lake_description("__\\n_√")
+    'You reached the goal at row 2, column 2.'
+    """
+    rows = _board_rows(board)
+    goal = _find(rows, "G")
+    goal_text = "" if goal is None else f" The goal is at {_place(goal)}."
+    if (here := _find(rows, "P")) is not None:
+        moves = ", ".join(
+            f"{name}: {_CELL_WORDS.get(symbol, symbol)}" for name, symbol in _neighbours(rows, here)
+        )
+        return f"You are at {_place(here)}.{goal_text} {moves}."
+    if (here := _find(rows, "X")) is not None:
+        return f"You fell into a hole at {_place(here)}.{goal_text}"
+    if (here := _find(rows, "√")) is not None:
+        return f"You reached the goal at {_place(here)}."
+    return None
+
+
+def _board_rows(board: str) -> list[str]:
+    """The board's rows: the leading lines made of board symbols only (a line in words has spaces)."""
+    return list(
+        itertools.takewhile(lambda line: bool(line) and set(line) <= _BOARD_SYMBOLS, board.split("\n"))
+    )
+
+
+def _find(rows: list[str], symbol: str) -> tuple[int, int] | None:
+    """(row, column) of the first `symbol` on the board, from 0; None when absent."""
+    return next(((r, row.index(symbol)) for r, row in enumerate(rows) if symbol in row), None)
+
+
+def _neighbours(rows: list[str], here: tuple[int, int]) -> list[tuple[str, str]]:
+    """Each move of `ACTIONS` with the symbol of the cell it leads to from `here`, or `edge` off the board."""
     parts = []
     for name, (dr, dc) in zip(ACTIONS, _MOVES, strict=True):
         r, c = here[0] + dr, here[1] + dc
         inside = 0 <= r < len(rows) and 0 <= c < len(rows[r])
-        parts.append(f"{name} {rows[r][c] if inside else 'edge'}")
-    return " ".join(parts)
+        parts.append((name, rows[r][c] if inside else "edge"))
+    return parts
+
+
+def _place(cell: tuple[int, int]) -> str:
+    return f"row {cell[0] + 1}, column {cell[1] + 1}"

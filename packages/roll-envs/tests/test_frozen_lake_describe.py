@@ -1,0 +1,131 @@
+"""FrozenLake's `describe` option: the board followed by one line in words, a function of the board."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import roll_envs
+from roll_envs.baseline_types import HELD_OUT_SEED_START
+from roll_envs.envs.frozen_lake import (
+    ACTIONS,
+    FrozenLakeEnv,
+    frozen_lake_description,
+    frozen_lake_neighbours,
+    move,
+)
+
+
+def answer(move_name: str) -> str:
+    return f"<answer>{move_name}</answer>"
+
+
+@pytest.mark.parametrize(
+    ("rows", "line"),
+    [
+        (  # a corner: two edges, ice on the other sides
+            ["SFF", "FHF", "FFG"],
+            "You are at row 1, column 1. The goal is at row 3, column 3. "
+            "Left: edge, Down: ice, Right: ice, Up: edge.",
+        ),
+        (  # the goal on the left, a hole above
+            ["FHF", "GSF", "FFF"],
+            "You are at row 2, column 2. The goal is at row 2, column 1. "
+            "Left: goal, Down: ice, Right: ice, Up: hole.",
+        ),
+        (  # a hole on the left, the goal below
+            ["FFFF", "FHSF", "FFGF", "FFFF"],
+            "You are at row 2, column 3. The goal is at row 3, column 3. "
+            "Left: hole, Down: goal, Right: ice, Up: ice.",
+        ),
+        (  # one row, the right edge
+            ["GFS"],
+            "You are at row 1, column 3. The goal is at row 1, column 1. "
+            "Left: ice, Down: edge, Right: edge, Up: edge.",
+        ),
+        (  # no goal on a given map: the goal's sentence is left out
+            ["SF", "HF"],
+            "You are at row 1, column 1. Left: edge, Down: hole, Right: ice, Up: edge.",
+        ),
+    ],
+)
+def test_the_line_on_hand_made_maps(rows, line):
+    env = FrozenLakeEnv(describe=True)
+    obs, info = env.reset(options={"map": rows})
+    board, said = obs.rsplit("\n", 1)
+    assert said == line and board == FrozenLakeEnv().reset(options={"map": rows})[0]
+    assert info["state_key"] == obs
+
+
+def test_the_line_once_the_episode_has_ended():
+    env = FrozenLakeEnv(describe=True)
+    env.reset(options={"map": ["SH", "FG"]})
+    obs, *_ = env.step(answer("Right"))
+    assert obs == "_X\n_G\nYou fell into a hole at row 1, column 2. The goal is at row 2, column 2."
+    env.reset(options={"map": ["SH", "FG"]})
+    env.step(answer("Down"))
+    obs, reward, terminated, *_ = env.step(answer("Right"))
+    assert (reward, terminated) == (1.0, True)
+    assert obs == "_O\n_√\nYou reached the goal at row 2, column 2."
+
+
+def test_the_default_observation_is_the_board_alone():
+    plain, described = FrozenLakeEnv(), FrozenLakeEnv(describe=True)
+    rng = np.random.default_rng(0)
+    for seed in range(100):
+        obs, _ = plain.reset(seed=seed)
+        told, _ = described.reset(seed=seed)
+        for _ in range(5):
+            rows = obs.split("\n")
+            assert len(rows) == 4 and set(obs) <= set("P_OGX√\n")  # no words without describe
+            assert told == f"{obs}\n{frozen_lake_description(obs)}"
+            assert frozen_lake_neighbours(told) == frozen_lake_neighbours(obs)
+            move_name = ACTIONS[int(rng.integers(4))]
+            obs, _, terminated, truncated, _ = plain.step(answer(move_name))
+            told = described.step(answer(move_name))[0]
+            if terminated or truncated:
+                break
+    assert np.array_equal(plain.render("rgb_array"), described.render("rgb_array"))
+
+
+def test_the_line_matches_the_env_state():
+    env = FrozenLakeEnv(size=5, describe=True)
+    words = {"F": "ice", "S": "ice", "H": "hole", "G": "goal"}
+    for seed in range(100):
+        obs, _ = env.reset(seed=seed)
+        row, col = divmod(env.position, 5)
+        goal_row, goal_col = divmod("".join(env.desc).index("G"), 5)
+        said = []
+        for index, name in enumerate(ACTIONS):
+            there = move(env.desc, env.position, index)
+            said.append(f"{name}: {'edge' if there == env.position else words[''.join(env.desc)[there]]}")
+        assert obs.split("\n")[-1] == (
+            f"You are at row {row + 1}, column {col + 1}. The goal is at row {goal_row + 1}, column "
+            f"{goal_col + 1}. {', '.join(said)}."
+        )
+
+
+def test_the_instruction_mentions_the_line_only_with_describe():
+    assert "Below the map" in FrozenLakeEnv(describe=True).instruction
+    assert "Below the map" not in FrozenLakeEnv().instruction
+
+
+def test_equal_states_have_equal_state_keys():
+    env = FrozenLakeEnv(describe=True)
+    env.reset(options={"map": ["SFF", "FFF", "FFG"]})
+    via_right = [env.step(answer(m))[4]["state_key"] for m in ("Right", "Down")][-1]
+    env.reset(options={"map": ["SFF", "FFF", "FFG"]})
+    via_down = [env.step(answer(m))[4]["state_key"] for m in ("Down", "Right")][-1]
+    assert via_right == via_down and "row 2, column 2" in via_right
+
+
+@pytest.mark.parametrize("overrides", [{}, {"is_slippery": True}, {"answer_format": "tool_call", "size": 6}])
+def test_check_env_passes_with_describe(overrides):
+    assert roll_envs.check_env(FrozenLakeEnv(describe=True, **overrides), seeds=(0, 1, 2, 3)) == []
+
+
+def test_the_baselines_do_not_depend_on_the_observation():
+    seeds = range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + 200)
+    for turns in (4, 8):
+        assert FrozenLakeEnv(describe=True).baselines(turns, seeds=seeds) == FrozenLakeEnv().baselines(
+            turns, seeds=seeds
+        )
