@@ -35,6 +35,7 @@ from roll_rollout import (
     SamplingSettings,
     SchedulerSettings,
     WorkerLink,
+    envs_per_worker,
 )
 from roll_rollout.testing import CountdownEnv, ScriptedPolicy, SimulatedLLMServer, countdown_factory
 
@@ -93,11 +94,13 @@ def p1_roll(
     batches: int = 3,
     use_ray: bool = True,
     inline_s: float | None = None,
+    per_worker: int | None = None,
 ) -> Measurement:
-    """roll's scheduler (async, r=1) with env workers of 64 envs: Ray actors or in-process objects; `inline_s`:
-    the workers' `inline_env_call_s` (None, the default: FrozenLake declares `never_blocks`, so its calls run
-    inline while under 1 ms; 0: every env call in a pool thread)."""
-    layout = EnvLayout(num_envs // 8, 8, (TAG,), (num_envs // 8,), 64)
+    """roll's scheduler (async, r=1) with env workers as the config's `max_env_num_per_worker=per_worker` lays
+    them out (None, the default: 64 per worker, but no more workers than CPUs): Ray actors or in-process
+    objects; `inline_s`: the workers' `inline_env_call_s` (None, the default: FrozenLake declares
+    `never_blocks`, so its calls run inline while under 1 ms; 0: every env call in a pool thread)."""
+    layout = EnvLayout(num_envs // 8, 8, (TAG,), (num_envs // 8,), envs_per_worker(num_envs, per_worker))
     policy = ScriptedPolicy(answer_ids(tokenizer))
     limits = EnvCallLimits(inline_env_call_s=inline_s)
     spawn = (_ray_spawn if use_ray else _local_spawn)(layout, tokenizer, policy, limits)
@@ -119,7 +122,11 @@ def p1_roll(
         return steps, elapsed
 
     steps, elapsed = asyncio.run(run())
-    where = f"Ray, {layout.num_workers} env workers" if use_ray else "in-process"
+    where = (
+        f"Ray, {layout.num_workers} env workers of {layout.max_env_num_per_worker}"
+        if use_ray
+        else "in-process"
+    )
     where += "" if inline_s is None else f", inline_env_call_s={inline_s:g}"
     return Measurement(f"P1 roll ({where})", steps / elapsed, "env-steps/s", {"steps": steps, "s": elapsed})
 

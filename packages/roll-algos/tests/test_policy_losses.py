@@ -187,3 +187,34 @@ def test_entry_point_plugins_load_and_actor_loss_uses_them(tmp_path, monkeypatch
     assert [c.clip_high for c in sys.modules["plugged_losses"].CALLS] == [0.28]
     with pytest.raises(AlgosError, match=r"plugins that failed to load: \['broken'\]"):
         get_policy_loss("still_missing")
+
+
+def test_sft_is_the_cross_entropy_of_the_response_tokens():
+    # reference: torch's cross_entropy on the logits, averaged per row then over rows (seq-mean-token-mean)
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 7, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 7, (3, 5))
+    mask = torch.tensor([[1, 1, 0, 0, 0], [0, 1, 1, 1, 1], [1, 0, 1, 0, 1]], dtype=torch.bool)
+    log_probs = torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0]
+    log_probs = torch.where(mask, log_probs, torch.full_like(log_probs, float("-inf")))  # padding: -inf
+    inputs = PolicyLossInputs(
+        log_probs, torch.zeros_like(log_probs), torch.randn(3, 5, dtype=torch.float64), mask
+    )
+    out = compute_policy_loss("sft", inputs)
+    (grad,) = torch.autograd.grad(out.loss, logits)
+    ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    reference = torch.stack([ce[i][mask[i]].mean() for i in range(3)]).mean()
+    (ref_grad,) = torch.autograd.grad(reference, logits)
+    assert torch.allclose(out.loss, reference) and torch.allclose(grad, ref_grad)
+    assert out.clip_frac == 0 and torch.isfinite(grad).all()
+
+
+def test_sft_ignores_the_advantages():
+    torch.manual_seed(1)
+    log_probs = -torch.rand(2, 4, dtype=torch.float64)
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    losses = [
+        compute_policy_loss("sft", PolicyLossInputs(log_probs, log_probs, adv, mask)).loss
+        for adv in (torch.ones(2, 4, dtype=torch.float64), -5 * torch.ones(2, 4, dtype=torch.float64))
+    ]
+    assert torch.equal(losses[0], losses[1]) and torch.isclose(losses[0], -log_probs.mean())

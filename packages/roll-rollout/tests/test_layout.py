@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from roll_rollout import EnvLayout, TagMix
+from roll_rollout import EnvLayout, TagMix, envs_per_worker
 
 
 def test_slots_groups_and_workers_with_redundancy():
@@ -46,3 +47,20 @@ def test_tag_mix_gives_floor_or_ceil_and_tracks_the_exact_share(partition, batch
     fresh = TagMix(tags)
     fresh.set_state(state)
     assert fresh.split(5) == mix.split(5)
+
+
+@pytest.mark.parametrize(
+    ("num_envs", "cpus", "expected_workers"),
+    [(256, 2, 2), (256, 16, 4), (128, 2, 2), (100, 1, 1), (8, 2, 1), (1000, 3, 3), (65, 64, 2)],
+)
+def test_default_worker_size_gives_no_more_workers_than_cpus(num_envs, cpus, expected_workers):
+    # brute force: the smallest worker count of ceil(num_envs / 64) and cpus, each worker as even as can be
+    size = envs_per_worker(num_envs, None, cpus)
+    workers = -(-num_envs // size)
+    assert workers == expected_workers
+    assert size >= 64 or workers == -(-num_envs // 64)
+    assert (workers - 1) * size < num_envs <= workers * size  # no empty worker
+
+
+def test_requested_worker_size_is_kept():
+    assert envs_per_worker(256, 16, cpus=1) == 16

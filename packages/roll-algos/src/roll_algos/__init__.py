@@ -7,7 +7,8 @@ Pure functions on tensors (torch, numpy only). Families share one call shape:
 - losses: `policy_loss(...) -> PolicyLossOutput`, `value_loss(...) -> ValueLossOutput`, `aggregate_loss`;
 - policy losses by name: `compute_policy_loss(name, PolicyLossInputs, PolicyLossConfig) -> PolicyLossOutput`,
   every loss `fn(PolicyLossInputs, PolicyLossConfig) -> PolicyLossOutput` in an open registry
-  (`register_policy_loss(name)`, entry-point group `roll_algos.policy_losses`): `ppo` (default), `gspo`;
+  (`register_policy_loss(name)`, entry-point group `roll_algos.policy_losses`): `ppo` (default), `gspo`, `sft`
+  (behaviour cloning);
 - KL: `kl_penalty`, `apply_kl_penalty`, `token_kl`, fixed / adaptive controllers;
 - objectives the train workers run: `ActorLoss` (PPO family + KL + entropy), `CriticLoss`;
 - packing and dynamic batching: `pack_sequences`, `dynamic_micro_batches`, `balance_partitions`.
@@ -16,6 +17,7 @@ Pure functions on tensors (torch, numpy only). Families share one call shape:
 from roll_algos import estimators as _estimators  # noqa: F401  (registers the estimators)
 from roll_algos import gigpo as _gigpo  # noqa: F401  (registers gigpo)
 from roll_algos import gspo as _gspo  # noqa: F401  (registers the gspo policy loss)
+from roll_algos import sft as _sft  # noqa: F401  (registers the sft policy loss)
 from roll_algos.advantages import (
     AdvantageConfig,
     AdvantageEstimator,

@@ -1,6 +1,8 @@
 """`AgenticPipeline(config).run()`: the agentic RL loop.
 
-One step: rollout (whole env groups, `rollout_setup`) -> experience (`experience`: samples, old /
+The first `demonstration_steps` steps are behaviour cloning: their rollout plays episodes the envs answer
+(`BaseEnv.demonstration`, a synchronous scheduler of their own) and the actor trains on those answers with the
+`sft` loss (no critic, KL or entropy term). One RL step: rollout (whole env groups, `rollout_setup`) -> experience (`experience`: samples, old /
 reference log-probs, values, KL, advantages) -> critic update (`critic_update`, only for an estimator that
 declares needs_critic, e.g. gae) -> actor update (`actor_update`: PPO mini-batches; skipped during
 `critic_warmup`) -> KL controller update -> weights synced to the inference worker -> metrics (a vllm
@@ -65,7 +67,7 @@ class AgenticPipeline:
         self.policy_server, self.infer_sleep = w.policy_server, w.infer_sleep
         self.train_rollout, self.val_rollout = w.train_rollout, w.val_rollout
         self.make_experience, self.update_weights = w.make_experience, w.update_weights
-        self.trainer_offload = w.trainer_offload
+        self.trainer_offload, self.demo_rollout = w.trainer_offload, w.demo_rollout
         self.update_actor: ActorUpdater | None = None  # built at the start of `run` (packing is probed)
         self.update_critic: CriticUpdater | None = None
         self.step = 0
@@ -116,6 +118,8 @@ class AgenticPipeline:
             await self.infer_sleep.before_weight_sync()  # a step that failed in training leaves it asleep
             await self.train_rollout.stop()
             await self.val_rollout.stop()
+            if self.demo_rollout is not None:
+                await self.demo_rollout.stop()
             self.tracker.close()
         summary.steps = self.step
         summary.wall_time_s = time.perf_counter() - started
@@ -127,10 +131,18 @@ class AgenticPipeline:
         t0 = time.perf_counter()
         step = self.step + 1  # this step's number in the metrics, which temperature_schedule counts in
         tags = cfg.train_env_manager.tags
-        self.train_rollout.set_sampling(sampling_of(self.rollout_settings, tags, greedy=False, step=step))
-        batch = await self.train_rollout.get_batch(cfg.train_rollout_batch_size)
+        demonstrated = self.step < cfg.demonstration_steps
+        if demonstrated:
+            assert self.demo_rollout is not None
+            batch = await self.demo_rollout.get_batch(cfg.train_rollout_batch_size)
+            if step == cfg.demonstration_steps:
+                await self.demo_rollout.stop()  # its env workers are done
+        else:
+            self.train_rollout.set_sampling(sampling_of(self.rollout_settings, tags, greedy=False, step=step))
+            batch = await self.train_rollout.get_batch(cfg.train_rollout_batch_size)
         timings["time/step_rollout"] = time.perf_counter() - t0
         metrics = rollout_metrics(batch)
+        metrics["train/demonstration_step"] = float(demonstrated)
         metrics["rollout/temperature"] = cfg.actor_infer.generating_args.temperature_at(step)
         metrics["rollout/infer_batch_size/mean"] = mean(
             await self.cluster.call(self.policy_server, "batch_sizes")
@@ -138,7 +150,7 @@ class AgenticPipeline:
         timings.update(await self.infer_sleep.before_training())
         timings.update(await self.trainer_offload.reload())
         if any(t.turns for t in batch.trajectories):
-            metrics.update(await self._update(batch.trajectories, timings))
+            metrics.update(await self._update(batch.trajectories, timings, demonstrated))
             self._skipped_in_a_row = 0
         else:
             metrics["train/skipped_step"] = 1.0
@@ -152,10 +164,16 @@ class AgenticPipeline:
         timings["time/step_total"] = time.perf_counter() - t0
         return {**metrics, **timings}
 
-    async def _update(self, trajectories: Sequence[Any], timings: dict[str, float]) -> dict[str, float]:
-        """Experience -> critic update (gae) -> actor update (after critic_warmup) -> KL controller update."""
+    async def _update(
+        self, trajectories: Sequence[Any], timings: dict[str, float], demonstrated: bool = False
+    ) -> dict[str, float]:
+        """Experience -> critic update (gae) -> actor update (after critic_warmup) -> KL controller update; a
+        `demonstrated` batch only trains the actor, with the sft loss."""
         assert self.update_actor is not None
         exp, metrics = await self.make_experience(trajectories, timings)
+        if demonstrated:
+            metrics.update(await self.update_actor(exp, self.step, timings, demonstration=True))
+            return metrics
         if self.update_critic is not None:
             metrics.update(await self.update_critic(exp, self.step, timings))
         if self.step >= self.config.critic_warmup:
@@ -223,7 +241,13 @@ class AgenticPipeline:
     # ----------------------------------------------------------------- checkpoints
     async def _save_checkpoint(self) -> Path:
         state = pipeline_state(
-            self.step, self._skipped_in_a_row, self.train_rollout, self.val_rollout, self.kl, self.tracker
+            self.step,
+            self._skipped_in_a_row,
+            self.train_rollout,
+            self.val_rollout,
+            self.kl,
+            self.tracker,
+            demo=self.demo_rollout,
         )
 
         async def save_models(path: Path) -> None:  # every rank: DeepSpeed writes each rank's shards
@@ -253,7 +277,7 @@ class AgenticPipeline:
                 )
             await self.critic.call_all("load_checkpoint", str(critic_dir))
         self.step, self._skipped_in_a_row = restore_pipeline_state(
-            state, self.train_rollout, self.val_rollout, self.kl
+            state, self.train_rollout, self.val_rollout, self.kl, demo=self.demo_rollout
         )
 
     def close(self) -> None:

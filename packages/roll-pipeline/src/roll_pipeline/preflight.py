@@ -14,7 +14,9 @@ worker, model or Ray instance starts, so a bad value fails in a second instead o
   (`roll_pipeline.config.strategies.strategy_problems`);
 - with `share_prefix` (the default) the model's architecture honours a prefix tree's attention mask: a small
   random instance built from the model folder's config.json is probed as the strategies probe the loaded model;
-- `cluster.backend=ray` (the default) has Ray installed (the `roll-pipeline[ray]` extra).
+- `cluster.backend=ray` (the default) has Ray installed (the `roll-pipeline[ray]` extra);
+- with `demonstration_steps`, each training tag's env demonstrates (`BaseEnv.demonstration` answers after a
+  reset, and the answer starts with the tag's `response_prefix`).
 
 The checks read the raw composed config (a mapping), so they run even when the schema rejects other
 values, and `compose(..., preflight=True)` reports every problem, of the schema or of these checks, in one
@@ -35,6 +37,7 @@ from roll_pipeline.config.schema import AgenticConfig, CustomEnvConfig
 
 __all__ = [
     "check_cluster_backend",  # cluster.backend=ray needs Ray installed
+    "check_demonstrations",  # demonstration_steps: every training env demonstrates
     "check_env_configs",  # env_type registered, env_config valid for that env
     "check_pretrain",  # builtin:NAME, a local model folder, or a cached/fetchable hub id
     "check_resume",  # the checkpoint exists and verifies
@@ -346,7 +349,56 @@ def preflight_problems(data: Mapping[str, Any]) -> list[str]:
             gguf,
         ),
         *check_cluster_backend(data.get("cluster")),
+        *check_demonstrations(data),
     ]
+
+
+def check_demonstrations(data: Mapping[str, Any]) -> list[str]:
+    """With `demonstration_steps` > 0: one problem per training tag whose env gives no demonstration after a
+    reset (seed 0), or one that does not start with the tag's `response_prefix`."""
+    import roll_envs
+    from pydantic import ValidationError
+
+    steps = data.get("demonstration_steps", 0)
+    if not isinstance(steps, int) or steps <= 0:
+        return []
+    try:
+        cfg = AgenticConfig.model_validate(data)
+    except ValidationError:
+        return []  # the schema reports it
+    problems = []
+    for tag in dict.fromkeys(cfg.train_env_manager.tags):
+        spec, where = (
+            cfg.custom_envs[tag],
+            f"demonstration_steps={steps}: custom_envs.{tag} ({cfg.custom_envs[tag].env_type})",
+        )
+        fix = "set demonstration_steps: 0, or give the env a demonstration() (docs/envs/README.md)"
+        if spec.env_type == AGENT_ENV_TYPE:
+            problems.append(
+                f"{where}: an agent program plays this tag, not the policy, so nothing demonstrates; {fix}"
+            )
+            continue
+        try:
+            env = roll_envs.make(spec.env_type, render_mode=None, **spec.env_config)
+        except Exception:  # check_env_configs reports a bad env type or config
+            continue
+        try:
+            env.reset(seed=0)
+            demonstrate = getattr(env, "demonstration", None)
+            answer = demonstrate() if callable(demonstrate) else None
+        finally:
+            env.close()
+        if not isinstance(answer, str):
+            problems.append(
+                f"{where} gives no demonstration (demonstration() after a reset: {answer!r:.60}); {fix}"
+            )
+        elif not answer.startswith(spec.response_prefix):
+            problems.append(
+                f"{where}: its demonstration {answer!r:.60} does not start with response_prefix"
+                f" {spec.response_prefix!r}, which the prompt already holds; drop the prefix or make it the start"
+                " of the env's answer format"
+            )
+    return problems
 
 
 def _stop_string_problems(data: Mapping[str, Any], train_gguf: Any) -> list[str]:

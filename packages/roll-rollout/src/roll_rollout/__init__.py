@@ -4,7 +4,7 @@ from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.env_manager import FAILURE_KINDS, EpisodeJob, TrajEnvManager, failure_kind
 from roll_rollout.errors import PayloadError, RolloutError, SchedulerError
 from roll_rollout.groups import OUTCOMES, GroupFilter, RolloutBatch, SpawnWorker, WorkerLink
-from roll_rollout.layout import EnvLayout, TagMix
+from roll_rollout.layout import EnvLayout, TagMix, envs_per_worker
 from roll_rollout.players import SeatsError, check_fixed_players, split_group, split_players
 from roll_rollout.policy import (
     BatchingPolicy,
@@ -62,6 +62,7 @@ __all__ = [
     "check_fixed_players",  # fixed_players against an env's seats and fixed policies
     "decode_trajectory",  # validate + decode a payload
     "encode_trajectory",  # msgpack payload of a trajectory
+    "envs_per_worker",  # the envs one worker hosts: requested, or 64 but no more workers than CPUs
     "failure_kind",  # why a trajectory failed (None if healthy)
     "sample_key",  # the random stream of one turn's sampling (seed, env slot, episode, turn)
     "split_group",  # one group episode -> one group per policy seat

@@ -43,7 +43,7 @@ from roll_envs.random_state import DEFAULT_SEED, EnvRandomState, declares_own_ra
 from roll_rollout.env_calls import CallPace, CallTimer, EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.env_process import EnvProcess, EnvProcessError
 from roll_rollout.players import Seats, manager_metrics, move_rewards, player_success
-from roll_rollout.policy import GenerateRequest, PolicyClient, SamplingSettings
+from roll_rollout.policy import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
 from roll_rollout.prompts import PromptBuilder
 from roll_rollout.schema import Trajectory, Turn
 from roll_rollout.seeds import sample_key
@@ -243,6 +243,8 @@ class TrajEnvManager:
         sampling = job.sampling
         if budget < sampling.max_new_tokens:
             sampling = SamplingSettings(**{**sampling.__dict__, "max_new_tokens": budget})
+        if sampling.demonstrate:
+            return prompt_ids, *await self._demonstration(sampling.max_new_tokens)
         messages = self.prompts.messages(history.observations, history.texts) if wants_messages else None
         key = sample_key(job.seed, job.env_id, job.episode_id, move)
         result = await policy.generate(GenerateRequest(prompt_ids, sampling, messages, key))
@@ -250,6 +252,27 @@ class TrajEnvManager:
             self.prompts.tokenizer.decode(result.output_ids, skip_special_tokens=True)
         )
         return prompt_ids, result, text
+
+    async def _demonstration(self, budget: int) -> tuple[GenerateResult, str]:
+        """The env's demonstrated answer (`BaseEnv.demonstration`) as this turn's response, with log-probs 0 (no
+        policy drew it); an env without one, or an answer that does not fit the turn, fails the episode."""
+        demonstrate = getattr(self.env, "demonstration", None)
+        text = await self._env_call(demonstrate, what="demonstration") if callable(demonstrate) else None
+        if not isinstance(text, str):
+            raise EnvCallError(
+                f"env {self.tag!r} has no demonstration for this state (demonstration() gave {text!r:.80}):"
+                " demonstration_steps needs an env whose demonstration() answers every state it plays"
+            )
+        try:
+            ids = self.prompts.demonstration_ids(text)
+        except ValueError as exc:
+            raise EnvCallError(f"env {self.tag!r}: {exc}") from exc
+        if len(ids) > budget:
+            raise EnvCallError(
+                f"env {self.tag!r}: the demonstrated answer {text!r:.80} is {len(ids)} tokens, more than the"
+                f" turn's {budget}: raise max_tokens_per_step (or sequence_length)"
+            )
+        return GenerateResult(ids, [0.0] * len(ids), "stop", policy_version=0), text
 
     def _drop_env(self, close: bool) -> None:
         """Forget the env so the next episode makes a fresh one; close it if no thread is inside it."""

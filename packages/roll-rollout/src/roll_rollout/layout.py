@@ -2,16 +2,37 @@
 
 A group has `group_size + group_size_redundancy` env slots; they play the same seed, and the group's
 episode is complete when the first `group_size` of them finish. Tags own consecutive groups, in the
-proportions of `num_groups_partition`.
+proportions of `num_groups_partition`. `envs_per_worker` resolves the default worker size.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from roll_rollout.errors import SchedulerError
+
+DEFAULT_ENVS_PER_WORKER = 64
+"""Envs per env worker when the machine has a CPU for each such worker."""
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one, else the CPU count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def envs_per_worker(num_envs: int, requested: int | None, cpus: int | None = None) -> int:
+    """The envs one worker hosts: `requested`, or (None) 64 but no more workers than `cpus` (default:
+    `usable_cpus()`). Env workers beyond the cores only compete for them: P1 on 2 cores, 256 FrozenLake envs
+    under Ray, reached 0.45 of the in-process loop with 4 workers of 64 and 0.58-0.64 with 2 of 128."""
+    if requested is not None:
+        return requested
+    workers = min(-(-num_envs // DEFAULT_ENVS_PER_WORKER), cpus or usable_cpus())
+    return max(1, -(-num_envs // max(1, workers)))
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ class SamplingSettings:
     top_p: float = 1.0
     top_k: int = 0
     greedy: bool = False
+    demonstrate: bool = False
+    """The env's demonstrated answer instead of the policy's (`BaseEnv.demonstration`; behaviour cloning):
+    the env manager never asks the policy, so this never travels in a request."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,9 @@ GenerateOneFn = Callable[[GenerateRequest], Awaitable[GenerateResult]]
 
 def encode_request(request: GenerateRequest) -> bytes:
     """msgpack payload of a request."""
-    msg: dict[str, Any] = {"prompt_ids": request.prompt_ids, "sampling": asdict(request.sampling)}
+    sampling = asdict(request.sampling)
+    del sampling["demonstrate"]  # a policy never sees a demonstrated turn
+    msg: dict[str, Any] = {"prompt_ids": request.prompt_ids, "sampling": sampling}
     if request.sample_key is not None:
         msg["sample_key"] = request.sample_key
     return msgpack.packb(msg)

@@ -110,6 +110,19 @@ class PromptBuilder:
         """What the env reads for a turn: the response prefix followed by the sampled text."""
         return self.response_prefix + sampled_text
 
+    def demonstration_ids(self, answer: str) -> list[int]:
+        """The response ids of an answer the env demonstrates (its whole text, the response prefix included):
+        the ids of the text after the prefix, then eos, as a policy would sample them; ValueError when the
+        answer does not start with the prefix (the prefix's ids are prompt ids, never response ids)."""
+        if not answer.startswith(self.response_prefix):
+            raise ValueError(
+                f"the demonstrated answer {answer!r:.120} does not start with the response prefix"
+                f" {self.response_prefix!r}; the env's demonstration must answer in the format the prefix begins"
+            )
+        ids = list(self.tokenizer.encode(answer[len(self.response_prefix) :], add_special_tokens=False))
+        eos = self.tokenizer.eos_token_id
+        return ids + ([eos] if eos is not None else [])
+
     def prompt(self, observations: Sequence[str], responses: Sequence[Sequence[int]]) -> list[int]:
         """Prompt ids for the turn that answers `observations[-1]`, given the earlier responses.
 

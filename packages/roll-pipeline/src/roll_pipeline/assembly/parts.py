@@ -57,6 +57,7 @@ class Workers:
     make_experience: ExperienceMaker
     update_weights: WeightUpdater
     trainer_offload: TrainerOffloader
+    demo_rollout: RolloutScheduler | None = None  # the demonstrated episodes of `demonstration_steps`
 
 
 @dataclass
@@ -165,6 +166,11 @@ def spawn_workers(config: AgenticConfig, cluster: Cluster, model_path: Path, tok
     rollout = partial(build_scheduler, rollout_settings, cluster=cluster, tokenizer=tokenizer, policy=policy)
     train_rollout = rollout(cfg.train_env_manager, validation=False, seed=cfg.seed, name="train")
     val_rollout = rollout(cfg.val_env_manager, validation=True, seed=cfg.seed + 1, name="val")
+    demo_rollout = None
+    if cfg.demonstration_steps > 0:  # its env workers start at its first batch and stop after the last
+        demo_rollout = rollout(
+            cfg.train_env_manager, validation=False, seed=cfg.seed + 2, name="demo", demonstration=True
+        )
     make_experience = ExperienceMaker(
         settings.experience_settings(cfg), actor_train, reference, critic, kl, tokenizer.pad_token_id
     )
@@ -193,6 +199,7 @@ def spawn_workers(config: AgenticConfig, cluster: Cluster, model_path: Path, tok
         make_experience,
         update_weights,
         offload,
+        demo_rollout,
     )
 
 

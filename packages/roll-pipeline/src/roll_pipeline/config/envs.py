@@ -15,7 +15,13 @@ __all__ = ["CustomEnvConfig", "EnvManagerConfig", "default_val_envs"]
 class EnvManagerConfig(StrictModel):
     """How many envs run, in which groups, with which tags."""
 
-    max_env_num_per_worker: int = Field(64, ge=1, description="envs hosted by one env worker (Ray actor)")
+    max_env_num_per_worker: int | None = Field(
+        None,
+        ge=1,
+        description="envs hosted by one env worker (Ray actor); null: 64, or more so that the manager has no more"
+        " env workers than the driver's usable CPUs (extra workers only compete for the cores; on a multi-node"
+        " cluster set it). max_env_step_concurrent applies per worker",
+    )
     num_env_groups: int = Field(16, ge=1, description="groups of envs; each group plays one seed per step")
     group_size: int = Field(8, ge=1, description="envs per group; they share the episode seed (GRPO group)")
     tags: list[str] = Field(

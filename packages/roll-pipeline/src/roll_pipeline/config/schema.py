@@ -252,6 +252,15 @@ class AgenticConfig(StrictModel):
         description="the value model of adv_estimator=gae (the policy's architecture with a value head, its own"
         " optimiser); unused by the other estimators",
     )
+    demonstration_steps: int = Field(
+        0,
+        ge=0,
+        description="the first this many steps are behaviour cloning: each plays train_rollout_batch_size"
+        " episodes of the training tags whose every answer is the env's demonstration (BaseEnv.demonstration),"
+        " and trains the actor on them with the sft loss (the negative log-likelihood of the answers; no KL, no"
+        " entropy, no critic); they count in max_steps and in the time. 0: none. Every training env must"
+        " demonstrate (roll config checks it)",
+    )
     critic_warmup: int = Field(
         0, ge=0, description="gae: the first this many steps train only the critic (the actor stays fixed)"
     )

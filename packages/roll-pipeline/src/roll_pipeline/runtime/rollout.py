@@ -23,6 +23,7 @@ from roll_rollout import (
     SamplingSettings,
     SchedulerSettings,
     WorkerLink,
+    envs_per_worker,
 )
 
 from roll_pipeline.config.roles import GeneratingArgs
@@ -48,21 +49,22 @@ class RolloutSettings:
 def layout_of(manager: EnvManagerConfig) -> EnvLayout:
     """The scheduler layout of an env manager config."""
     assert manager.num_groups_partition is not None
+    num_envs = manager.num_env_groups * (manager.group_size + manager.group_size_redundancy)
     return EnvLayout(
         manager.num_env_groups,
         manager.group_size,
         tuple(manager.tags),
         tuple(manager.num_groups_partition),
-        manager.max_env_num_per_worker,
+        envs_per_worker(num_envs, manager.max_env_num_per_worker),
         manager.group_size_redundancy,
     )
 
 
 def sampling_of(
-    settings: RolloutSettings, tags: Sequence[str], greedy: bool, step: int = 0
+    settings: RolloutSettings, tags: Sequence[str], greedy: bool, step: int = 0, demonstrate: bool = False
 ) -> dict[str, SamplingSettings]:
     """Per-tag sampling at training step `step` (as the metrics number it): the env's token budget per turn, the role's sampling
-    (its temperature_schedule for training, greedy for validation)."""
+    (its temperature_schedule for training, greedy for validation); `demonstrate`: the envs answer instead."""
     gen = settings.generating
     return {
         tag: SamplingSettings(
@@ -71,6 +73,7 @@ def sampling_of(
             top_p=gen.top_p,
             top_k=gen.top_k,
             greedy=greedy,
+            demonstrate=demonstrate,
         )
         for tag in tags
     }
@@ -117,8 +120,11 @@ def build_scheduler(
     validation: bool,
     seed: int,
     name: str,
+    demonstration: bool = False,
 ) -> RolloutScheduler:
-    """A scheduler whose env workers are spawned on `cluster` (and respawned if they die)."""
+    """A scheduler whose env workers are spawned on `cluster` (and respawned if they die); `demonstration`: one
+    whose episodes the envs answer (`demonstration_steps`), synchronous (nothing played ahead can leak into
+    the RL steps) and unfiltered (every demonstrated group scores alike)."""
     layout = layout_of(manager)
     limits = EnvCallLimits(
         manager.max_env_step_concurrent,
@@ -151,6 +157,11 @@ def build_scheduler(
             max_consecutive_given_up=1 << 62,
         )
         group_filter = None
+    elif demonstration:
+        scheduling = SchedulerSettings(
+            max_failures_per_group=manager.max_failures_per_group, batch_timeout_s=settings.batch_timeout_s
+        )
+        group_filter = None
     else:
         scheduling = SchedulerSettings(
             async_generation_ratio=settings.async_generation_ratio,
@@ -159,7 +170,7 @@ def build_scheduler(
             filter_keep_fraction=settings.filter_ratio,
         )
         group_filter = std_filter if settings.filter_ratio < 1 else None
-    sampling = sampling_of(settings, manager.tags, greedy=validation)
+    sampling = sampling_of(settings, manager.tags, greedy=validation, demonstrate=demonstration)
     return RolloutScheduler(
         layout, spawn, sampling, seed=seed, settings=scheduling, group_filter=group_filter
     )

@@ -148,13 +148,16 @@ def pipeline_state(
     val: RolloutScheduler,
     kl: KLState,
     tracker: TrackerIds,
+    demo: RolloutScheduler | None = None,
 ) -> dict[str, Any]:
-    """The `pipeline_state.json` of a checkpoint (JSON: no pickle)."""
+    """The `pipeline_state.json` of a checkpoint (JSON: no pickle); `demo`: the demonstrated episodes' scheduler
+    of `demonstration_steps`, if the run has one."""
     return {
         "step": step,
         "skipped_in_a_row": skipped_in_a_row,
         "train_rng": train.rng_state(),
         "val_rng": val.rng_state(),
+        **({"demo_rng": demo.rng_state()} if demo is not None else {}),
         **kl.state(),
         "global_rng": global_rng_state(),
         "tracker": tracker.run_ids(),
@@ -162,12 +165,18 @@ def pipeline_state(
 
 
 def restore_pipeline_state(
-    state: Mapping[str, Any], train: RolloutScheduler, val: RolloutScheduler, kl: KLState
+    state: Mapping[str, Any],
+    train: RolloutScheduler,
+    val: RolloutScheduler,
+    kl: KLState,
+    demo: RolloutScheduler | None = None,
 ) -> tuple[int, int]:
     """Restore the schedulers and the KL controller from `pipeline_state`; returns (step, skipped_in_a_row).
-    Keys older checkpoints lack (val_rng, skipped_in_a_row, global_rng, tracker) are optional."""
+    Keys older checkpoints lack (val_rng, demo_rng, skipped_in_a_row, global_rng, tracker) are optional."""
     train.set_rng_state(state["train_rng"])
     if "val_rng" in state:
         val.set_rng_state(state["val_rng"])
+    if demo is not None and "demo_rng" in state:
+        demo.set_rng_state(state["demo_rng"])
     kl.load_state(dict(state))
     return int(state["step"]), int(state.get("skipped_in_a_row", 0))

@@ -46,8 +46,25 @@ class ActorUpdater:
         """The actor loss of this run and step."""
         return replace(self.loss, kl_loss_coef=self.kl.loss_coef if self.use_kl_loss else 0.0)
 
-    async def __call__(self, exp: Experience, step: int, timings: dict[str, float]) -> dict[str, float]:
-        """Update the actor on `exp`; returns the actor metrics."""
+    def demonstration_loss(self) -> ActorLoss:
+        """The loss of a demonstration step: `sft` on every response token, nothing else (its other settings,
+        the aggregation excepted, are the run's RL settings, which an sft loss must not read)."""
+        return replace(
+            self.loss,
+            policy_loss="sft",
+            kl_loss_coef=0.0,
+            entropy_loss_coef=0.0,
+            skip_confident_tokens=None,
+            dual_clip=None,
+            ratio_level="token",
+            tis_cap=None,
+        )
+
+    async def __call__(
+        self, exp: Experience, step: int, timings: dict[str, float], demonstration: bool = False
+    ) -> dict[str, float]:
+        """Update the actor on `exp` (`demonstration`: with `demonstration_loss`); returns the actor metrics."""
+        loss_fn = self.demonstration_loss() if demonstration else self.loss_fn()
         s = exp.samples
         fields = {
             "input_ids": s.input_ids,
@@ -57,11 +74,10 @@ class ActorUpdater:
             "old_log_probs": exp.old_log_probs,
             "advantages": exp.advantages,
         }
-        if self.use_kl_loss and exp.ref_log_probs is not None:
+        if self.use_kl_loss and not demonstration and exp.ref_log_probs is not None:
             fields["ref_log_probs"] = exp.ref_log_probs
-        if self.loss.tis_cap is not None:
+        if loss_fn.tis_cap is not None:
             fields["rollout_log_probs"] = s.infer_log_probs
-        loss_fn = self.loss_fn()
         with_full_kl = loss_fn.kl_loss_coef > 0 and loss_fn.kl_penalty in FULL_KL_KINDS
         metrics, timings["time/step_train"] = await train_epochs(
             self.actor_train,

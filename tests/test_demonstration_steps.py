@@ -1,0 +1,64 @@
+"""`demonstration_steps`: the first steps play episodes the envs answer and train the actor on those answers
+with the sft loss, end to end on the tiny model; `roll config` refuses an env that cannot demonstrate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from roll_pipeline.config.compose import ConfigError
+from roll_pipeline.preflight import check_demonstrations, compose
+
+from tests.small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
+
+
+def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
+    from roll_pipeline import AgenticPipeline
+
+    overrides = [
+        *steps(4),
+        *SMALL_FROZEN_LAKE,
+        *FEW_WORKERS,
+        "custom_envs.FrozenLake.max_actions_per_traj=10",  # shortest paths on 4x4 maps run up to 9 moves
+        "cluster.backend=local",
+        "demonstration_steps=3",
+        "logging_steps=1",
+        "actor_train.training_args.learning_rate=1e-3",
+        f"output_dir={tmp_path}",
+        "exp_name=demo",
+    ]
+    pipeline = AgenticPipeline(compose(None, None, overrides, preflight=True), progress=False)
+    try:
+        pipeline.run()
+    finally:
+        pipeline.close()
+    rows = [json.loads(line) for line in (tmp_path / "demo" / "metrics.jsonl").read_text().splitlines()]
+    rows = {r["step"]: r for r in rows if r["step"] > 0}
+    assert [rows[s]["train/demonstration_step"] for s in (1, 2, 3, 4)] == [1.0, 1.0, 1.0, 0.0]
+    # the expert's shortest paths reach every goal, and sft clips nothing
+    assert all(rows[s]["env/FrozenLake/success"] == 1.0 for s in (1, 2, 3))
+    assert all(rows[s]["actor/pg_clipfrac"] == 0.0 for s in (1, 2, 3))
+    # an sft loss is the answers' negative log-likelihood: positive (ppo's surrogate averages near 0)
+    assert all(rows[s]["actor/pg_loss"] > 0.01 for s in (1, 2, 3))
+    assert rows[4]["env/FrozenLake/success"] <= 1.0 and "actor/pg_loss" in rows[4]
+
+
+def test_roll_config_refuses_an_env_without_demonstrations():
+    problems = check_demonstrations(
+        {
+            "pretrain": "builtin:tiny-frozen-lake",
+            "demonstration_steps": 2,
+            "custom_envs": {"Pick": {"env_type": "four_choice"}},
+            "train_env_manager": {"tags": ["Pick"]},
+            "val_env_manager": {"tags": ["Pick"]},
+        }
+    )
+    assert len(problems) == 1 and "custom_envs.Pick (four_choice) gives no demonstration" in problems[0]
+    assert "demonstration_steps: 0" in problems[0]
+    with pytest.raises(ConfigError, match="does not start with response_prefix 'Move:'"):
+        compose(
+            None,
+            None,
+            ["demonstration_steps=1", "custom_envs.FrozenLake.response_prefix=Move:"],
+            preflight=True,
+        )
