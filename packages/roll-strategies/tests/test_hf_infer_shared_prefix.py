@@ -110,20 +110,65 @@ def test_unkeyed_rows_sample_as_the_plain_path(pair, toy):
     assert len({tuple(o.output_ids) for o in b}) > 2
 
 
-def test_each_distinct_prompt_is_encoded_once(tiny_model_dir, toy):
-    shared = HFInferStrategy(tiny_model_dir, seed=3, share_prefix=True)
-    prompts = _grouped_prompts(shared.tokenizer, toy)
-    width = max(len(p) for p in prompts)
-    shapes: list[tuple[int, int]] = []
-    hook = shared.model.get_input_embeddings().register_forward_hook(
+def _forward_shapes(strategy: HFInferStrategy, prompts: list[list[int]]) -> list[tuple[int, ...]]:
+    """The [rows, columns] of every forward of one 3-token greedy `generate` call."""
+    shapes: list[tuple[int, ...]] = []
+    hook = strategy.model.get_input_embeddings().register_forward_hook(
         lambda module, args, output: shapes.append(tuple(args[0].shape))
     )
     try:
-        shared.generate(prompts, GenerationParams(max_new_tokens=3, greedy=True))
+        strategy.generate(prompts, GenerationParams(max_new_tokens=3, greedy=True))
     finally:
         hook.remove()
-    # one prefill of the 2 distinct prompts (all but the last column), then one token per row and step
-    assert shapes == [(2, width - 1), (8, 1), (8, 1), (8, 1)]
+    return shapes
+
+
+def _shared_length(prompts: list[list[int]]) -> int:
+    """The ids every prompt starts with (a slow reference: column by column)."""
+    n = 0
+    while all(len(p) > n + 1 for p in prompts) and len({p[n] for p in prompts}) == 1:
+        n += 1
+    return n
+
+
+def test_each_distinct_prompt_is_encoded_once(tiny_model_dir, toy):
+    shared = HFInferStrategy(tiny_model_dir, seed=3, share_prefix=True)
+    prompts = _grouped_prompts(shared.tokenizer, toy)
+    width, common = max(len(p) for p in prompts), _shared_length(prompts)
+    assert common >= hf_infer.MIN_SHARED_TOKENS  # the chat template's system turn
+    # the common prefix in one row, the 2 distinct prompts' rests (all but the last column), then one token
+    # per row and step
+    assert _forward_shapes(shared, prompts) == [(1, common), (2, width - 1 - common), (8, 1), (8, 1), (8, 1)]
+
+
+def test_distinct_prompts_share_their_common_prefix(pair, toy):
+    plain, shared = pair
+    rng = random.Random(11)
+    prompts = [
+        plain.tokenizer.encode(
+            plain.tokenizer.apply_chat_template(
+                toy.chat(toy.grid_observation(rng, size)), add_generation_prompt=True, tokenize=False
+            ),
+            add_special_tokens=False,
+        )
+        for size in (2, 3, 4, 3, 2)
+    ]
+    assert len({tuple(p) for p in prompts}) == len(prompts)  # no prompt repeats
+    for params in (GREEDY, SAMPLED):
+        _assert_same(
+            plain.generate(prompts, params, list(range(5))), shared.generate(prompts, params, list(range(5)))
+        )
+    width, common = max(len(p) for p in prompts), _shared_length(prompts)
+    assert _forward_shapes(shared, prompts)[:2] == [(1, common), (5, width - 1 - common)]
+
+
+def test_a_short_common_prefix_is_not_shared(tiny_model_dir):
+    shared = HFInferStrategy(tiny_model_dir, seed=3, share_prefix=True)
+    prompts = [[5, 6, 7, 8, 9, 10, 11, 20, 21], [5, 6, 7, 8, 9, 10, 11, 30]]  # 7 ids in common
+    assert hf_infer._common_prefix_length(prompts) == 0
+    assert _forward_shapes(shared, prompts)[0] == (2, 9)  # the plain prefill
+    assert hf_infer._common_prefix_length([[*range(5, 13), 1], [*range(5, 13), 2]]) == 8
+    assert hf_infer._common_prefix_length([[*range(5, 13)], [*range(5, 13)]]) == 0  # never a whole prompt
 
 
 def test_distinct_prompts_take_the_plain_path(tiny_model_dir, toy):

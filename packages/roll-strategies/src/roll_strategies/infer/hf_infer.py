@@ -8,9 +8,12 @@ ids every step and ends the row at the token whose text completes a stop string;
 ones (HF pads finished rows) are trimmed. No text is re-tokenised: the ids returned are the ids sampled.
 
 Shared prefixes (`share_prefix=True`): a batch that repeats a prompt (a group of samples of one prompt)
-runs the prompt once. Every distinct prompt but its last token is encoded in one forward (one row per
-distinct prompt), the KV cache rows are repeated for each row of the batch, and `generate` continues from
-that cache: its first step runs only each row's last prompt token. Decoding, sampling keys, stop strings
+runs the prompt once, and the prefix all its prompts share (a system prompt, an instruction: at least
+`MIN_SHARED_TOKENS`) runs once for the batch. The prompts are laid out as [shared prefix][padding][rest]
+(the padding in the middle, masked; positions count real tokens only, as `generate` derives them), the
+shared prefix is encoded in one row, its cache repeated for each distinct prompt, every distinct prompt's
+rest but its last token is encoded on top in one forward, the KV cache rows are repeated for each row of
+the batch, and `generate` continues from that cache: its first step runs only each row's last prompt token. Decoding, sampling keys, stop strings
 and log-probs are those of the plain path; tokens and log-probs equal it up to float rounding (the same
 layout, other matmul shapes). `compute_log_probs` runs each micro-batch as one prefix tree
 (`recompute.batched_log_probs(share_prefix=True)`). An episode's next turn does not reuse its previous turn's
@@ -49,6 +52,9 @@ from roll_strategies.sync.weights import load_named_weights, tensor_shape, uniqu
 __all__ = ["GenerationOutput", "GenerationParams", "HFInferStrategy", "SampledLogProbs", "StopStrings"]
 
 FinishReason = Literal["stop", "length"]
+
+MIN_SHARED_TOKENS = 8
+"""A batch's prompts share their common prefix through one cache row when it is at least this long."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,11 @@ class HFInferStrategy:
         """Rows of the model's output layer (ids the model can sample)."""
         return int(self.model.get_output_embeddings().weight.shape[0])
 
-    def _pad_left(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _pad_left(
+        self, prompts: Sequence[Sequence[int]], shared: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ids and attention mask [B, width], each prompt right-aligned; with `shared` > 0, the first `shared`
+        ids of every prompt (the same in all) stay in the first columns and the padding sits after them."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise StrategyError(
                 "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
@@ -151,8 +161,13 @@ class HFInferStrategy:
         ids = torch.full((len(prompts), width), int(self.tokenizer.pad_token_id), dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
-            mask[row, width - len(prompt) :] = 1
+            ids[row, width - len(prompt) + shared :] = torch.as_tensor(
+                list(prompt[shared:]), dtype=torch.long
+            )
+            mask[row, width - len(prompt) + shared :] = 1
+            if shared:
+                ids[row, :shared] = torch.as_tensor(list(prompt[:shared]), dtype=torch.long)
+                mask[row, :shared] = 1
         return ids.to(self.device), mask.to(self.device)
 
     def _generation_config(self, params: GenerationParams, stop_ids: list[int]) -> GenerationConfig:
@@ -182,7 +197,8 @@ class HFInferStrategy:
         this strategy, row).
         """
         stop_ids = list(params.stop_token_ids or [int(self.tokenizer.eos_token_id)])
-        input_ids, attention_mask = self._pad_left(prompts)
+        shared = _common_prefix_length(prompts) if self.share_prefix else 0
+        input_ids, attention_mask = self._pad_left(prompts, shared)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit is not None and input_ids.shape[1] + params.max_new_tokens > limit:
             raise StrategyError(
@@ -202,7 +218,7 @@ class HFInferStrategy:
             else None
         )
         with torch.no_grad():
-            cache = self._shared_prompt_cache(prompts) if self.share_prefix else None
+            cache = self._shared_prompt_cache(prompts, shared) if self.share_prefix else None
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -219,23 +235,38 @@ class HFInferStrategy:
             for row_ids, row_lp, string_end in zip(new_ids.cpu(), log_probs, string_ends, strict=True)
         ]
 
-    def _shared_prompt_cache(self, prompts: Sequence[Sequence[int]]) -> Cache | None:
-        """The KV cache of every prompt but its last token, each distinct prompt encoded once and its cache
-        rows repeated for each prompt of the batch; None when no prompt repeats (nothing to share).
+    def _shared_prompt_cache(self, prompts: Sequence[Sequence[int]], shared: int = 0) -> Cache | None:
+        """The KV cache of every prompt but its last token: the `shared` first ids (common to all prompts,
+        `_common_prefix_length`) encoded once, then each distinct prompt's rest once, its cache rows repeated
+        for each prompt of the batch; None when there is nothing to share (no repeated prompt, no shared
+        prefix).
 
-        Distinct prompts are left-padded to the batch's width (the longest prompt is among them), so the
-        cache columns line up with the batch `generate` gets, and `generate` runs the last column itself.
+        Distinct prompts are laid out as `_pad_left(..., shared)` lays out the batch (the longest prompt is
+        among them), so the cache columns line up with the batch `generate` gets, and `generate` runs the last
+        column itself.
         """
         first_row: dict[tuple[int, ...], int] = {}
         rows = [first_row.setdefault(tuple(p), len(first_row)) for p in prompts]
-        if len(first_row) == len(prompts) or max(len(p) for p in prompts) < 2:
+        if (len(first_row) == len(prompts) and not shared) or max(len(p) for p in prompts) < 2:
             return None
-        ids, mask = self._pad_left(list(first_row))
+        ids, mask = self._pad_left(list(first_row), shared)
         ids, mask = ids[:, :-1], mask[:, :-1]
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as `generate` derives them
         keep = {"logits_to_keep": 1} if _supports_logits_to_keep(type(self.model)) else {}
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep)
-        cache: Cache = out.past_key_values
+        cache: Cache | None = None
+        if shared:  # one row for the prefix every prompt starts with, repeated for each distinct prompt
+            cache = self.model(input_ids=ids[:1, :shared], use_cache=True, **keep).past_key_values
+            cache.reorder_cache(torch.zeros(len(first_row), dtype=torch.long, device=self.device))
+        if ids.shape[1] > shared:
+            cache = self.model(
+                input_ids=ids[:, shared:],
+                attention_mask=mask,
+                position_ids=positions[:, shared:],
+                past_key_values=cache,
+                use_cache=True,
+                **keep,
+            ).past_key_values
+        assert cache is not None
         cache.reorder_cache(torch.tensor(rows, dtype=torch.long, device=self.device))
         return cache
 
@@ -265,6 +296,19 @@ class HFInferStrategy:
         """Undo `sleep`: the model returns to its device."""
         if self.device.type != "cpu":
             self.model.to(self.device)
+
+
+def _common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """How many first ids every prompt of the batch shares, when there are at least `MIN_SHARED_TOKENS` of
+    them and more than one prompt, else 0; never a whole prompt (its last id is `generate`'s first input)."""
+    if len(prompts) < 2:
+        return 0
+    shortest = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    length = 0
+    while length < shortest and all(p[length] == first[length] for p in prompts):
+        length += 1
+    return length if length >= MIN_SHARED_TOKENS else 0
 
 
 def _warping(params: GenerationParams) -> dict[str, float | int]:
