@@ -226,3 +226,27 @@ def test_under_ray_a_resumed_run_equals_the_uninterrupted_run(tmp_path, ray_sess
         assert _untimed(have) == _untimed(want), f"step {want['step']} differs"
     final, reference = _weights(resumed.last_checkpoint), _weights(whole.last_checkpoint)
     assert all(torch.equal(final[k], reference[k]) for k in reference)
+
+
+@pytest.mark.slow
+def test_a_run_resumed_in_its_demonstration_steps_equals_the_uninterrupted_run(tmp_path):
+    """A checkpoint inside `demonstration_steps` restores the demonstrations' own seed stream: the resumed
+    run clones the same episodes and then samples the same RL step as the run never stopped."""
+    demo = [
+        "demonstration_steps=3",
+        "custom_envs.FrozenLake.max_actions_per_traj=10",  # shortest paths on 4x4 maps run up to 9 moves
+        "actor_train.training_args.lr_scheduler_type=constant",  # the first part stops at its max_steps
+        "eval_steps=2",  # and validates there, as the whole run must too
+    ]
+    whole = _run_in_process(tmp_path, "whole", *demo, "max_steps=4", "save_steps=2")
+    _run_in_process(tmp_path, "parts", *demo, "max_steps=2", "save_steps=2")
+    resumed = _run_in_process(
+        tmp_path, "parts", *demo, "max_steps=4", "save_steps=2", "resume_from_checkpoint=auto"
+    )
+    rows = _rows(tmp_path / "parts")
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    assert [r.get("train/demonstration_step") for r in rows[1:]] == [1.0, 1.0, 1.0, 0.0]
+    for want, have in zip(_rows(tmp_path / "whole"), rows, strict=True):
+        assert _untimed(have) == _untimed(want), f"step {want['step']} differs"
+    final, reference = _weights(resumed.last_checkpoint), _weights(whole.last_checkpoint)
+    assert all(torch.equal(final[k], reference[k]) for k in reference)

@@ -24,22 +24,22 @@ def answer(move_name: str) -> str:
     [
         (  # a corner: two edges, ice on the other sides
             ["SFF", "FHF", "FFG"],
-            "You are at row 1, column 1. The goal is at row 3, column 3. "
+            "You are at row 1, column 1. The goal is at row 3, column 3: Down 2, Right 2. "
             "Left: edge, Down: ice, Right: ice, Up: edge.",
         ),
         (  # the goal on the left, a hole above
             ["FHF", "GSF", "FFF"],
-            "You are at row 2, column 2. The goal is at row 2, column 1. "
+            "You are at row 2, column 2. The goal is at row 2, column 1: Left 1. "
             "Left: goal, Down: ice, Right: ice, Up: hole.",
         ),
         (  # a hole on the left, the goal below
             ["FFFF", "FHSF", "FFGF", "FFFF"],
-            "You are at row 2, column 3. The goal is at row 3, column 3. "
+            "You are at row 2, column 3. The goal is at row 3, column 3: Down 1. "
             "Left: hole, Down: goal, Right: ice, Up: ice.",
         ),
         (  # one row, the right edge
             ["GFS"],
-            "You are at row 1, column 3. The goal is at row 1, column 1. "
+            "You are at row 1, column 3. The goal is at row 1, column 1: Left 2. "
             "Left: ice, Down: edge, Right: edge, Up: edge.",
         ),
         (  # no goal on a given map: the goal's sentence is left out
@@ -98,9 +98,16 @@ def test_the_line_matches_the_env_state():
         for index, name in enumerate(ACTIONS):
             there = move(env.desc, env.position, index)
             said.append(f"{name}: {'edge' if there == env.position else words[''.join(env.desc)[there]]}")
+        # the offset walked cell by cell: the Down (or Up) moves first, then the Right (or Left) ones
+        steps, (r, c) = [], (row, col)
+        for name, (dr, dc) in (("Down", (1, 0)), ("Up", (-1, 0)), ("Right", (0, 1)), ("Left", (0, -1))):
+            count = 0
+            while (dr and (goal_row - r) * dr > 0) or (dc and (goal_col - c) * dc > 0):
+                r, c, count = r + dr, c + dc, count + 1
+            steps += [f"{name} {count}"] if count else []
         assert obs.split("\n")[-1] == (
             f"You are at row {row + 1}, column {col + 1}. The goal is at row {goal_row + 1}, column "
-            f"{goal_col + 1}. {', '.join(said)}."
+            f"{goal_col + 1}: {', '.join(steps)}. {', '.join(said)}."
         )
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib
 import os
 import signal
 import socket
 import struct
+import sys
 import threading
 import time
 import traceback
@@ -26,6 +28,9 @@ import msgpack
 
 PID = struct.Struct("!q")
 """How the zygote answers a fork: the child's process id."""
+
+FORK_REQUEST_BYTES = 4096
+"""Longest fork request the zygote reads: "f", then the modules to import first, one per line."""
 
 PROFILE = ("instruction", "metric_aggregation", "players", "fixed_policies")
 """Env attributes the worker reads (as plain data) after the constructor; players again after `reset`."""
@@ -132,11 +137,12 @@ def zygote(fd: int) -> None:
     control = socket.socket(fileno=fd)
     while True:
         try:
-            _, fds, _, _ = socket.recv_fds(control, 16, 1)
+            request, fds, _, _ = socket.recv_fds(control, FORK_REQUEST_BYTES, 1)
         except OSError:
             break
         if not fds:
             break
+        _preload(request.decode().split("\n")[1:])
         pid = os.fork()
         if pid == 0:
             control.close()
@@ -147,6 +153,18 @@ def zygote(fd: int) -> None:
                 os._exit(0)
         os.close(fds[0])
         control.sendall(PID.pack(pid))
+
+
+def _preload(modules: list[str]) -> None:
+    """Import `modules` in the zygote, so that its children share them; one that fails is left to the child
+    (which reports the error where the env is built). Objects alive now move out of the collector's reach
+    (`gc.freeze`): a child's collections would otherwise write to, and so copy, every shared page."""
+    missing = [name for name in modules if name and name not in sys.modules]
+    for name in missing:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    if missing:
+        gc.freeze()
 
 
 def serve(fd: int) -> None:

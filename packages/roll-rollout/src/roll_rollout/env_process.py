@@ -10,7 +10,9 @@ next episode starts a fresh child.
 
 Children are forked from one zygote per worker process (`roll_rollout.env_child.zygote`: a Python that
 has loaded numpy and roll_envs and runs no thread), so a child starts in milliseconds and shares the
-zygote's memory pages. A child runs `env_child.serve(FD)`, talking over a socket (FD, passed through the
+zygote's memory pages. Before forking a child the zygote imports the env's modules (`EnvRecipe.preload`:
+the env class's and its config's, and the libraries the class names in `process_preload`), so that 256
+reasoning-gym slots share one import instead of holding about 100 MB each. A child runs `env_child.serve(FD)`, talking over a socket (FD, passed through the
 zygote): msgpack requests and
 replies, each a plain-data list, framed by `multiprocessing.connection.Connection` (no pickle crosses).
 It builds the env from an `EnvRecipe` (the registry entry as import paths and plain config), then runs
@@ -37,7 +39,7 @@ from typing import Any
 
 import msgpack
 
-from roll_rollout.env_child import PID, PROFILE
+from roll_rollout.env_child import FORK_REQUEST_BYTES, PID, PROFILE
 from roll_rollout.errors import RolloutError
 
 _ZYGOTE = "import sys; from roll_rollout.env_child import zygote; zygote(int(sys.argv[1]))"
@@ -73,6 +75,9 @@ class EnvRecipe:
     config_model: str = ""
     defaults: dict[str, Any] = field(default_factory=dict)
     env_config: dict[str, Any] = field(default_factory=dict)
+    preload: tuple[str, ...] = ()
+    """Modules the zygote imports before forking this env's child: the entry point's and the config's
+    modules, then the env class's `process_preload` (`roll_envs.BaseEnv`)."""
 
     @classmethod
     def of(cls, env_type: str, env_config: dict[str, Any]) -> EnvRecipe:
@@ -80,12 +85,20 @@ class EnvRecipe:
         from roll_envs.registry import spec
 
         found = spec(env_type)
+        entry_point = _import_path(found.entry_point, found.id)
+        config_model = "" if found.config is None else _import_path(found.config, found.id)
+        try:
+            declared = getattr(found.load(), "process_preload", ())
+        except Exception:  # an entry point that does not load fails where the child builds the env
+            declared = ()
+        preload = [path.partition(":")[0] for path in (entry_point, config_model) if path]
         recipe = cls(
             found.id,
-            _import_path(found.entry_point, found.id),
-            "" if found.config is None else _import_path(found.config, found.id),
+            entry_point,
+            config_model,
             dict(found.defaults),
             dict(env_config),
+            tuple(dict.fromkeys([*preload, *(declared if isinstance(declared, (tuple, list)) else ())])),
         )
         try:
             msgpack.packb(recipe.plain())
@@ -225,7 +238,7 @@ class EnvProcess:
         """Fork a child (waiting for the zygote to be ready first) and keep its socket."""
         ours, theirs = socket.socketpair()
         try:
-            pid = _Zygote.shared().fork(theirs)
+            pid = _Zygote.shared().fork(theirs, self.recipe.preload)
         except OSError as exc:
             ours.close()
             raise EnvProcessError(
@@ -287,12 +300,16 @@ class _Zygote:
         self.sock = ours
         self._lock = threading.Lock()
 
-    def fork(self, child_sock: socket.socket) -> int:
-        """A new child serving on `child_sock` (a socket of a pair; the caller keeps the other end); the
-        first waits for the zygote to load. On failure the zygote is killed (the next call starts one)."""
+    def fork(self, child_sock: socket.socket, preload: tuple[str, ...] = ()) -> int:
+        """A new child serving on `child_sock` (a socket of a pair; the caller keeps the other end), forked
+        after the zygote has imported the modules of `preload`; the first waits for the zygote to load. On
+        failure the zygote is killed (the next call starts one)."""
+        request = "\n".join(("f", *preload)).encode()
+        if len(request) > FORK_REQUEST_BYTES:
+            request = b"f"  # the child imports them itself: slower, never wrong
         with self._lock:
             try:
-                socket.send_fds(self.sock, [b"f"], [child_sock.fileno()])
+                socket.send_fds(self.sock, [request], [child_sock.fileno()])
                 return int(PID.unpack(_recv_exactly(self.sock, PID.size))[0])
             except OSError:
                 self.process.kill()

@@ -12,6 +12,7 @@ import itertools
 import math
 import os
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -262,6 +263,20 @@ class GlobalDrawsEnv:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class PreloadProbeEnv(GlobalDrawsEnv):
+    """A `GlobalDrawsEnv` naming a library it imports when built (`process_preload`); its instruction says
+    whether that library was loaded already when the constructor ran (`colorsys`: stdlib, imported by neither
+    numpy nor roll_envs), i.e. whether the env's process was forked after importing it."""
+
+    process_preload: ClassVar[tuple[str, ...]] = ("colorsys",)
+
+    def __init__(self, render_mode: str | None = None, hang_s: float = 0.0) -> None:
+        self.instruction = f"colorsys loaded before the env: {'colorsys' in sys.modules}"
+        import colorsys  # noqa: F401  (the library the env uses)
+
+        super().__init__(render_mode, hang_s)
 
 
 def faulty_registry_env(

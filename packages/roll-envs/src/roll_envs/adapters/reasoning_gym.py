@@ -7,14 +7,20 @@ the observation; the instruction is reasoning-gym's own default system prompt, w
 matrix is scored as written). With another `answer_format` the instruction says that format instead.
 The tasks are generated procedurally from a seed: nothing is downloaded at run time (a few, such as
 `arc_1d`/`arc_agi`, read data files shipped in the package).
+
+Held-out questions: with `validation_size` N, the dataset's last N questions are the validation block and
+`split` says which part an env plays. `train` draws from the others; `validation` plays the block's
+questions whose text no training question has, the episode seed choosing one in order (`seed % count`),
+so that consecutive validation seeds play distinct questions no training episode can meet.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from roll_envs.adapters import import_library
 from roll_envs.base import ActionOutcome, BaseEnv
@@ -36,6 +42,27 @@ class ReasoningGymConfig(EnvConfig):
     answer_format: AnswerFormat = Field(
         AnswerFormat.TAGS, description="how answers are read (reasoning-gym: tags)"
     )
+    validation_size: int = Field(
+        0, ge=0, description="the dataset's last questions held out for validation (0: none held out)"
+    )
+    split: Literal["all", "train", "validation"] = Field(
+        "all",
+        description="the questions played: all of the dataset; train, all but the last validation_size;"
+        " validation, those last ones whose text no training question has, the seed picking in order",
+    )
+
+    @model_validator(mode="after")
+    def _split_fits(self) -> ReasoningGymConfig:
+        if self.validation_size >= self.dataset_size:
+            raise ValueError(
+                f"validation_size ({self.validation_size}) must be below dataset_size ({self.dataset_size}):"
+                " some questions must be left to train on"
+            )
+        if self.split != "all" and self.validation_size == 0:
+            raise ValueError(
+                f"split={self.split!r} needs validation_size > 0 (how many of the last questions are held out)"
+            )
+        return self
 
 
 class ReasoningGymEnv(BaseEnv):
@@ -43,6 +70,9 @@ class ReasoningGymEnv(BaseEnv):
 
     config_cls = ReasoningGymConfig
     config: ReasoningGymConfig
+    # Some tasks draw from np.random (pool_matrix seeds it): undeclared, each env slot runs in a process of
+    # its own, forked from one that has imported reasoning-gym already.
+    process_preload = ("reasoning_gym",)
 
     def __init__(self, config: Any = None, *, render_mode: str | None = "text", **overrides: Any) -> None:
         super().__init__(config, render_mode=render_mode, **overrides)
@@ -59,6 +89,22 @@ class ReasoningGymEnv(BaseEnv):
             ) from exc
         self._entry: dict[str, Any] = {}
         self._score: float | None = None
+        self._seed: int | None = None
+        self._held_out: tuple[int, ...] = ()
+        if cfg.split == "validation":
+            key = json.dumps(
+                [cfg.env_id, cfg.dataset_seed, cfg.dataset_size, cfg.dataset_kwargs],
+                sort_keys=True,
+                default=str,
+            )
+            self._held_out = held_out_indices(
+                self.dataset, cfg.validation_size, f"{key}/{cfg.validation_size}"
+            )
+        if cfg.split == "validation" and not self._held_out:
+            raise EnvConfigError(
+                f"reasoning_gym: every one of the last {cfg.validation_size} questions of {cfg.env_id!r} is also"
+                " a training question. Fix: raise validation_size or dataset_size's variety (dataset_kwargs)."
+            )
 
     @property
     def instruction(self) -> str:
@@ -70,9 +116,24 @@ class ReasoningGymEnv(BaseEnv):
             f"{self.format_answer('answer here')}."
         )
 
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start an episode; the validation split picks its question from the seed itself."""
+        self._seed = seed
+        return super().reset(seed=seed, options=options)
+
     def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
-        """Pick the question `rng` draws from the dataset."""
-        self._entry = self.dataset[int(rng.integers(self.config.dataset_size))]
+        """Pick the question: `rng`'s draw from the split's questions; in the validation split, the held-out
+        question `seed % count` (a draw from `rng` when no seed is given)."""
+        cfg = self.config
+        if cfg.split == "validation":
+            count = len(self._held_out)
+            pick = self._seed % count if self._seed is not None else int(rng.integers(count))
+            index = self._held_out[pick]
+        else:
+            index = int(rng.integers(cfg.dataset_size - (cfg.validation_size if cfg.split == "train" else 0)))
+        self._entry = self.dataset[index]
         self._score = None
 
     def apply_action(self, action: str) -> ActionOutcome:
@@ -87,3 +148,28 @@ class ReasoningGymEnv(BaseEnv):
     def is_success(self) -> bool:
         """The answer scored 1.0."""
         return self._score is not None and self._score >= 1.0
+
+
+_HELD_OUT: dict[str, tuple[int, ...]] = {}
+"""`held_out_indices` of each dataset config already computed in this process (the envs of a validation
+manager share one dataset config; each would otherwise regenerate its training questions)."""
+
+
+def held_out_indices(dataset: Any, validation_size: int, key: str = "") -> tuple[int, ...]:
+    """The indices of the last `validation_size` questions of `dataset` whose text is neither a training
+    question's (an index before them) nor an earlier held-out one's: distinct questions, none seen in
+    training. Generating the training questions takes seconds per 100,000: a non-empty `key` (the dataset's
+    config) keeps the answer for the process's other envs."""
+    if key and key in _HELD_OUT:
+        return _HELD_OUT[key]
+    size = len(dataset)
+    training = {str(dataset[i]["question"]) for i in range(size - validation_size)}
+    kept: list[int] = []
+    for index in range(size - validation_size, size):
+        text = str(dataset[index]["question"])
+        if text not in training:
+            training.add(text)  # a later copy of it is not distinct
+            kept.append(index)
+    if key:
+        _HELD_OUT[key] = tuple(kept)
+    return tuple(kept)

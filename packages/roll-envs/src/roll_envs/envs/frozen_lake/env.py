@@ -55,7 +55,8 @@ class FrozenLakeEnv(BaseEnv):
         multi = self.multi_action_hint("moves")
         slip = " The ice is slippery: you may slide sideways." if self.config.is_slippery else ""
         line = (
-            " Below the map, a line says where you are, where the goal is and what each move leads to."
+            " Below the map, a line says where you are, where the goal is and which moves lead towards it,"
+            " and what each move leads to."
             if self.config.describe
             else ""
         )

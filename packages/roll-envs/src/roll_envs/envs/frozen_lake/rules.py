@@ -163,11 +163,12 @@ def frozen_lake_neighbours(board: str) -> str | None:
 
 
 def frozen_lake_description(board: str) -> str | None:
-    """The board in words: where you are (rows and columns from 1, top-left), where the goal is and what
-    each move of `ACTIONS` leads to; once the episode ended, where it ended. None without a player symbol.
+    """The board in words: where you are (rows and columns from 1, top-left), where the goal is and how
+    many moves of each direction away (`goal_offset`), and what each move of `ACTIONS` leads to; once the
+    episode ended, where it ended. None without a player symbol.
 
     >>> frozen_lake_description("_O\\nPG")
-    'You are at row 2, column 1. The goal is at row 2, column 2. Left: edge, Down: edge, Right: goal, Up: ice.'
+    'You are at row 2, column 1. The goal is at row 2, column 2: Right 1. Left: edge, Down: edge, Right: goal, Up: ice.'
     >>> frozen_lake_description("_X\\n_G")
     'You fell into a hole at row 1, column 2. The goal is at row 2, column 2.'
     >>> frozen_lake_description("__\\n_√")
@@ -177,6 +178,8 @@ def frozen_lake_description(board: str) -> str | None:
     goal = _find(rows, "G")
     goal_text = "" if goal is None else f" The goal is at {_place(goal)}."
     if (here := _find(rows, "P")) is not None:
+        if goal is not None:
+            goal_text = f" The goal is at {_place(goal)}: {goal_offset(here, goal)}."
         moves = ", ".join(
             f"{name}: {_CELL_WORDS.get(symbol, symbol)}" for name, symbol in _neighbours(rows, here)
         )
@@ -186,6 +189,21 @@ def frozen_lake_description(board: str) -> str | None:
     if (here := _find(rows, "√")) is not None:
         return f"You reached the goal at {_place(here)}."
     return None
+
+
+def goal_offset(here: tuple[int, int], goal: tuple[int, int]) -> str:
+    """The goal's offset from `here` (row, column) as moves, the vertical one first, named as `ACTIONS`
+    names them, so that a model can match the direction to the move that takes it: `Down 3, Left 1`.
+
+    >>> goal_offset((0, 2), (3, 1))
+    'Down 3, Left 1'
+    >>> goal_offset((2, 0), (0, 0))
+    'Up 2'
+    """
+    rows, cols = goal[0] - here[0], goal[1] - here[1]
+    parts = [f"{'Down' if rows > 0 else 'Up'} {abs(rows)}"] if rows else []
+    parts += [f"{'Right' if cols > 0 else 'Left'} {abs(cols)}"] if cols else []
+    return ", ".join(parts)
 
 
 def _board_rows(board: str) -> list[str]:
