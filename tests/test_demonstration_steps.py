@@ -24,6 +24,7 @@ def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
         "demonstration_steps=3",
         "logging_steps=1",
         "actor_train.training_args.learning_rate=1e-3",
+        "recompute_old_log_probs=true",
         f"output_dir={tmp_path}",
         "exp_name=demo",
     ]
@@ -41,6 +42,9 @@ def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
     # an sft loss is the answers' negative log-likelihood: positive (ppo's surrogate averages near 0)
     assert all(rows[s]["actor/pg_loss"] > 0.01 for s in (1, 2, 3))
     assert rows[4]["env/FrozenLake/success"] <= 1.0 and "actor/pg_loss" in rows[4]
+    # sft reads no old log-probs: a demonstration step does not recompute them, the RL step does
+    assert all("actor/train_infer_logprob_diff" not in rows[s] for s in (1, 2, 3))
+    assert "actor/train_infer_logprob_diff" in rows[4]
 
 
 def test_roll_config_refuses_an_env_without_demonstrations():

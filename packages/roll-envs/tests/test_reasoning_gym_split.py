@@ -78,3 +78,13 @@ def test_a_block_of_copies_only_is_refused():
     tiny |= {"allow_negation": False, "allow_parentheses": False}
     with pytest.raises(EnvConfigError, match="also a training question"):
         make(split="validation", dataset_size=3000, validation_size=5, dataset_kwargs=tiny)
+
+
+def test_the_demonstration_is_the_dataset_s_answer_and_scores_1():
+    env = make(split="train", **SETTINGS)
+    for seed in range(20):
+        env.reset(seed=seed)
+        answer = env.demonstration()
+        assert answer == f"<answer>{env._entry['answer']}</answer>"
+        *_, info = env.step(answer)
+        assert info["success"] and env.demonstration() is None

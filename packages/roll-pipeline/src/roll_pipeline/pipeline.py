@@ -170,7 +170,7 @@ class AgenticPipeline:
         """Experience -> critic update (gae) -> actor update (after critic_warmup) -> KL controller update; a
         `demonstrated` batch only trains the actor, with the sft loss."""
         assert self.update_actor is not None
-        exp, metrics = await self.make_experience(trajectories, timings)
+        exp, metrics = await self.make_experience(trajectories, timings, demonstrated)
         if demonstrated:
             metrics.update(await self.update_actor(exp, self.step, timings, demonstration=True))
             return metrics

@@ -141,6 +141,13 @@ class ReasoningGymEnv(BaseEnv):
         self._score = float(self.dataset.score_answer(action, self._entry))
         return ActionOutcome(self._score, True)
 
+    def demonstration(self) -> str | None:
+        """The dataset's own answer to the question (reasoning-gym's `answer`), in the answer format; None
+        once the question is answered."""
+        if not self._entry or self._score is not None:
+            return None
+        return self.format_answer(str(self._entry["answer"]))
+
     def text_observation(self) -> str:
         """The question."""
         return str(self._entry.get("question", ""))

@@ -104,16 +104,17 @@ class ExperienceMaker:
         self.actor_train, self.reference, self.critic = actor_train, reference, critic
 
     async def __call__(
-        self, trajs: Sequence[Trajectory], timings: dict[str, float]
+        self, trajs: Sequence[Trajectory], timings: dict[str, float], demonstration: bool = False
     ) -> tuple[Experience, dict[str, float]]:
-        """The experience of `trajs` (whole groups) and its metrics."""
+        """The experience of `trajs` (whole groups) and its metrics. A `demonstration` batch trains with the
+        sft loss, which reads neither old nor reference log-probs: neither is computed for it."""
         cfg = self.settings
         samples = build_samples(trajs, self.pad_id, cfg.sample_shape)
         tensors = samples.tensors()
         mask = samples.response_mask
         metrics: dict[str, float] = {"train/rows": float(samples.num_rows)}
         t = time.perf_counter()
-        if cfg.recompute_old_log_probs:
+        if cfg.recompute_old_log_probs and not demonstration:
             old_lp = await self.actor_train.map_rows("compute_log_probs", tensors, cfg.actor_batch_size)
             metrics["actor/train_infer_logprob_diff"] = float(
                 (old_lp - samples.infer_log_probs)[mask].abs().mean()
@@ -122,7 +123,7 @@ class ExperienceMaker:
             old_lp = samples.infer_log_probs
         timings["time/step_old_log_probs"] = time.perf_counter() - t
         ref_lp = kl_tokens = None
-        if self.reference is not None:
+        if self.reference is not None and not demonstration:
             t = time.perf_counter()
             ref_lp, kl_tokens = await self._reference(samples, old_lp)
             timings["time/step_ref_log_probs"] = time.perf_counter() - t
