@@ -122,6 +122,21 @@ def test_an_env_defined_in_main_cannot_cross_and_the_error_says_what_to_do():
         EnvRecipe.of("roll_test_local_env", {})
 
 
+def test_a_demonstration_crosses_from_the_child_as_the_in_process_env_gives_it():
+    from roll_envs.random_state import IsolatedEnv
+    from roll_rollout.env_process import EnvProcess
+
+    process = EnvProcess(EnvRecipe.of("roll_test_global_draws", {}))
+    local = IsolatedEnv.make(roll_envs.make, "roll_test_global_draws")
+    env = process.make()
+    try:
+        for seed in (1, 2):
+            assert env.reset(seed=seed) == local.reset(seed=seed)
+            assert env.demonstration() == local.demonstration() == f"total {local.env.total}"
+    finally:
+        process.close()
+
+
 def test_an_env_error_in_the_child_keeps_its_type_and_message():
     from roll_rollout.env_process import EnvProcess
 

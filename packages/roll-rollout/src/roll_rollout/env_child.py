@@ -3,7 +3,7 @@
 `zygote(fd)` runs in a fresh Python started by the worker: it loads numpy and roll_envs once, then forks
 a child for each socket the worker sends it (single-threaded, so forking is safe). A child runs
 `serve(fd)`: it builds the env from the recipe the worker sends ("make") and answers "reset", "step",
-"fixed_policy_answer" and "close" under one `EnvRandomState`, as roll's in-process slots run envs, until
+"fixed_policy_answer", "demonstration" and "close" under one `EnvRandomState`, as roll's in-process slots run envs, until
 "exit" or until its socket or its parent is gone. Requests and replies are msgpack lists of plain data.
 """
 
@@ -105,6 +105,9 @@ class _Host:
             return list(self._run(self.env.step, args[0]))
         if op == "fixed_policy_answer":
             return self._run(self.env.fixed_policy_answer, args[0])
+        if op == "demonstration":
+            demonstrate = getattr(self.env, "demonstration", None)
+            return self._run(demonstrate) if callable(demonstrate) else None
         if op == "close":
             self._close()
             return None

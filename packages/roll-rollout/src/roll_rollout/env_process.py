@@ -327,8 +327,8 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
 
 
 class ProcessEnv:
-    """The worker's side of an env living in an `EnvProcess`: `reset`, `step`, `fixed_policy_answer` and
-    `close` are requests to the child; `instruction`, `metric_aggregation`, `players` and `fixed_policies`
+    """The worker's side of an env living in an `EnvProcess`: `reset`, `step`, `fixed_policy_answer`,
+    `demonstration` and `close` are requests to the child; `instruction`, `metric_aggregation`, `players` and `fixed_policies`
     are the values the child read after the constructor (players and fixed policies again after each
     `reset`). It declares `owns_random_state`: in this process its calls touch no generator."""
 
@@ -356,6 +356,11 @@ class ProcessEnv:
     def fixed_policy_answer(self, name: str) -> str:
         """`env.fixed_policy_answer(name)` in the child."""
         return str(self.process._call(self._child, "fixed_policy_answer", name))
+
+    def demonstration(self) -> str | None:
+        """`env.demonstration()` in the child (`roll_envs.BaseEnv`); None for an env without the hook."""
+        answer = self.process._call(self._child, "demonstration")
+        return None if answer is None else str(answer)
 
     def close(self) -> None:
         """`env.close()` in the child (the child stays, for the slot's next env)."""

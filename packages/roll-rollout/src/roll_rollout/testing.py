@@ -261,6 +261,10 @@ class GlobalDrawsEnv:
         self.total += drawn
         return f"total {self.total}", float(drawn), False, False, {"success": False}
 
+    def demonstration(self) -> str:
+        """An expert's answer: the running total (a function of every draw so far)."""
+        return f"total {self.total}"
+
     def close(self) -> None:
         """Nothing to release."""
 
