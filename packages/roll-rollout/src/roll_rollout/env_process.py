@@ -12,8 +12,8 @@ Children are forked from one zygote per worker process (`roll_rollout.env_child.
 has loaded numpy and roll_envs and runs no thread), so a child starts in milliseconds and shares the
 zygote's memory pages. Before forking a child the zygote imports the env's modules (`EnvRecipe.preload`:
 the env class's and its config's, and the libraries the class names in `process_preload`), so that 256
-reasoning-gym slots share one import instead of holding about 100 MB each. A child runs `env_child.serve(FD)`, talking over a socket (FD, passed through the
-zygote): msgpack requests and
+reasoning-gym slots share one import instead of holding about 100 MB each. A child runs
+`env_child.serve(FD)`, talking over a socket (FD, passed through the zygote): msgpack requests and
 replies, each a plain-data list, framed by `multiprocessing.connection.Connection` (no pickle crosses).
 It builds the env from an `EnvRecipe` (the registry entry as import paths and plain config), then runs
 the env's calls as roll's in-process slots do: constructor from `DEFAULT_SEED`, `reset(seed=s)` after
