@@ -3,8 +3,9 @@
 `zygote(fd)` runs in a fresh Python started by the worker: it loads numpy and roll_envs once, then forks
 a child for each socket the worker sends it (single-threaded, so forking is safe). A child runs
 `serve(fd)`: it builds the env from the recipe the worker sends ("make") and answers "reset", "step",
-"fixed_policy_answer", "demonstration" and "close" under one `EnvRandomState`, as roll's in-process slots run envs, until
-"exit" or until its socket or its parent is gone. Requests and replies are msgpack lists of plain data.
+"fixed_policy_answer", "demonstration" and "close" under one `EnvRandomState`, as roll's in-process
+slots run envs, until "exit" or until its socket or its parent is gone. Requests and replies are msgpack
+lists of plain data.
 """
 
 from __future__ import annotations

@@ -328,9 +328,9 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
 
 class ProcessEnv:
     """The worker's side of an env living in an `EnvProcess`: `reset`, `step`, `fixed_policy_answer`,
-    `demonstration` and `close` are requests to the child; `instruction`, `metric_aggregation`, `players` and `fixed_policies`
-    are the values the child read after the constructor (players and fixed policies again after each
-    `reset`). It declares `owns_random_state`: in this process its calls touch no generator."""
+    `demonstration` and `close` are requests to the child; `instruction`, `metric_aggregation`, `players`
+    and `fixed_policies` are the values the child read after the constructor (players and fixed policies
+    again after each `reset`). It declares `owns_random_state`: in this process its calls touch no generator."""
 
     owns_random_state = True
 

@@ -102,8 +102,9 @@ class ReasoningGymEnv(BaseEnv):
             )
         if cfg.split == "validation" and not self._held_out:
             raise EnvConfigError(
-                f"reasoning_gym: every one of the last {cfg.validation_size} questions of {cfg.env_id!r} is also"
-                " a training question. Fix: raise validation_size, or make the questions more varied (dataset_kwargs)."
+                f"reasoning_gym: every one of the last {cfg.validation_size} questions of {cfg.env_id!r} is"
+                " also a training question. Fix: raise validation_size, or make the questions more varied"
+                " (dataset_kwargs)."
             )
 
     @property
