@@ -194,3 +194,20 @@ def test_every_validation_row_is_logged_whatever_logging_steps_is(tmp_path):
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("val/env/FrozenLake/success")] == [0, 2, 4]
+
+
+@pytest.mark.slow
+def test_validate_at_start_false_skips_only_the_first_validation(tmp_path):
+    """No validation before step 1: the first validation row is step 2's, and the run's summary holds only it."""
+    _cfg, summary = run(
+        tmp_path,
+        "exp_name=no_start",
+        "cluster.backend=local",
+        "validate_at_start=false",
+        "max_steps=2",
+        "eval_steps=2",
+        "save_steps=2",
+    )
+    assert [step for step, _ in summary.val_history] == [2]
+    rows = [json.loads(line) for line in (tmp_path / "no_start" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "val/env/FrozenLake/success" in r] == [2]

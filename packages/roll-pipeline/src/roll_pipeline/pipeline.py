@@ -89,13 +89,15 @@ class AgenticPipeline:
             self.update_actor, self.update_critic = await build_updaters(cfg, self.parts.workers)
             await self._sync_weights(force=True)  # the inference worker may hold other weights (resume)
             await self.trainer_offload.offload()  # colocated trainers leave the GPU to the engine
-            summary.val_history.append((self.step, await self._validate()))
-            if self.step == 0:  # the starting point of every curve, in every tracker
-                self.tracker.log(summary.val_history[-1][1], 0)
+            if cfg.validate_at_start:
+                summary.val_history.append((self.step, await self._validate()))
+                if self.step == 0:  # the starting point of every curve, in every tracker
+                    self.tracker.log(summary.val_history[-1][1], 0)
             if self._resume_state is not None and "global_rng" in self._resume_state:
                 # Now, not at load: the RNGs enter the next step exactly as they left the saved one.
                 set_global_rng_state(self._resume_state["global_rng"])
-            bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
+            if summary.val_history:
+                bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
             while self.step < cfg.max_steps:
                 metrics = await self._train_step()
                 validated = self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps

@@ -19,30 +19,21 @@ temperature, top_p and the like are the run's, so the agent samples what trainin
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
+from roll_rollout.json_http import HttpError, JsonRequestHandler
 from roll_rollout.openai_chat import ChatRequestError, assistant_message, chat_completion, chat_prompt_ids
 from roll_rollout.policy import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
 from roll_rollout.prompts import ChatTokenizer
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
 MODEL_NAME = "roll-policy"
 """The model id the proxy lists and answers with (any `model` in a request is accepted)."""
-
-
-class ProxyError(Exception):
-    """A request the proxy answers with an HTTP error `status` (OpenAI-style error body, `code`)."""
-
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code = status, code
 
 
 @dataclass(frozen=True)
@@ -72,12 +63,12 @@ class AgentSession:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reserve(self) -> int:
-        """The next call's index, or `ProxyError` past the episode's call budget."""
+        """The next call's index, or `HttpError` past the episode's call budget."""
         with self._lock:
             index, self._issued = self._issued, self._issued + 1
         if index >= self.max_calls:
             self.refused = f"the agent made more than {self.max_calls} calls (max_actions_per_traj)"
-            raise ProxyError(400, f"{self.refused}; the episode ends here", "context_length_exceeded")
+            raise HttpError(400, f"{self.refused}; the episode ends here", "context_length_exceeded")
         return index
 
     def record(self, index: int, call: RecordedCall) -> None:
@@ -132,7 +123,7 @@ class AgentProxy:
         with self._lock:
             found = self._sessions.get(key)
         if found is None:
-            raise ProxyError(
+            raise HttpError(
                 404, f"no open episode {key!r}: the episode ended or the base_url is not one roll gave"
             )
         return found
@@ -141,13 +132,13 @@ class AgentProxy:
         """The chat.completion reply to `body`, recorded in the session of `key`."""
         session = self.session(key)
         if int(body.get("n") or 1) != 1 or body.get("stream"):
-            raise ProxyError(400, "only n=1 without streaming is supported by roll's training proxy")
+            raise HttpError(400, "only n=1 without streaming is supported by roll's training proxy")
         tools = body.get("tools")
         try:
             with self._tokenizer_lock:
                 prompt_ids = chat_prompt_ids(self.tokenizer, body.get("messages"), tools)
         except ChatRequestError as exc:
-            raise ProxyError(400, str(exc)) from exc
+            raise HttpError(400, str(exc)) from exc
         index = session.reserve()
         request = GenerateRequest(
             prompt_ids, _sampling(session, body, len(prompt_ids)), None, session.sample_key(index)
@@ -158,10 +149,10 @@ class AgentProxy:
         except FutureTimeout as exc:
             future.cancel()
             session.policy_error = f"generation took longer than {self.timeout_s} s"
-            raise ProxyError(504, session.policy_error) from exc
+            raise HttpError(504, session.policy_error) from exc
         except Exception as exc:
             session.policy_error = f"{type(exc).__name__}: {exc}"
-            raise ProxyError(500, session.policy_error) from exc
+            raise HttpError(500, session.policy_error) from exc
         with self._tokenizer_lock:
             text = self.tokenizer.decode(result.output_ids, skip_special_tokens=True)
             tokens = [self.tokenizer.decode([t], skip_special_tokens=False) for t in result.output_ids]
@@ -183,7 +174,7 @@ def _sampling(session: AgentSession, body: dict[str, Any], prompt_len: int) -> S
         session.refused = (
             f"a prompt of {prompt_len} tokens leaves no room in sequence_length={session.max_context_tokens}"
         )
-        raise ProxyError(400, session.refused, "context_length_exceeded")
+        raise HttpError(400, session.refused, "context_length_exceeded")
     asked = body.get("max_completion_tokens") or body.get("max_tokens")
     limit = min(session.sampling.max_new_tokens, budget)
     if isinstance(asked, int) and asked > 0:
@@ -191,13 +182,8 @@ def _sampling(session: AgentSession, body: dict[str, Any], prompt_len: int) -> S
     return replace(session.sampling, max_new_tokens=limit)
 
 
-def _handler_class(proxy: AgentProxy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per request
-            pass
-
+def _handler_class(proxy: AgentProxy) -> type[JsonRequestHandler]:
+    class Handler(JsonRequestHandler):
         def _route(self) -> tuple[str, str]:
             """(episode key, the rest of the path) of /v1/<key>/<rest>."""
             parts = self.path.split("?", 1)[0].strip("/").split("/", 2)
@@ -209,46 +195,23 @@ def _handler_class(proxy: AgentProxy) -> type[BaseHTTPRequestHandler]:
             key, rest = self._route()
             try:
                 if rest != "models":
-                    raise ProxyError(404, f"no route GET {self.path}")
+                    raise HttpError(404, f"no route GET {self.path}")
                 proxy.session(key)
-                self._send(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
-            except ProxyError as exc:
-                self._error(exc)
+                self.send_json(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
+            except HttpError as exc:
+                self.send_http_error(exc)
 
         def do_POST(self) -> None:
             key, rest = self._route()
             try:
                 if rest != "chat/completions":
-                    raise ProxyError(
+                    raise HttpError(
                         404, f"no route POST {self.path}; the proxy serves <base_url>/chat/completions"
                     )
-                length = int(self.headers.get("Content-Length") or 0)
-                if not 0 < length <= MAX_BODY_BYTES:
-                    raise ProxyError(400, f"body must have 1..{MAX_BODY_BYTES} bytes, got {length}")
-                try:
-                    body = json.loads(self.rfile.read(length))
-                except json.JSONDecodeError as exc:
-                    raise ProxyError(400, f"body is not JSON: {exc}") from exc
-                if not isinstance(body, dict):
-                    raise ProxyError(400, "body must be a JSON object")
-                self._send(200, proxy.chat(key, body))
-            except ProxyError as exc:
-                self._error(exc)
+                self.send_json(200, proxy.chat(key, self.read_json_object()))
+            except HttpError as exc:
+                self.send_http_error(exc)
             except Exception as exc:  # a bug must answer the agent, not hang it
-                self._error(ProxyError(500, f"{type(exc).__name__}: {exc}"))
-
-        def _error(self, exc: ProxyError) -> None:
-            kind = "invalid_request_error" if exc.status < 500 else "server_error"
-            self._send(
-                exc.status, {"error": {"message": str(exc), "type": kind, "code": exc.code or exc.status}}
-            )
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+                self.send_http_error(HttpError(500, f"{type(exc).__name__}: {exc}"))
 
     return Handler

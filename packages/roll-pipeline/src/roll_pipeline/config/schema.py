@@ -64,6 +64,11 @@ class AgenticConfig(StrictModel):
     eval_steps: int = Field(
         20, ge=1, description="validate every this many steps (and before and after training)"
     )
+    validate_at_start: bool = Field(
+        True,
+        description="validate before the first step (or the resumed step), the start of every curve; false"
+        " skips it, for runs whose start is known (an ablation of one setting, a resume at a validated step)",
+    )
     logging_steps: int = Field(
         1,
         ge=1,

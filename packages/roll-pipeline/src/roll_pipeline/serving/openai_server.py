@@ -14,26 +14,23 @@ Bad requests get HTTP 400 with an OpenAI-style error body; a failed generation g
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 import uuid
 from concurrent.futures import TimeoutError as FutureTimeout
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from roll_rollout import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
-from roll_rollout.openai_chat import ChatRequestError, assistant_message, chat_prompt_ids
+from roll_rollout.json_http import HttpError, JsonRequestHandler
+from roll_rollout.openai_chat import ChatRequestError, assistant_message, chat_completion, chat_prompt_ids
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
 
-
-class BadRequest(ValueError):
+class BadRequest(HttpError):
     """The request cannot be served as sent (HTTP 400, or `status`)."""
 
     def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+        super().__init__(status, message)
 
 
 class OpenAICompatibleServer:
@@ -127,24 +124,18 @@ class OpenAICompatibleServer:
             f"token_id:{t}" if as_ids else self.tokenizer.decode([t], skip_special_tokens=False)
             for t in result.output_ids
         ]
-        choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason}
         wants_logprobs = body.get("logprobs") not in (None, False, 0)
         if chat:
-            choice["message"], called = assistant_message(text, body.get("tools"))
-            if called:
-                choice["finish_reason"] = "tool_calls"
-            if wants_logprobs:
-                content = [
-                    {"token": t, "logprob": lp} for t, lp in zip(tokens, result.log_probs, strict=True)
-                ]
-                choice["logprobs"] = {"content": content}
-        else:
-            choice["text"] = text
-            if wants_logprobs:
-                choice["logprobs"] = {"tokens": tokens, "token_logprobs": list(result.log_probs)}
+            message, called = assistant_message(text, body.get("tools"))
+            finish = "tool_calls" if called else result.finish_reason
+            log_probs = list(result.log_probs) if wants_logprobs else None
+            return chat_completion(self.model_name, message, finish, prompt_len, tokens, log_probs)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason, "text": text}
+        if wants_logprobs:
+            choice["logprobs"] = {"tokens": tokens, "token_logprobs": list(result.log_probs)}
         return {
-            "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
-            "object": "chat.completion" if chat else "text_completion",
+            "id": f"cmpl-{uuid.uuid4().hex[:24]}",
+            "object": "text_completion",
             "created": int(time.time()),
             "model": self.model_name,
             "choices": [choice],
@@ -169,48 +160,22 @@ def _sampling(body: dict[str, Any]) -> SamplingSettings:
     return SamplingSettings(max_tokens, 1.0 if greedy else temperature, top_p, 0, greedy)
 
 
-def _handler_class(server: OpenAICompatibleServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per request
-            pass
-
+def _handler_class(server: OpenAICompatibleServer) -> type[JsonRequestHandler]:
+    class Handler(JsonRequestHandler):
         def do_GET(self) -> None:
             if self.path.rstrip("/") == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
+                self.send_json(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
             else:
-                self._error(404, f"no route GET {self.path}")
+                self.send_http_error(HttpError(404, f"no route GET {self.path}"))
 
         def do_POST(self) -> None:
-            if self.path.rstrip("/") not in ("/v1/completions", "/v1/chat/completions"):
-                self._error(404, f"no route POST {self.path}")
-                return
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-                if not 0 < length <= MAX_BODY_BYTES:
-                    raise BadRequest(f"body must have 1..{MAX_BODY_BYTES} bytes, got {length}")
-                body = json.loads(self.rfile.read(length))
-                if not isinstance(body, dict):
-                    raise BadRequest("body must be a JSON object")
-                self._send(200, server.handle(self.path.rstrip("/"), body))
-            except BadRequest as exc:
-                self._error(exc.status, str(exc))
-            except json.JSONDecodeError as exc:
-                self._error(400, f"body is not JSON: {exc}")
+                if self.path.rstrip("/") not in ("/v1/completions", "/v1/chat/completions"):
+                    raise HttpError(404, f"no route POST {self.path}")
+                self.send_json(200, server.handle(self.path.rstrip("/"), self.read_json_object()))
+            except HttpError as exc:
+                self.send_http_error(exc)
             except Exception as exc:  # a failed generation: the client may retry
-                self._error(500, f"{type(exc).__name__}: {exc}")
-
-        def _error(self, status: int, message: str) -> None:
-            kind = "invalid_request_error" if status < 500 else "server_error"
-            self._send(status, {"error": {"message": message, "type": kind, "code": status}})
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+                self.send_http_error(HttpError(500, f"{type(exc).__name__}: {exc}"))
 
     return Handler
