@@ -325,3 +325,23 @@ def test_critic_shares_the_step_bf16_masters_and_nan_skips(tiny_model_dir, tmp_p
     again.load_checkpoint(tmp_path / "critic")
     assert again.trainer.nonfinite.total == 1
     assert all(torch.equal(a, b) for a, b in zip(moved, again.trainer.masters, strict=True))
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (1000, 2100), (2100, 1000)])
+def test_folding_a_bf16_gradient_in_chunks_equals_adding_its_upcast(shape):
+    """The chunked fold (tensors over FOLD_CHUNK elements) against master + grad.float(), element for element,
+    over three micro-batches; and a non-contiguous gradient takes the plain path."""
+    from roll_strategies.train.master_weights import FOLD_CHUNK, fold_gradient
+
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(shape, generator=gen).to(torch.bfloat16) for _ in range(3)]
+    master, reference = grads[0].float(), grads[0].float()
+    for grad in grads[1:]:
+        fold_gradient(master, grad)
+        reference = reference + grad.float()
+    assert torch.equal(master, reference)
+    assert (math.prod(shape) > FOLD_CHUNK) == (shape != (3, 5))
+    transposed = grads[1].t()
+    folded = grads[0].float().t().contiguous()
+    fold_gradient(folded, transposed)
+    assert torch.equal(folded, grads[0].float().t() + transposed.float())

@@ -164,7 +164,9 @@ def _handler_class(server: OpenAICompatibleServer) -> type[JsonRequestHandler]:
     class Handler(JsonRequestHandler):
         def do_GET(self) -> None:
             if self.path.rstrip("/") == "/v1/models":
-                self.send_json(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
+                self.send_json(
+                    200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]}
+                )
             else:
                 self.send_http_error(HttpError(404, f"no route GET {self.path}"))
 
