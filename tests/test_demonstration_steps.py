@@ -24,6 +24,9 @@ def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
         "demonstration_steps=3",
         "logging_steps=1",
         "actor_train.training_args.learning_rate=1e-3",
+        "demonstration_learning_rate=3e-3",
+        "actor_train.training_args.warmup_steps=0",  # a constant rate: each step's lr is its phase's
+        "actor_train.training_args.lr_scheduler_type=constant",
         "recompute_old_log_probs=true",
         f"output_dir={tmp_path}",
         "exp_name=demo",
@@ -36,6 +39,8 @@ def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "demo" / "metrics.jsonl").read_text().splitlines()]
     rows = {r["step"]: r for r in rows if r["step"] > 0}
     assert [rows[s]["train/demonstration_step"] for s in (1, 2, 3, 4)] == [1.0, 1.0, 1.0, 0.0]
+    # cloning at demonstration_learning_rate, RL at the actor's learning_rate
+    assert [rows[s]["actor/lr"] for s in (1, 2, 3, 4)] == pytest.approx([3e-3, 3e-3, 3e-3, 1e-3], rel=1e-9)
     # the expert's shortest paths reach every goal, and sft clips nothing
     assert all(rows[s]["env/FrozenLake/success"] == 1.0 for s in (1, 2, 3))
     assert all(rows[s]["actor/pg_clipfrac"] == 0.0 for s in (1, 2, 3))

@@ -141,8 +141,8 @@ def test_errors_are_clear(tiny_model_dir, tmp_path):
     ds = _deepspeed(tiny_model_dir, {"zero_optimization": {"stage": 0}})
     with pytest.raises(CheckpointError, match=r"DeepSpeedTrainStrategy\.save_checkpoint"):
         ds.load_checkpoint(tmp_path)
-    with pytest.raises(StrategyError, match="lr_scale in"):
-        ds.train_step(_micro_batches(0, 1), nll_loss, with_entropy=True, lr_scale=2.0)
+    with pytest.raises(StrategyError, match="finite lr_scale >= 0"):
+        ds.train_step(_micro_batches(0, 1), nll_loss, with_entropy=True, lr_scale=-1.0)
 
 
 def _nan_when_poisoned(log_probs, entropy, mb):

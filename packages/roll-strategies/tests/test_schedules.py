@@ -40,11 +40,12 @@ def test_lr_scale_applies_to_one_step_without_compounding(tiny_model_dir):
     mb = [
         {"input_ids": torch.arange(8, 20).repeat(2, 1), "attention_mask": torch.ones(2, 12, dtype=torch.long)}
     ]
-    lrs = [strategy.train_step(mb, _nll, with_entropy=False, lr_scale=s)["lr"] for s in (0.5, 1.0, 0.25, 1.0)]
-    # warm-up gives 1/4, 2/4, 3/4, 4/4 of 1e-3; the scale multiplies only its own step
-    assert lrs == pytest.approx([0.125e-3, 0.5e-3, 0.1875e-3, 1e-3])
-    with pytest.raises(StrategyError, match="lr_scale"):
-        strategy.train_step(mb, _nll, with_entropy=False, lr_scale=2.0)
+    lrs = [strategy.train_step(mb, _nll, with_entropy=False, lr_scale=s)["lr"] for s in (0.5, 1.0, 0.25, 3.0)]
+    # warm-up gives 1/4, 2/4, 3/4, 4/4 of 1e-3; the scale multiplies only its own step (3: a phase's own rate)
+    assert lrs == pytest.approx([0.125e-3, 0.5e-3, 0.1875e-3, 3e-3])
+    for bad in (-0.5, float("nan"), float("inf")):
+        with pytest.raises(StrategyError, match="lr_scale"):
+            strategy.train_step(mb, _nll, with_entropy=False, lr_scale=bad)
 
 
 def test_adamw_with_warmup_and_lr_scale_on_a_bare_parameter():

@@ -226,7 +226,13 @@ async def build_updaters(
         layouts[name] = TrainLayout.of(role, packing_ok=ok, share_prefix=cfg.share_prefix)
     schedule, loss = settings.update_schedule(cfg, "actor_train"), settings.actor_loss_template(cfg)
     update_actor = ActorUpdater(
-        workers.actor_train, workers.kl, layouts["actor_train"], schedule, loss, cfg.use_kl_loss
+        workers.actor_train,
+        workers.kl,
+        layouts["actor_train"],
+        schedule,
+        loss,
+        cfg.use_kl_loss,
+        cfg.demonstration_learning_rate / cfg.actor_train.training_args.learning_rate,
     )
     update_critic = None
     if workers.critic is not None:

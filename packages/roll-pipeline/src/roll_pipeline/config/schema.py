@@ -266,6 +266,14 @@ class AgenticConfig(StrictModel):
         " entropy, no critic); they count in max_steps and in the time. 0: none. Every training env must"
         " demonstrate (roll config checks it)",
     )
+    demonstration_learning_rate: float = Field(
+        2e-5,
+        gt=0,
+        description="the actor's learning rate in the demonstration steps, in place of its training_args"
+        ".learning_rate (with the same warm-up and decay): cloning is supervised learning, which wants more than"
+        " RL's 1e-6. SmolLM2-135M on held-out FrozenLake maps after 10 cloning steps: 0.008 at 1e-6 (nothing"
+        " cloned), 0.531 at 2e-5, 0.742 at 1e-4",
+    )
     critic_warmup: int = Field(
         0, ge=0, description="gae: the first this many steps train only the critic (the actor stays fixed)"
     )

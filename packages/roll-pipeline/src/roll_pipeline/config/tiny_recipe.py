@@ -28,6 +28,7 @@ TINY_RECIPE: dict[str, Any] = {
     "kl_penalty": "full_forward",  # keeps the moves exploring (docs/training.md)
     "kl_loss_coef": 1.0,
     "skip_confident_tokens": 0.99,  # format tokens out of the policy gradient (shared embeddings)
+    "demonstration_learning_rate": 1.0e-3,  # the tiny models' one rate
     # each role only what it reads (config.checks refuses the rest); a critic (gae) sets its own
     "actor_train": {"training_args": _TINY_TRAINING, "infer_batch_size": 128},
     "actor_infer": {"generating_args": {"max_new_tokens": 16}, "infer_batch_size": 128},

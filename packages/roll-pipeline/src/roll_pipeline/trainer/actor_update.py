@@ -38,9 +38,11 @@ class ActorUpdater:
         schedule: UpdateSchedule,
         loss: ActorLoss,
         use_kl_loss: bool,
+        demonstration_lr_factor: float = 1.0,
     ) -> None:
         self.actor_train, self.kl, self.layout = actor_train, kl, layout
         self.schedule, self.loss, self.use_kl_loss = schedule, loss, use_kl_loss
+        self.demonstration_schedule = replace(schedule, lr_factor=demonstration_lr_factor)
 
     def loss_fn(self) -> ActorLoss:
         """The actor loss of this run and step."""
@@ -63,7 +65,8 @@ class ActorUpdater:
     async def __call__(
         self, exp: Experience, step: int, timings: dict[str, float], demonstration: bool = False
     ) -> dict[str, float]:
-        """Update the actor on `exp` (`demonstration`: with `demonstration_loss`); returns the actor metrics."""
+        """Update the actor on `exp` (`demonstration`: with `demonstration_loss`, at the demonstration learning
+        rate); returns the actor metrics."""
         loss_fn = self.demonstration_loss() if demonstration else self.loss_fn()
         s = exp.samples
         fields = {
@@ -84,7 +87,7 @@ class ActorUpdater:
             loss_fn,
             fields,
             self.layout,
-            self.schedule,
+            self.demonstration_schedule if demonstration else self.schedule,
             step,
             agg_mode=loss_fn.agg_mode,
             prefix="actor",

@@ -60,14 +60,16 @@ class UpdateSchedule:
     lr_scheduler_type: str  # the role's learning-rate decay over the run: constant, linear or cosine
     min_lr_ratio: float  # the role's final learning rate as a fraction of the initial one
     max_consecutive_nonfinite_steps: int = 5  # skipped non-finite steps in a row before the run stops
+    lr_factor: float = 1.0  # multiplies the role's learning rate (a demonstration step's rate over the RL one)
 
     def generator(self, step: int) -> torch.Generator:
         """The generator of step `step`'s mini-batch order."""
         return torch.Generator().manual_seed(self.seed * self.salt + step)
 
     def lr_scale(self, step: int) -> float:
-        """The learning-rate factor of step `step`."""
-        return lr_decay_factor(self.lr_scheduler_type, step / max(self.max_steps, 1), self.min_lr_ratio)
+        """The learning-rate factor of step `step`: `lr_factor` times the decay."""
+        decay = lr_decay_factor(self.lr_scheduler_type, step / max(self.max_steps, 1), self.min_lr_ratio)
+        return self.lr_factor * decay
 
 
 def merge_metrics(collected: Sequence[dict[str, float]], prefix: str) -> dict[str, float]:

@@ -164,8 +164,11 @@ def run_train_step(
 
     Returns (metrics, applied): the micro-batches' weighted metric means over all ranks, plus grad_norm, lr,
     the non-finite counters and the backend's extras; and whether the weights changed."""
-    if not 0.0 <= lr_scale <= 1.0:
-        raise StrategyError(f"Expected lr_scale in [0, 1], got {lr_scale}; it scales the scheduled lr.")
+    if not (math.isfinite(lr_scale) and lr_scale >= 0.0):
+        raise StrategyError(
+            f"Expected a finite lr_scale >= 0, got {lr_scale}; it multiplies the scheduled lr (a decay factor,"
+            " or a phase's rate over the configured one)."
+        )
     count = len(micro_batches)
     if backend.lockstep:
         data_parallel.check_same(count, "number of micro-batches")
