@@ -60,9 +60,8 @@ class UpdateSchedule:
     lr_scheduler_type: str  # the role's learning-rate decay over the run: constant, linear or cosine
     min_lr_ratio: float  # the role's final learning rate as a fraction of the initial one
     max_consecutive_nonfinite_steps: int = 5  # skipped non-finite steps in a row before the run stops
-    lr_factor: float = (
-        1.0  # multiplies the role's learning rate (a demonstration step's rate over the RL one)
-    )
+    # multiplies the role's learning rate: a demonstration step's rate over the RL one
+    lr_factor: float = 1.0
 
     def generator(self, step: int) -> torch.Generator:
         """The generator of step `step`'s mini-batch order."""

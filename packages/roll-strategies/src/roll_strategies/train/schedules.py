@@ -61,7 +61,8 @@ def adamw_with_warmup(
 
 
 def apply_lr_scale(optimizer: torch.optim.Optimizer, lr_scale: float) -> float:
-    """Multiply this optimiser step's lr by the run's decay factor; returns the lr the step uses.
+    """Multiply this optimiser step's lr by `lr_scale` (the run's decay factor, times a phase's rate over the
+    configured one); returns the lr the step uses.
 
     The warm-up scheduler's next `step()` sets lr from its base again, so the scale lasts one step.
     """
