@@ -61,9 +61,12 @@ def test_the_dry_run_needs_no_ray_vllm_or_deepspeed(tmp_path):
     }
     shared = report["share_prefix"]  # float32: the prefix tree's log-probs are the dense ones
     assert shared["dense_seconds"] > 0 and shared["max_abs_log_prob_diff"] < 1e-4
+    assert [(g["rows"], g["prompt_tokens"]) for g in shared["sweep"]] == [(6, 40)]
+    assert all(g["dense_seconds"] > 0 and g["shared_seconds"] > 0 for g in shared["sweep"])
     assert report["train"]["tokens_per_second"] > 0 and report["infer"]["tokens_per_second"] > 0
     assert report["weight_sync"]["transport"] == "cpu" and report["weight_sync"]["seconds"] > 0
     assert report["offload"]["bytes_moved"] > 0 and report["offload"]["gpu_freed_bytes"] == 0
+    assert report["offload"]["repeat_offload_seconds"] > 0 and report["offload"]["repeat_reload_seconds"] > 0
     run = report["roll_train"]
     assert run["steps"] == 2 and [s["step"] for s in run["per_step"]] == [1, 2]
     assert run["per_step"][-1]["weight_sync/version"] == 2

@@ -50,10 +50,19 @@ class Sizes:
     """Tokens generated per prompt (a random model rarely samples its stop token)."""
     repeats: int
     """Timed repetitions of each measurement, after one untimed warm-up."""
+    groups: tuple[tuple[int, int, int], ...] = ()
+    """More group shapes the share_prefix sweep times, each (rows, prompt tokens, response tokens)."""
 
 
-GPU_SIZES = Sizes(rows=8, train_tokens=512, prompt_tokens=128, new_tokens=128, repeats=3)
-DRY_SIZES = Sizes(rows=4, train_tokens=32, prompt_tokens=16, new_tokens=8, repeats=1)
+GPU_SIZES = Sizes(
+    rows=8,
+    train_tokens=512,
+    prompt_tokens=128,
+    new_tokens=128,
+    repeats=3,
+    groups=((16, 384, 128), (16, 1536, 128), (8, 3968, 128), (64, 384, 128)),
+)
+DRY_SIZES = Sizes(rows=4, train_tokens=32, prompt_tokens=16, new_tokens=8, repeats=1, groups=((6, 40, 8),))
 
 ROLL_TRAIN = [
     "cluster.backend=local",
@@ -156,8 +165,9 @@ def measure_strategies(folder: Path, device_name: str, dtype: str, sizes: Sizes)
         )
     sync["bytes"] = train.exporter.plan(0, dtype=dtype, bucket_bytes=1 << 30).total_bytes
     _sync(device)
-    offload = train.offload()
-    reload = train.reload()
+    offload, reload = train.offload(), train.reload()
+    # the second round shows what a run pays each step after the first (pinned host blocks come from torch's cache)
+    repeat_offload, repeat_reload = train.offload(), train.reload()
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
     result = {
         "train": {
@@ -180,6 +190,8 @@ def measure_strategies(folder: Path, device_name: str, dtype: str, sizes: Sizes)
             "bytes_moved": offload.bytes_moved,
             "gpu_freed_bytes": offload.gpu_freed_bytes,
             "gpu_reloaded_bytes": -reload.gpu_freed_bytes,
+            "repeat_offload_seconds": repeat_offload.seconds,
+            "repeat_reload_seconds": repeat_reload.seconds,
         },
         "peak_gpu_bytes": peak,
     }
@@ -191,10 +203,39 @@ def _response_nll(log_probs: Any, entropy: Any, mb: Any) -> tuple[Any, dict[str,
     return -(log_probs * mask).sum() / mask.sum(), {}
 
 
+def _group_batch(rows: int, prompt_len: int, response_len: int, vocab: int, seed: int) -> dict[str, Any]:
+    """One GRPO-like group: `rows` samples of one `prompt_len`-token prompt, each with its own response."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(8, vocab, (1, prompt_len), generator=gen).expand(rows, -1)
+    responses = torch.randint(8, vocab, (rows, response_len), generator=gen)
+    ids = torch.cat([prompt, responses], dim=1)
+    response_mask = torch.zeros_like(ids)
+    response_mask[:, prompt_len:] = 1
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response_mask}
+
+
+def _dense_and_shared_seconds(
+    train: Any, device: Any, base: dict[str, Any], repeats: int
+) -> dict[str, float]:
+    """Seconds per train step of `base` dense and as a prefix tree, and their ratio."""
+    from roll_strategies.compute.forward import SHARE_PREFIX_KEY
+
+    result = {}
+    for name, share in (("dense_seconds", False), ("shared_seconds", True)):
+        mb = {**base, SHARE_PREFIX_KEY: share}
+        result[name] = _timed(
+            device, repeats, lambda mb=mb: train.train_step([mb], _response_nll, with_entropy=False)
+        )
+    return {**result, "speedup": result["dense_seconds"] / result["shared_seconds"]}
+
+
 def measure_share_prefix(folder: Path, device_name: str, dtype: str, sizes: Sizes) -> dict[str, Any]:
     """One group (`sizes.rows` samples sharing a prompt of `train_tokens - new_tokens` tokens, each with its
     own `new_tokens`-token response) trained dense and as a prefix tree: seconds per train step of each, and the
-    largest log-prob difference between the two forwards on the same weights (bf16 rounding on a GPU)."""
+    largest log-prob difference between the two forwards on the same weights (bf16 rounding on a GPU); then the
+    same step times for each shape of `sizes.groups` (`sweep`)."""
     import torch
     from roll_strategies import HFTrainStrategy
     from roll_strategies.compute.forward import SHARE_PREFIX_KEY, micro_batch_outputs
@@ -202,25 +243,14 @@ def measure_share_prefix(folder: Path, device_name: str, dtype: str, sizes: Size
     device = torch.device(device_name)
     train = HFTrainStrategy(folder, device=device_name, dtype=dtype, share_prefix=True)
     vocab = min(int(train.model.config.vocab_size), 4000)
-    gen = torch.Generator().manual_seed(1)
     prompt_len = sizes.train_tokens - sizes.new_tokens
-    prompt = torch.randint(8, vocab, (1, prompt_len), generator=gen).expand(sizes.rows, -1)
-    responses = torch.randint(8, vocab, (sizes.rows, sizes.new_tokens), generator=gen)
-    ids = torch.cat([prompt, responses], dim=1)
-    response_mask = torch.zeros_like(ids)
-    response_mask[:, prompt_len:] = 1
-    base = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response_mask}
+    base = _group_batch(sizes.rows, prompt_len, sizes.new_tokens, vocab, seed=1)
     result: dict[str, Any] = {
         "rows": sizes.rows,
         "prompt_tokens": prompt_len,
         "response_tokens": sizes.new_tokens,
+        **_dense_and_shared_seconds(train, device, base, sizes.repeats),
     }
-    for name, share in (("dense_seconds", False), ("shared_seconds", True)):
-        mb = {**base, SHARE_PREFIX_KEY: share}
-        result[name] = _timed(
-            device, sizes.repeats, lambda mb=mb: train.train_step([mb], _response_nll, with_entropy=False)
-        )
-    result["speedup"] = result["dense_seconds"] / result["shared_seconds"]
     on_device = {k: v.to(device) for k, v in base.items()}
     with torch.no_grad():
         dense, shared = (
@@ -229,6 +259,12 @@ def measure_share_prefix(folder: Path, device_name: str, dtype: str, sizes: Size
         )
     result["max_abs_log_prob_diff"] = float((dense.log_probs - shared.log_probs).abs().max())
     result["mean_abs_log_prob"] = float(dense.log_probs[on_device["response_mask"].bool()].abs().mean())
+    del dense, shared, on_device
+    result["sweep"] = []
+    for rows, prompt_tokens, response_tokens in sizes.groups:
+        group = _group_batch(rows, prompt_tokens, response_tokens, vocab, seed=2)
+        shape = {"rows": rows, "prompt_tokens": prompt_tokens, "response_tokens": response_tokens}
+        result["sweep"].append({**shape, **_dense_and_shared_seconds(train, device, group, sizes.repeats)})
     return {"share_prefix": result}
 
 

@@ -24,3 +24,17 @@ done
 python3 -m pip wheel --quiet --no-deps --wheel-dir "$out" antlr4-python3-runtime==4.9.3
 ls -1 "$out"
 du -sh "$out"
+
+# DeepSpeed (the gpu-marked ZeRO tests only, never the device check): PyPI has it as an sdist whose build imports
+# torch, so its installed pure-Python package is copied from this workspace's venv (uv sync --extra deepspeed),
+# with hjson, into .cache/device_ds (9 MiB), which the pytest command of docs/device_check.md puts on PYTHONPATH.
+site="$(uv run --no-sync python -c 'import deepspeed, os; print(os.path.dirname(os.path.dirname(deepspeed.__file__)))' 2>/dev/null | tail -n 1 || true)"
+if [ -n "$site" ]; then
+    ds=.cache/device_ds
+    rm -rf "$ds" && mkdir -p "$ds"
+    cp -r "$site"/deepspeed "$site"/deepspeed-*.dist-info "$site"/hjson "$site"/hjson-*.dist-info "$ds"/
+    find "$ds" -name __pycache__ -prune -exec rm -rf {} +
+    du -sh "$ds"
+else
+    echo "no deepspeed in the venv: the DeepSpeed gpu tests will skip (uv sync --all-packages --extra deepspeed)"
+fi
