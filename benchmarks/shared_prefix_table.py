@@ -17,6 +17,8 @@ Cases:
     uv run python tools/convert_gguf.py --fetch-smollm2        # once, for the SmolLM2 cases
     uv run python benchmarks/shared_prefix_table.py            # all cases (about 20 min on 2 cores)
     uv run python benchmarks/shared_prefix_table.py --cases default --steps 12
+    uv run python benchmarks/shared_prefix_table.py --cases four_choice \
+        --set actor_train.training_args.per_device_train_batch_size=8   # the recipe at another micro-batch
 """
 
 from __future__ import annotations
@@ -105,13 +107,14 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def run_case(case: Case, share: bool, steps: int) -> Result:
+def run_case(case: Case, share: bool, steps: int, extra: list[str]) -> Result:
     from roll_pipeline import AgenticPipeline
     from roll_pipeline.preflight import compose
 
     with tempfile.TemporaryDirectory() as out:
         overrides = [
             *case.overrides,
+            *extra,
             *NO_EVAL,
             f"max_steps={steps}",
             f"share_prefix={str(share).lower()}",
@@ -136,11 +139,12 @@ def run_case(case: Case, share: bool, steps: int) -> Result:
     return result
 
 
-def _in_child(name: str, share: bool, steps: int | None) -> Result:
+def _in_child(name: str, share: bool, steps: int | None, extra: list[str]) -> Result:
     """One run in a process of its own: its peak RSS is its own and nothing carries over between runs."""
     command = [sys.executable, __file__, "--one", f"{name}:{str(share).lower()}"]
     if steps:
         command += ["--steps", str(steps)]
+    command += [f"--set={override}" for override in extra]
     done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
     return Result(**json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -162,12 +166,19 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default: the case's)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every run (repeatable), e.g. a case's micro-batch size",
+    )
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # CASE:true|false, in a child process
     args = parser.parse_args()
     if args.one:
         name, share = args.one.split(":")
         case = CASES[name]
-        print(json.dumps(run_case(case, share == "true", args.steps or case.steps).__dict__))
+        print(json.dumps(run_case(case, share == "true", args.steps or case.steps, args.set).__dict__))
         return
     fp32, bf16 = matmul_rate(torch.float32), matmul_rate(torch.bfloat16)
     print(
@@ -178,7 +189,7 @@ def main() -> None:
     for name in args.cases:
         case = CASES[name]
         for share in (False, True):
-            results.append(_in_child(name, share, args.steps))
+            results.append(_in_child(name, share, args.steps, args.set))
             print(json.dumps(results[-1].__dict__), flush=True)
     print(
         "| case | share_prefix | step (s) | rollout | reference | recompute | update | train tokens/s (all) |"

@@ -160,6 +160,38 @@ def test_the_loss_weights_stay_exact_whatever_the_cuts(mode, agg, ranks):
     assert stats.real_tokens == int(fields["attention_mask"].sum())
 
 
+def test_groups_that_start_alike_share_micro_batches_and_their_prompt_is_computed_once():
+    """Four groups of 2 rows, two prompts each drawn twice (as four_choice draws a colour twice), shuffled so
+    that no two groups of one prompt are neighbours: micro-batches of 4 rows pair the groups of one prompt, so
+    the forwards compute each prompt once per micro-batch; the loss is the whole mini-batch's either way."""
+    prompts = [[7, 8, 9, 10, 11, 12], [7, 8, 30, 31, 32, 33]]  # one system start, then apart
+    ids = torch.zeros(8, 10, dtype=torch.long)
+    mask = torch.zeros(8, 10, dtype=torch.long)
+    resp = torch.zeros(8, 10, dtype=torch.bool)
+    groups = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    for r in range(8):
+        prompt = prompts[int(groups[r]) % 2]  # groups 0 and 2 on one prompt, 1 and 3 on the other
+        ids[r, :6], ids[r, 6:9] = torch.tensor(prompt), torch.tensor([40 + r, 50 + r, 60 + r])
+        mask[r, :9], resp[r, 6:9] = 1, True
+    fields = {"input_ids": ids, "attention_mask": mask, "response_mask": resp}
+    order = torch.arange(8)
+    (plan,), stats = build_micro_batches(fields, order, layout("fixed", rows=4), "token-mean", 1, groups)
+    assert [sorted(set(groups[mb_rows(fields, mb)].tolist())) for mb in plan] == [[0, 2], [1, 3]]
+    # per micro-batch: its prompt once (6) and 4 x 3 response tokens; the rows in order: 2 x (12 + 12)
+    assert stats.distinct_tokens == 2 * (6 + 12)
+    _, dense_stats = build_micro_batches(
+        fields, order, layout("fixed", rows=4, share=False), "token-mean", 1, groups
+    )
+    assert dense_stats.distinct_tokens == 8 * 9
+
+
+def mb_rows(fields: dict[str, torch.Tensor], mb: dict[str, torch.Tensor]) -> list[int]:
+    """The rows of `fields` a micro-batch holds (each row's ids are unique here; the micro-batch is trimmed)."""
+    width = mb["input_ids"].shape[1]
+    ids = fields["input_ids"][:, :width]
+    return [next(r for r in range(len(ids)) if torch.equal(ids[r], row)) for row in mb["input_ids"]]
+
+
 def test_rows_carry_their_trajectorys_group():
     def traj(env: int, group: int, turns: int) -> Trajectory:
         t = Trajectory(env_id=env, group_id=group, episode_id=env, tag="T", seed=group)

@@ -101,7 +101,8 @@ def test_bf16_step_is_adamw_on_float32_masters_fed_the_upcast_gradients(tiny_mod
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
     params = list(model.parameters())
     masters = [p.detach().float() for p in params]
-    optimizer = torch.optim.AdamW(masters, lr=1e-3, weight_decay=0.0)
+    # the kernel adamw_with_warmup picks (test_schedules checks it against the per-tensor loop): bit-equal weights
+    optimizer = torch.optim.AdamW(masters, lr=1e-3, weight_decay=0.0, fused=True)
     mbs = [_batch(0, rows=4), _batch(1, rows=4)]
     for _ in range(3):
         for mb in mbs:

@@ -66,3 +66,39 @@ def test_adamw_with_warmup_and_lr_scale_on_a_bare_parameter():
     # warm-up 1/2 then 2/2 of 2e-3, each times its own step's scale only
     assert lrs == pytest.approx([1e-3, 1e-3, 1e-3])
     assert optimizer.param_groups[0]["betas"] == (0.9, 0.98)
+
+
+def test_adamw_on_cpu_runs_fused_and_steps_as_the_per_tensor_loop():
+    """The fused kernel `adamw_with_warmup` picks on the CPU makes torch's per-tensor AdamW's update (an
+    independent implementation) to float rounding, warm-up and weight decay included."""
+    import torch
+    from roll_strategies.train.schedules import adamw_with_warmup
+
+    settings = OptimizerSettings(learning_rate=3e-3, weight_decay=0.1, warmup_steps=2)
+    gen = torch.Generator().manual_seed(0)
+    start = [torch.randn(shape, generator=gen) for shape in ((7, 5), (5,), (3, 2, 4))]
+    fused = [torch.nn.Parameter(w.clone()) for w in start]
+    loop = [torch.nn.Parameter(w.clone()) for w in start]
+    optimizer, schedule = adamw_with_warmup(fused, settings)
+    reference = torch.optim.AdamW(loop, lr=3e-3, weight_decay=0.1, foreach=False)
+    assert optimizer.defaults["fused"] is True
+    for step in range(4):
+        grads = [torch.randn(w.shape, generator=gen) for w in start]
+        for p, q, g in zip(fused, loop, grads, strict=True):
+            p.grad, q.grad = g.clone(), g.clone()
+        for group in reference.param_groups:
+            group["lr"] = 3e-3 * min(1.0, (step + 1) / 2)
+        optimizer.step()
+        schedule.step()
+        reference.step()
+    for p, q, w in zip(fused, loop, start, strict=True):
+        assert not torch.equal(p.detach(), w)  # the weights moved
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=1e-6)
+
+
+def test_adamw_falls_back_to_torch_default_off_cpu_and_cuda():
+    import torch
+    from roll_strategies.train.schedules import adamw_with_warmup
+
+    optimizer, _ = adamw_with_warmup([torch.nn.Parameter(torch.ones(2, device="meta"))], OptimizerSettings())
+    assert not optimizer.defaults["fused"]

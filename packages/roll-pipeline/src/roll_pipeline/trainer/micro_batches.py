@@ -23,7 +23,8 @@ share once) the cuts keep each group's rows (`groups`: one id per row; a group's
 together: mini-batches shuffle whole groups (`group_mini_batches`), the ranks are balanced with groups as units
 (a group larger than a rank's share of rows is cut into consecutive pieces), and each rank fills its micro-batches
 group by group under the same budget, a group that does not fit in the room left opening the next micro-batch
-and one larger than a micro-batch filling consecutive ones. The weights are the same shares as above, so the
+and one larger than a micro-batch filling consecutive ones. Within a mini-batch the groups are first sorted by
+their tokens (`prefix_order`), so groups that start alike share micro-batches and their common start. The weights are the same shares as above, so the
 gradient is the same whatever the cuts. Without it (or without `groups`) the cuts are the ones above.
 """
 
@@ -49,6 +50,7 @@ __all__ = [
     "group_mini_batches",
     "mini_batches",
     "plan_micro_batches",
+    "prefix_order",
 ]
 
 BatchingMode = Literal["fixed", "dynamic", "packed"]
@@ -318,6 +320,19 @@ def _distinct_tokens(fields: dict[str, torch.Tensor], rows: torch.Tensor, layout
     return int(build_prefix_tree([ids[r][real[r]].tolist() for r in range(len(rows))]).tokens.numel())
 
 
+def prefix_order(fields: dict[str, torch.Tensor], rows: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """`rows` (one mini-batch) with whole groups sorted by their first row's real tokens, each group's rows in
+    their order: groups that start alike (one prompt drawn twice, one system turn) sit side by side, so a
+    micro-batch of several groups computes what they share once. The mini-batch holds the same rows, so its
+    gradient is the same."""
+    ids, real = fields["input_ids"][rows], fields["attention_mask"][rows].bool()
+    units: dict[int, list[int]] = {}
+    for k, g in enumerate(groups[rows].tolist()):
+        units.setdefault(g, []).append(k)
+    order = sorted(units.values(), key=lambda unit: ids[unit[0]][real[unit[0]]].tolist())
+    return rows[[k for unit in order for k in unit]]
+
+
 def build_micro_batches(
     fields: dict[str, torch.Tensor],
     rows: torch.Tensor,
@@ -334,6 +349,8 @@ def build_micro_batches(
     Every rank gets as many micro-batches: a rank short of them (fewer rows than the others can split into)
     runs copies of the mini-batch's first row with `loss_scale` 0, which add nothing to the gradient or the
     metrics."""
+    if layout.share_prefix and groups is not None:
+        rows = prefix_order(fields, rows, groups)
     lengths = fields["attention_mask"][rows].sum(dim=1).tolist()
     plans = plan_micro_batches(lengths, layout, ranks, None if groups is None else groups[rows].tolist())
     capacity = pack_capacity(lengths, layout)

@@ -19,6 +19,8 @@ from roll_strategies.train.optimizer import OptimizerSettings
 __all__ = ["LrDecay", "adamw_with_warmup", "apply_lr_scale", "lr_decay_factor", "warmup_factor"]
 
 LrDecay = Literal["constant", "linear", "cosine"]
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")
+"""Device types whose parameters AdamW steps with torch's fused kernel (`adamw_with_warmup`)."""
 
 
 def lr_decay_factor(kind: LrDecay, progress: float, min_ratio: float = 0.0) -> float:
@@ -46,13 +48,22 @@ def adamw_with_warmup(
     parameters: Iterable[torch.nn.Parameter], settings: OptimizerSettings
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
     """The optimiser every training strategy uses: AdamW and a LambdaLR of `warmup_factor`, from `settings`
-    (its `max_grad_norm` is the caller's: clipping happens outside the optimiser)."""
+    (its `max_grad_norm` is the caller's: clipping happens outside the optimiser).
+
+    AdamW runs torch's fused kernel where every parameter is a floating tensor on the CPU or CUDA: one pass
+    over each tensor instead of about ten (SmolLM2's 134.5M float32 masters on one CPU thread: 0.08 s a step
+    against 0.51 s, benchmarks/adamw_step.py), the same update up to float rounding."""
+    parameters = list(parameters)
+    fused = bool(parameters) and all(
+        p.device.type in FUSED_ADAMW_DEVICES and p.is_floating_point() for p in parameters
+    )
     optimizer = torch.optim.AdamW(
         parameters,
         lr=settings.learning_rate,
         weight_decay=settings.weight_decay,
         betas=tuple(settings.betas),
         eps=settings.eps,
+        fused=fused or None,
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, functools.partial(warmup_factor, warmup_steps=settings.warmup_steps)
