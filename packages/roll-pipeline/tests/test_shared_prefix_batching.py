@@ -185,6 +185,32 @@ def test_groups_that_start_alike_share_micro_batches_and_their_prompt_is_compute
     assert dense_stats.distinct_tokens == 8 * 9
 
 
+def test_an_episodes_turns_with_one_history_share_a_micro_batch():
+    """One group of step-wise rows, two episodes of 3 turns listed episode by episode: turns 1 of both show one
+    board (one prompt), turns 2 and 3 differ. Sorted, the two turn-1 rows share a micro-batch of 2, so its tree
+    computes their prompt once; in the listed order each micro-batch's rows part after the instruction."""
+    instruction = [5, 6, 7, 8]
+    turns = [[20, 21], [30, 31, 32], [40, 41, 42, 43], [20, 21], [50, 51, 52], [60, 61, 62, 63]]
+    ids = torch.zeros(6, 12, dtype=torch.long)
+    mask = torch.zeros(6, 12, dtype=torch.long)
+    resp = torch.zeros(6, 12, dtype=torch.bool)
+    for r, turn in enumerate(turns):
+        row = [*instruction, *turn, 90 + r]  # the prompt, then a one-token answer of its own
+        ids[r, : len(row)], mask[r, : len(row)], resp[r, len(row) - 1] = torch.tensor(row), 1, True
+    fields = {"input_ids": ids, "attention_mask": mask, "response_mask": resp}
+    groups = torch.zeros(6, dtype=torch.long)
+    (plan,), stats = build_micro_batches(
+        fields, torch.arange(6), layout("fixed", rows=2), "token-mean", 1, groups
+    )
+    assert sorted(mb_rows(fields, plan[0])) == [0, 3]  # both turn-1 rows
+    # sorted: [0, 3] 4 + 2 + 2 answers = 8, [1, 2] 4 + 3 + 4 + 2 = 13, [4, 5] 4 + 3 + 4 + 2 = 13
+    assert stats.distinct_tokens == 8 + 13 + 13
+    unsorted = sum(  # the listed order, pairs (0, 1), (2, 3), (4, 5): each pair shares only the instruction
+        len(instruction) + sum(len(turns[r]) + 1 for r in pair) for pair in ((0, 1), (2, 3), (4, 5))
+    )
+    assert stats.distinct_tokens < unsorted == 36
+
+
 def mb_rows(fields: dict[str, torch.Tensor], mb: dict[str, torch.Tensor]) -> list[int]:
     """The rows of `fields` a micro-batch holds (each row's ids are unique here; the micro-batch is trimmed)."""
     width = mb["input_ids"].shape[1]

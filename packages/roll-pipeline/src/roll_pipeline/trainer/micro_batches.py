@@ -24,7 +24,8 @@ together: mini-batches shuffle whole groups (`group_mini_batches`), the ranks ar
 (a group larger than a rank's share of rows is cut into consecutive pieces), and each rank fills its micro-batches
 group by group under the same budget, a group that does not fit in the room left opening the next micro-batch
 and one larger than a micro-batch filling consecutive ones. Within a mini-batch the groups are first sorted by
-their tokens (`prefix_order`), so groups that start alike share micro-batches and their common start. The weights are the same shares as above, so the
+their tokens, and each group's rows too (`prefix_order`), so rows that start alike share micro-batches and
+their common start. The weights are the same shares as above, so the
 gradient is the same whatever the cuts. Without it (or without `groups`) the cuts are the ones above.
 """
 
@@ -321,15 +322,18 @@ def _distinct_tokens(fields: dict[str, torch.Tensor], rows: torch.Tensor, layout
 
 
 def prefix_order(fields: dict[str, torch.Tensor], rows: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-    """`rows` (one mini-batch) with whole groups sorted by their first row's real tokens, each group's rows in
-    their order: groups that start alike (one prompt drawn twice, one system turn) sit side by side, so a
-    micro-batch of several groups computes what they share once. The mini-batch holds the same rows, so its
-    gradient is the same."""
+    """`rows` (one mini-batch) with each group's rows sorted by their real tokens, and the groups sorted by their
+    first row: rows that start alike sit side by side, within a group (an episode's turns, the samples of one
+    prompt) and across groups (one prompt drawn twice, one system turn), so a micro-batch computes what its rows
+    share once. The mini-batch holds the same rows, so its gradient is the same."""
     ids, real = fields["input_ids"][rows], fields["attention_mask"][rows].bool()
+    tokens = [ids[k][real[k]].tolist() for k in range(len(rows))]
     units: dict[int, list[int]] = {}
     for k, g in enumerate(groups[rows].tolist()):
         units.setdefault(g, []).append(k)
-    order = sorted(units.values(), key=lambda unit: ids[unit[0]][real[unit[0]]].tolist())
+    order = sorted(
+        (sorted(unit, key=tokens.__getitem__) for unit in units.values()), key=lambda u: tokens[u[0]]
+    )
     return rows[[k for unit in order for k in unit]]
 
 
