@@ -20,7 +20,9 @@ def test_confident_tokens_leave_the_policy_gradient_term():
     mb = _batch()
     log_probs = mb["old_log_probs"].clone()  # ratio 1: each token's PPO loss is -advantage
     loss, metrics = ActorLoss(skip_confident_tokens=0.99)(log_probs, None, mb)
-    assert float(loss) == pytest.approx(2.0)  # only row 0's decision token (-(-2)); row 1 has none
+    # only row 0's decision token (-(-2)); row 1 has none and counts 0 in the mean over the micro-batch's 2 rows
+    # with a response (the units loss_scale shares out, so the cuts into micro-batches change nothing)
+    assert float(loss) == pytest.approx(2.0 / 2)
     assert metrics["actor/pg_token_frac"] == pytest.approx(1 / 5)
     everything, metrics = ActorLoss()(log_probs, None, mb)
     # seq-mean-token-mean over every response token: rows (-(5 - 2 + 7) / 3, -(3 + 3) / 2)
@@ -33,7 +35,7 @@ def test_the_threshold_is_a_probability():
     loss, metrics = ActorLoss(skip_confident_tokens=0.996)(mb["old_log_probs"].clone(), None, mb)
     # p=0.995 is now below the threshold and trains; 0.999 still does not
     assert metrics["actor/pg_token_frac"] == pytest.approx(2 / 5)
-    assert float(loss) == pytest.approx(-(-2.0 + 7.0) / 2)
+    assert float(loss) == pytest.approx(-(-2.0 + 7.0) / 2 / 2)  # row 1 counts 0 over the 2 rows
     assert math.log(0.996) > float(mb["old_log_probs"][0, 3])
 
 
@@ -78,7 +80,7 @@ def test_by_reference_the_reference_models_confidence_picks_the_tokens():
         log_probs, None, mb
     )
     assert metrics["actor/pg_token_frac"] == pytest.approx(2 / 5)  # row 0's decision and last tag
-    assert float(by_reference) == pytest.approx(-(-2.0 + 7.0) / 2)
+    assert float(by_reference) == pytest.approx(-(-2.0 + 7.0) / 2 / 2)
     with pytest.raises(ValueError, match="ref_log_probs"):
         ActorLoss(skip_confident_tokens=0.99, skip_confident_by="reference")(log_probs, None, _batch())
 
@@ -93,4 +95,4 @@ def test_entropy_scope_decision_averages_the_bonus_over_the_decision_tokens_only
         log_probs, entropy, mb
     )
     assert decision["actor/entropy"] == pytest.approx(1.2)  # row 0's one decision token; row 1 has none
-    assert float(loss) == pytest.approx(2.0 - 0.5 * 1.2)
+    assert float(loss) == pytest.approx((2.0 - 0.5 * 1.2) / 2)  # both terms over the 2 rows with a response

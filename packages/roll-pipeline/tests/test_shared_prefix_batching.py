@@ -143,18 +143,33 @@ def rows(n_groups: int = 4, per_group: int = 3, width: int = 40, seed: int = 2) 
 
 
 @pytest.mark.parametrize("ranks", [1, 3])
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 @pytest.mark.parametrize("mode", ["fixed", "dynamic", "packed"])
-def test_the_loss_weights_stay_exact_whatever_the_cuts(mode, agg, ranks):
-    cfg = tiny_config(loss_agg_mode=agg, skip_confident_tokens=None, sequence_length=64)
+@pytest.mark.parametrize("skip", [None, 0.6])
+def test_the_loss_weights_stay_exact_whatever_the_cuts(mode, agg, ranks, skip):
+    """With `skip` the policy-gradient and the decision-scoped entropy terms cover some tokens only (whole rows
+    drop out where the sampler was sure of every token): the micro-batches' weighted losses still add up to the
+    whole mini-batch's."""
+    cfg = tiny_config(
+        loss_agg_mode=agg,
+        skip_confident_tokens=skip,
+        entropy_loss_coef=0.1,
+        entropy_scope="decision" if skip is not None else "response",
+        sequence_length=64,
+    )
     loss_fn = actor_loss(cfg, 0.0)
     fields = rows()
+    fields["entropy"] = torch.rand(fields["new"].shape, generator=torch.Generator().manual_seed(3))
+    if skip is not None:  # two rows the sampler was sure of throughout: they drop out of the decision tokens
+        fields["old_log_probs"][[1, 7]] = -0.01 * fields["response_mask"][[1, 7]]
+        confident = (fields["old_log_probs"] >= torch.log(torch.tensor(skip))) | ~fields["response_mask"]
+        assert confident.all(dim=1).sum() == 2 and not bool(confident.all())
     groups = torch.arange(12) // 3
-    whole, _ = loss_fn(fields["new"], None, fields)
+    whole, _ = loss_fn(fields["new"], fields["entropy"], fields)
     idx = torch.randperm(12, generator=torch.Generator().manual_seed(0))
     per_rank, stats = build_micro_batches(fields, idx, layout(mode, rows=2), agg, ranks, groups)
     mbs = [mb for rank in per_rank for mb in rank]
-    total = sum(float(mb["loss_scale"]) * float(loss_fn(mb["new"], None, mb)[0]) for mb in mbs)
+    total = sum(float(mb["loss_scale"]) * float(loss_fn(mb["new"], mb["entropy"], mb)[0]) for mb in mbs)
     assert total == pytest.approx(float(whole), rel=1e-5)
     assert sum(float(mb["loss_scale"]) for mb in mbs) == pytest.approx(1.0)
     assert stats.real_tokens == int(fields["attention_mask"].sum())

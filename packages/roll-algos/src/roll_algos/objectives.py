@@ -58,6 +58,15 @@ def _valid_rows(mask: torch.Tensor) -> int:
     return int(mask.any(dim=-1).sum())
 
 
+def _coverage(term_mask: torch.Tensor, mask: torch.Tensor, agg_mode: str) -> float:
+    """The loss units of a term's tokens `term_mask` over the micro-batch's (`mask`, its response tokens): tokens
+    for token-mean, rows with a token otherwise. A term aggregated over `term_mask` times this is the term
+    aggregated over the micro-batch's own units, the units its `loss_scale` shares out."""
+    if agg_mode == "token-mean":
+        return float(term_mask.sum()) / max(float(mask.sum()), 1.0)
+    return _valid_rows(term_mask) / max(_valid_rows(mask), 1)
+
+
 @dataclass(frozen=True)
 class ActorLoss:
     """loss = pg_loss + kl_loss_coef * KL(pi || ref) - entropy_loss_coef * entropy.
@@ -79,7 +88,11 @@ class ActorLoss:
     shares. The KL and entropy terms still cover every response token. `skip_confident_by="reference"`
     compares the reference model's probability of the token (`ref_log_probs`) instead of the sampler's.
     `entropy_scope="decision"` aggregates the entropy bonus over those decision tokens only, so it keeps
-    the choices exploring without flattening the answer format.
+    the choices exploring without flattening the answer format. A term over fewer tokens than the response's
+    (the decision tokens) is divided by the micro-batch's loss units all the same (response tokens for
+    token-mean, rows with a response otherwise; `_coverage`), a skipped token or row counting 0: those are the
+    units `loss_scale` shares out, so the mini-batch's loss does not depend on how its rows were cut into
+    micro-batches.
     """
 
     clip_low: float = 0.2
@@ -138,9 +151,9 @@ class ActorLoss:
             rollout_log_probs=mb.get("rollout_log_probs") if self.tis_cap is not None else None,
         )
         pg = compute_policy_loss(self.policy_loss, inputs, self._loss_config(pg_mask))
-        loss = pg.loss
+        loss = pg.loss * _coverage(pg_mask, mask, self.agg_mode)
         metrics = {
-            "actor/pg_loss": float(pg.loss.detach()),
+            "actor/pg_loss": float(loss.detach()),
             "actor/pg_clipfrac": float(pg.clip_frac),
             "actor/approxkl": float(pg.approx_kl),
             "actor/ratio_mean": float(pg.ratio_mean),
@@ -156,8 +169,9 @@ class ActorLoss:
             loss = loss + self.kl_loss_coef * kl
             metrics["actor/kl_loss"] = float(kl.detach())
         if entropy is not None:
-            ent = self._aggregate(entropy, pg_mask if self.entropy_scope == "decision" else mask)
-            loss = loss - self.entropy_loss_coef * ent
+            scope = pg_mask if self.entropy_scope == "decision" else mask
+            ent = self._aggregate(entropy, scope)
+            loss = loss - self.entropy_loss_coef * ent * _coverage(scope, mask, self.agg_mode)
             metrics["actor/entropy"] = float(ent.detach())
         metrics["actor/loss"] = float(loss.detach())
         return loss, metrics
