@@ -52,7 +52,7 @@ def adamw_with_warmup(
 
     AdamW runs torch's fused kernel where every parameter is a floating tensor on the CPU or CUDA: one pass
     over each tensor instead of about ten (SmolLM2's 134.5M float32 masters on one CPU thread: 0.08 s a step
-    against 0.51 s, benchmarks/adamw_step.py), the same update up to float rounding."""
+    against 0.47 s, benchmarks/adamw_step.py), the same update up to float rounding."""
     parameters = list(parameters)
     fused = bool(parameters) and all(
         p.device.type in FUSED_ADAMW_DEVICES and p.is_floating_point() for p in parameters
