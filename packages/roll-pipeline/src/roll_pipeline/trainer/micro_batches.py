@@ -328,12 +328,8 @@ def prefix_order(fields: dict[str, torch.Tensor], rows: torch.Tensor, groups: to
     share once. The mini-batch holds the same rows, so its gradient is the same."""
     ids, real = fields["input_ids"][rows], fields["attention_mask"][rows].bool()
     tokens = [ids[k][real[k]].tolist() for k in range(len(rows))]
-    units: dict[int, list[int]] = {}
-    for k, g in enumerate(groups[rows].tolist()):
-        units.setdefault(g, []).append(k)
-    order = sorted(
-        (sorted(unit, key=tokens.__getitem__) for unit in units.values()), key=lambda u: tokens[u[0]]
-    )
+    units = _group_units(range(len(rows)), groups[rows].tolist())
+    order = sorted((sorted(unit, key=tokens.__getitem__) for unit in units), key=lambda u: tokens[u[0]])
     return rows[[k for unit in order for k in unit]]
 
 
