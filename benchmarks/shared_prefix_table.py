@@ -12,10 +12,13 @@ Cases:
 - `four_choice`: the SmolLM2-135M four_choice recipe (examples/smollm2-cpu-agentic/agent_four_choice.yaml);
 - `frozen_lake`: SmolLM2-135M on FrozenLake, 6 turns, 2 turns of history, step-wise samples, 2 groups of 8
   (examples/smollm2-cpu-agentic/agent_val_frozen_lake.yaml with those overrides);
+- `frozen_lake_history`: the same with the whole episode as history (`max_history_turns=null`): each turn's
+  prompt extends the last one, so its sample repeats the episode so far and its generation can reuse the last
+  turn's cache;
 - `default`: the default `roll train` (the tiny model, FrozenLake).
 
     uv run python tools/convert_gguf.py --fetch-smollm2        # once, for the SmolLM2 cases
-    uv run python benchmarks/shared_prefix_table.py            # all cases (about 20 min on 2 cores)
+    uv run python benchmarks/shared_prefix_table.py            # all cases (about 80 min on 2 cores)
     uv run python benchmarks/shared_prefix_table.py --cases default --steps 12
     uv run python benchmarks/shared_prefix_table.py --cases four_choice \
         --set actor_train.training_args.per_device_train_batch_size=8   # the recipe at another micro-batch
@@ -60,6 +63,19 @@ CASES = {
         (
             "custom_envs.FrozenLake.max_actions_per_traj=6",
             "custom_envs.FrozenLake.max_history_turns=2",
+            "sample_shape=step",
+            "train_env_manager.num_env_groups=2",
+            "train_env_manager.group_size=8",
+        ),
+        2,
+    ),
+    "frozen_lake_history": Case(
+        "frozen_lake_history",
+        "smollm2-cpu-agentic",
+        "agent_val_frozen_lake",
+        (
+            "custom_envs.FrozenLake.max_actions_per_traj=6",
+            "custom_envs.FrozenLake.max_history_turns=null",
             "sample_shape=step",
             "train_env_manager.num_env_groups=2",
             "train_env_manager.group_size=8",
@@ -149,7 +165,13 @@ def _in_child(name: str, share: bool, steps: int | None, extra: list[str]) -> Re
     return Result(**json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-PARAMETERS = {"four_choice": 134_515_008, "frozen_lake": 134_515_008, "default": 398_464}
+SMOLLM2 = 134_515_008
+PARAMETERS = {
+    "four_choice": SMOLLM2,
+    "frozen_lake": SMOLLM2,
+    "frozen_lake_history": SMOLLM2,
+    "default": 398_464,
+}
 
 
 def _flop_share(result: Result, fp32_gflops: float) -> float:

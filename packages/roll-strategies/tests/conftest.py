@@ -1,4 +1,5 @@
-"""Shared fixtures: one tiny model folder (random init) and one format-warmed folder per test session."""
+"""Shared fixtures: one tiny model folder (random init), one format-warmed folder and one random Llama-shaped
+folder per test session."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from roll_strategies import build_tiny_model
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 DIRECTIONS = ("Left", "Right", "Up", "Down")
 SYSTEM = "You are solving the FrozenLake puzzle. Answer with <answer>Direction</answer>."
@@ -46,6 +49,29 @@ def warm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         warmup_steps=80,
         warmup_batch_size=32,
     )
+
+
+@pytest.fixture(scope="session")
+def llama_model_dir(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random Llama-shaped model on the tiny model's tokenizer."""
+    out = tmp_path_factory.mktemp("llama") / "model"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = LlamaConfig(
+        vocab_size=8 * -(-len(tokenizer) // 8),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).float().save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
 
 
 @pytest.fixture(scope="session")

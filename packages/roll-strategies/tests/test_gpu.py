@@ -9,7 +9,13 @@ import textwrap
 
 import pytest
 import torch
-from roll_strategies import HFInferStrategy, HFTrainStrategy, OptimizerSettings, sync_weights
+from roll_strategies import (
+    GenerationParams,
+    HFInferStrategy,
+    HFTrainStrategy,
+    OptimizerSettings,
+    sync_weights,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -45,6 +51,27 @@ def test_hf_infer_sleep_frees_gpu_memory(tiny_model_dir):
     assert torch.cuda.memory_allocated() < held
     infer.wake_up()
     assert infer.compute_log_probs(_batch(2), 8).shape == (8, 16)
+
+
+def test_hf_infer_next_turns_on_cuda_sample_as_the_plain_path(tiny_model_dir):
+    """Kept turns on the GPU: three turns of 4 episodes, greedy, the plain path's tokens; sleep forgets them."""
+    params = GenerationParams(max_new_tokens=8, greedy=True)
+    plain = HFInferStrategy(tiny_model_dir, device="cuda")
+    shared = HFInferStrategy(tiny_model_dir, device="cuda", share_prefix=True)
+    prompts = [[2, *range(10, 30), 40 + episode] for episode in range(4)]
+    for turn in range(3):
+        expected, got = (
+            s.generate(prompts, params, [10 * turn + e for e in range(4)]) for s in (plain, shared)
+        )
+        for a, b in zip(expected, got, strict=True):
+            assert a.output_ids == b.output_ids
+            torch.testing.assert_close(
+                torch.tensor(b.log_probs), torch.tensor(a.log_probs), atol=1e-4, rtol=0
+            )
+        prompts = [p + o.output_ids + [50, 51, 52] for p, o in zip(prompts, expected, strict=True)]
+    assert len(shared.turns) == 4
+    shared.sleep()
+    assert len(shared.turns) == 0
 
 
 DEEPSPEED_ON_CUDA = textwrap.dedent(

@@ -7,40 +7,15 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from roll_strategies import GenerationOutput, GenerationParams, HFInferStrategy, StrategyError
-from roll_strategies.infer import hf_infer
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from roll_strategies.infer import hf_infer, prompt_cache
 
 SAMPLED = GenerationParams(max_new_tokens=16, temperature=1.0, top_p=0.9, top_k=20)
 GREEDY = GenerationParams(max_new_tokens=16, greedy=True)
-
-
-@pytest.fixture(scope="module")
-def llama_model_dir(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random Llama-shaped model on the tiny model's tokenizer."""
-    out = tmp_path_factory.mktemp("llama") / "model"
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    config = LlamaConfig(
-        vocab_size=8 * -(-len(tokenizer) // 8),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).float().save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module", params=["qwen2", "llama"])
@@ -135,7 +110,7 @@ def test_each_distinct_prompt_is_encoded_once(tiny_model_dir, toy):
     shared = HFInferStrategy(tiny_model_dir, seed=3, share_prefix=True)
     prompts = _grouped_prompts(shared.tokenizer, toy)
     width, common = max(len(p) for p in prompts), _shared_length(prompts)
-    assert common >= hf_infer.MIN_SHARED_TOKENS  # the chat template's system turn
+    assert common >= prompt_cache.MIN_SHARED_TOKENS  # the chat template's system turn
     # the common prefix in one row, the 2 distinct prompts' rests (all but the last column), then one token
     # per row and step
     assert _forward_shapes(shared, prompts) == [(1, common), (2, width - 1 - common), (8, 1), (8, 1), (8, 1)]
@@ -159,23 +134,26 @@ def test_distinct_prompts_share_their_common_prefix(pair, toy):
             plain.generate(prompts, params, list(range(5))), shared.generate(prompts, params, list(range(5)))
         )
     width, common = max(len(p) for p in prompts), _shared_length(prompts)
+    shared.turns.clear()  # else the calls above left these prompts' sequences to reuse
     assert _forward_shapes(shared, prompts)[:2] == [(1, common), (5, width - 1 - common)]
 
 
 def test_a_short_common_prefix_is_not_shared(tiny_model_dir):
     shared = HFInferStrategy(tiny_model_dir, seed=3, share_prefix=True)
     prompts = [[5, 6, 7, 8, 9, 10, 11, 20, 21], [5, 6, 7, 8, 9, 10, 11, 30]]  # 7 ids in common
-    assert hf_infer._common_prefix_length(prompts) == 0
+    assert prompt_cache.common_prefix_length(prompts) == 0
     assert _forward_shapes(shared, prompts)[0] == (2, 9)  # the plain prefill
-    assert hf_infer._common_prefix_length([[*range(5, 13), 1], [*range(5, 13), 2]]) == 8
-    assert hf_infer._common_prefix_length([[*range(5, 13)], [*range(5, 13)]]) == 0  # never a whole prompt
+    assert prompt_cache.common_prefix_length([[*range(5, 13), 1], [*range(5, 13), 2]]) == 8
+    assert prompt_cache.common_prefix_length([[*range(5, 13)], [*range(5, 13)]]) == 0  # never a whole prompt
 
 
 def test_distinct_prompts_take_the_plain_path(tiny_model_dir, toy):
     shared = HFInferStrategy(tiny_model_dir, seed=3, share_prefix=True)
     prompts = _grouped_prompts(shared.tokenizer, toy)[:2]
-    assert shared._shared_prompt_cache(prompts) is None
-    assert shared._shared_prompt_cache([[5], [5]]) is None  # one-token prompts: nothing before the last token
+    assert shared.prompt_cache.build(prompts, [(None, 0)] * 2) is None  # no head, no repeated prompt
+    assert (
+        shared.prompt_cache.build([[5], [5]], [(None, 0)] * 2) is None
+    )  # one-token prompts: nothing to share
 
 
 def test_log_probs_are_scored_as_prefix_trees_with_the_plain_values(pair, toy):

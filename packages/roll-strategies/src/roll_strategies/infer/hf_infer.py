@@ -8,17 +8,15 @@ ids every step and ends the row at the token whose text completes a stop string;
 ones (HF pads finished rows) are trimmed. No text is re-tokenised: the ids returned are the ids sampled.
 
 Shared prefixes (`share_prefix=True`): a batch that repeats a prompt (a group of samples of one prompt)
-runs the prompt once, and the prefix all its prompts share (a system prompt, an instruction: at least
-`MIN_SHARED_TOKENS`) runs once for the batch. The prompts are laid out as [shared prefix][padding][rest]
-(the padding in the middle, masked; positions count real tokens only, as `generate` derives them), the
-shared prefix is encoded in one row, its cache repeated for each distinct prompt, every distinct prompt's
-rest but its last token is encoded on top in one forward, the KV cache rows are repeated for each row of
-the batch, and `generate` continues from that cache: its first step runs only each row's last prompt token. Decoding, sampling keys, stop strings
-and log-probs are those of the plain path; tokens and log-probs equal it up to float rounding (the same
-layout, other matmul shapes). `compute_log_probs` runs each micro-batch as one prefix tree
-(`recompute.batched_log_probs(share_prefix=True)`). An episode's next turn does not reuse its previous turn's
-cache: the strategy keeps nothing between calls, a weight sync would invalidate what it kept, and a next
-turn's prompt is rebuilt from the kept history, so it need not extend the last prompt token for token.
+runs the prompt once; the prefix all its prompts share (a system turn, an instruction) runs once for the batch;
+and a prompt that starts with a sequence an earlier call ran (an episode's previous turn: its prompt and sampled
+ids) reuses that sequence's keys and values, so a next turn encodes only the ids it adds (`PromptCache`,
+`TurnCache`). `generate` continues from that cache; its first step runs only each row's last prompt token.
+Decoding, sampling keys, stop strings and log-probs are those of the plain path; tokens and log-probs equal it up
+to float rounding (the same positions, other matmul shapes). The kept sequences are cleared when weights load,
+and bounded by `turn_cache_bytes`. Heads are used on models whose every layer attends to all positions (no
+sliding window). `compute_log_probs` runs each micro-batch as one prefix tree
+(`recompute.batched_log_probs(share_prefix=True)`).
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ from typing import Literal
 
 import torch
 from transformers import (
-    Cache,
     GenerationConfig,
     LogitsProcessorList,
     PreTrainedTokenizerBase,
@@ -40,10 +37,11 @@ from transformers import (
 )
 
 from roll_strategies.compute.forward import prefix_sharing_supported
-from roll_strategies.compute.logprobs import _supports_logits_to_keep
 from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.errors import StrategyError
+from roll_strategies.infer.prompt_cache import TURN_CACHE_BYTES, Head, PromptCache, pad_left
 from roll_strategies.infer.sampling import KeyedSampler, row_keys
+from roll_strategies.infer.turn_cache import TurnCache
 from roll_strategies.models._loading import load_model_and_tokenizer
 from roll_strategies.sync import endpoints
 from roll_strategies.sync.weight_receiver import WeightReceiver
@@ -52,9 +50,6 @@ from roll_strategies.sync.weights import load_named_weights, tensor_shape, uniqu
 __all__ = ["GenerationOutput", "GenerationParams", "HFInferStrategy", "SampledLogProbs", "StopStrings"]
 
 FinishReason = Literal["stop", "length"]
-
-MIN_SHARED_TOKENS = 8
-"""A batch's prompts share their common prefix through one cache row when it is at least this long."""
 
 
 @dataclass(frozen=True)
@@ -117,9 +112,11 @@ class HFInferStrategy:
         seed: int = 0,
         gguf_file: str | None = None,
         share_prefix: bool = False,
+        turn_cache_bytes: int = TURN_CACHE_BYTES,
     ) -> None:
-        """`share_prefix`: encode each distinct prompt of a batch once and score log-probs as prefix trees
-        (module docstring); refused for a model on which the tree forward is not exact."""
+        """`share_prefix`: encode each distinct prompt of a batch once, reuse the keys and values of earlier
+        calls' sequences (at most `turn_cache_bytes` of them; 0 keeps none) and score log-probs as prefix
+        trees (module docstring); refused for a model on which the tree forward is not exact."""
         self.device = torch.device(device)
         self.model, self.tokenizer = load_model_and_tokenizer(
             model_path, device=device, dtype=dtype, gguf_file=gguf_file
@@ -135,13 +132,23 @@ class HFInferStrategy:
                 "Expected a model whose prefix-tree forward equals its per-sequence forward for "
                 f"share_prefix=True, but {type(self.model).__name__} gives other outputs; set share_prefix=false."
             )
+        self.prompt_cache = (
+            PromptCache(self.model, int(self.tokenizer.pad_token_id), turn_cache_bytes)
+            if share_prefix
+            else None
+        )
+        self.turns = self.prompt_cache.turns if self.prompt_cache else TurnCache(0)
         self.receiver = WeightReceiver(
             {name: tensor_shape(t) for name, t in unique_named_tensors(self.model).items()},
-            lambda tensors: load_named_weights(self.model, tensors),
+            self._load_weights,
         )
         self._calls = itertools.count()
 
     policy_version = endpoints.policy_version
+
+    def _load_weights(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        self.turns.clear()  # kept keys and values belong to the old weights
+        load_named_weights(self.model, tensors)
 
     @property
     def vocab_size(self) -> int:
@@ -149,26 +156,16 @@ class HFInferStrategy:
         return int(self.model.get_output_embeddings().weight.shape[0])
 
     def _pad_left(
-        self, prompts: Sequence[Sequence[int]], shared: int = 0
+        self, prompts: Sequence[Sequence[int]], heads: Sequence[int] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Ids and attention mask [B, width], each prompt right-aligned; with `shared` > 0, the first `shared`
-        ids of every prompt (the same in all) stay in the first columns and the padding sits after them."""
+        """Ids and attention mask [B, width], each prompt right-aligned; with `heads`, laid out as
+        [padding][head][padding][rest] (`prompt_cache.pad_left`)."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise StrategyError(
                 "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
             )
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), int(self.tokenizer.pad_token_id), dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt) + shared :] = torch.as_tensor(
-                list(prompt[shared:]), dtype=torch.long
-            )
-            mask[row, width - len(prompt) + shared :] = 1
-            if shared:
-                ids[row, :shared] = torch.as_tensor(list(prompt[:shared]), dtype=torch.long)
-                mask[row, :shared] = 1
-        return ids.to(self.device), mask.to(self.device)
+        heads = list(heads) if heads is not None else [0] * len(prompts)
+        return pad_left(prompts, heads, int(self.tokenizer.pad_token_id), self.device)
 
     def _generation_config(self, params: GenerationParams, stop_ids: list[int]) -> GenerationConfig:
         # Always argmax decoding: sampling is done by `KeyedSampler` (a logits processor), per row. No logits or
@@ -197,15 +194,20 @@ class HFInferStrategy:
         this strategy, row).
         """
         stop_ids = list(params.stop_token_ids or [int(self.tokenizer.eos_token_id)])
-        shared = _common_prefix_length(prompts) if self.share_prefix else 0
-        input_ids, attention_mask = self._pad_left(prompts, shared)
+        longest = max((len(p) for p in prompts), default=0)
         limit = getattr(self.model.config, "max_position_embeddings", None)
-        if limit is not None and input_ids.shape[1] + params.max_new_tokens > limit:
+        if limit is not None and longest + params.max_new_tokens > limit:
             raise StrategyError(
                 f"Expected prompt + max_new_tokens <= max_position_embeddings ({limit}), got a prompt of "
-                f"{input_ids.shape[1]} tokens + {params.max_new_tokens}; shorten the history kept in prompts "
+                f"{longest} tokens + {params.max_new_tokens}; shorten the history kept in prompts "
                 "or lower max_new_tokens."
             )
+        if not prompts:
+            raise StrategyError("Expected a non-empty list of prompts (token id lists); got none.")
+        heads: list[Head] = (
+            self.prompt_cache.heads(prompts) if self.prompt_cache else [(None, 0)] * len(prompts)
+        )
+        input_ids, attention_mask = self._pad_left(prompts, [length for _, length in heads])
         keys = row_keys(self.seed, next(self._calls), len(prompts), sample_keys)
         # First in the list: it must see the raw logits, before the sampler replaces them.
         recorder = SampledLogProbs(1.0 if params.greedy else params.temperature)
@@ -218,7 +220,7 @@ class HFInferStrategy:
             else None
         )
         with torch.no_grad():
-            cache = self._shared_prompt_cache(prompts, shared) if self.share_prefix else None
+            cache = self.prompt_cache.build(prompts, heads) if self.prompt_cache else None
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -230,45 +232,14 @@ class HFInferStrategy:
             new_ids = out.sequences[:, input_ids.shape[1] :]
             log_probs = recorder.finish(new_ids).cpu()
         string_ends = stops.ends if stops else [None] * len(prompts)
-        return [
+        outputs = [
             _trim(row_ids.tolist(), row_lp.tolist(), set(stop_ids), string_end)
             for row_ids, row_lp, string_end in zip(new_ids.cpu(), log_probs, string_ends, strict=True)
         ]
-
-    def _shared_prompt_cache(self, prompts: Sequence[Sequence[int]], shared: int = 0) -> Cache | None:
-        """The KV cache of every prompt but its last token: the `shared` first ids (common to all prompts,
-        `_common_prefix_length`) encoded once, then each distinct prompt's rest once, its cache rows repeated
-        for each prompt of the batch; None when there is nothing to share (no repeated prompt, no shared
-        prefix).
-
-        Distinct prompts are laid out as `_pad_left(..., shared)` lays out the batch (the longest prompt is
-        among them), so the cache columns line up with the batch `generate` gets, and `generate` runs the last
-        column itself.
-        """
-        first_row: dict[tuple[int, ...], int] = {}
-        rows = [first_row.setdefault(tuple(p), len(first_row)) for p in prompts]
-        if (len(first_row) == len(prompts) and not shared) or max(len(p) for p in prompts) < 2:
-            return None
-        ids, mask = self._pad_left(list(first_row), shared)
-        ids, mask = ids[:, :-1], mask[:, :-1]
-        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as `generate` derives them
-        keep = {"logits_to_keep": 1} if _supports_logits_to_keep(type(self.model)) else {}
-        cache: Cache | None = None
-        if shared:  # one row for the prefix every prompt starts with, repeated for each distinct prompt
-            cache = self.model(input_ids=ids[:1, :shared], use_cache=True, **keep).past_key_values
-            cache.reorder_cache(torch.zeros(len(first_row), dtype=torch.long, device=self.device))
-        if ids.shape[1] > shared:
-            cache = self.model(
-                input_ids=ids[:, shared:],
-                attention_mask=mask,
-                position_ids=positions[:, shared:],
-                past_key_values=cache,
-                use_cache=True,
-                **keep,
-            ).past_key_values
-        assert cache is not None
-        cache.reorder_cache(torch.tensor(rows, dtype=torch.long, device=self.device))
-        return cache
+        if self.prompt_cache and out.past_key_values is not None:
+            sampled = [o.output_ids for o in outputs]
+            self.prompt_cache.keep(out.past_key_values, attention_mask, prompts, sampled, heads)
+        return outputs
 
     def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """[B, T] log-probs aligned with batch["input_ids"] (see `token_log_probs`), no grad, on CPU; with
@@ -288,6 +259,7 @@ class HFInferStrategy:
         a no-op on the CPU. Returns whether the model left its device."""
         if self.device.type == "cpu":
             return False
+        self.turns.clear()
         self.model.to("cpu")
         torch.cuda.empty_cache()
         return True
@@ -296,19 +268,6 @@ class HFInferStrategy:
         """Undo `sleep`: the model returns to its device."""
         if self.device.type != "cpu":
             self.model.to(self.device)
-
-
-def _common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
-    """How many first ids every prompt of the batch shares, when there are at least `MIN_SHARED_TOKENS` of
-    them and more than one prompt, else 0; never a whole prompt (its last id is `generate`'s first input)."""
-    if len(prompts) < 2:
-        return 0
-    shortest = min(len(p) for p in prompts) - 1
-    first = prompts[0]
-    length = 0
-    while length < shortest and all(p[length] == first[length] for p in prompts):
-        length += 1
-    return length if length >= MIN_SHARED_TOKENS else 0
 
 
 def _warping(params: GenerationParams) -> dict[str, float | int]:
