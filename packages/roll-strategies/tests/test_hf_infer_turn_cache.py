@@ -90,15 +90,18 @@ def test_next_turns_encode_only_their_new_ids_and_sample_as_the_plain_path(pair,
     assert len(shared.turns) == 4  # each turn's sequence replaced the one it extended
 
 
-def test_a_moved_history_window_reuses_the_common_start(pair, toy):
+def test_a_moved_history_window_reuses_nothing_kept(pair, toy):
     """A prompt that starts anew (a history window moved on) shares only the system turn with what was kept:
-    that part is reused, the rest encoded, and the tokens are the plain path's."""
+    a partial match, which depends on what other episodes ran before, is not used; the batch's shared prefix
+    still runs once, and the tokens are the plain path's."""
     plain, shared = pair
     first = _first_prompts(plain, toy, 3)
     _assert_same(plain.generate(first, SAMPLED, [1, 2, 3]), shared.generate(first, SAMPLED, [1, 2, 3]))
     moved = _first_prompts(plain, toy, 6)[3:]  # new observations: only the chat template's start is common
     kept, length = shared.turns.match(moved[0])
     assert kept is not None and length >= prompt_cache.MIN_SHARED_TOKENS and length < len(moved[0]) - 1
+    assert shared.turns.match(moved[0], whole=True) == (None, 0)
+    assert all(kept is None for kept, _ in shared.prompt_cache.heads(moved))
     _assert_same(plain.generate(moved, SAMPLED, [4, 5, 6]), shared.generate(moved, SAMPLED, [4, 5, 6]))
 
 
@@ -165,11 +168,13 @@ def test_match_finds_the_longest_common_start():
             cache.keep(sequence)
         prompt = [rng.randrange(3) for _ in range(rng.randrange(1, 14))]
         lengths = [min(_slow_common_start(prompt, ids), len(prompt) - 1) for ids in kept]
-        best, length = cache.match(prompt)
-        assert length == max(lengths)
-        assert (best is None) == (length == 0)
-        if best is not None:
-            assert lengths[sequences.index(best)] == length
+        whole = [n if n == len(ids) else 0 for n, ids in zip(lengths, kept, strict=True)]
+        for only_whole, expected in ((False, lengths), (True, whole)):
+            best, length = cache.match(prompt, whole=only_whole)
+            assert length == max(expected)
+            assert (best is None) == (length == 0)
+            if best is not None:
+                assert expected[sequences.index(best)] == length
 
 
 def test_the_budget_evicts_the_least_recently_used():
@@ -191,3 +196,12 @@ def test_the_budget_evicts_the_least_recently_used():
     assert len(cache) == 0 and cache.nbytes == 0
     with pytest.raises(ValueError, match="max_bytes"):
         TurnCache(-1)
+
+
+def test_forget_turns_drops_what_was_kept(tiny_model_dir, toy):
+    """What the pipeline calls after a validation pass: its episodes are no training turn's history."""
+    shared = HFInferStrategy(tiny_model_dir, share_prefix=True)
+    shared.generate(_first_prompts(shared, toy, 2), GREEDY)
+    assert len(shared.turns) == 2
+    shared.forget_turns()
+    assert len(shared.turns) == 0 and shared.turns.nbytes == 0

@@ -226,6 +226,9 @@ class AgenticPipeline:
             report = await asyncio.to_thread(render, batch.trajectories, self.step, self.tracker.log_images)
             metrics.update(report.metrics())
         await self.cluster.call(self.policy_server, "batch_sizes")  # validation's batches are not training's
+        # Nor its episodes a training turn's history: a next step that reused them would prefill otherwise than
+        # a run resumed at this step, which did not validate here (docs/checkpoints.md, exactness).
+        await self.cluster.call(self.policy_server, "forget_turns")
         return metrics
 
     async def _release_memory(self) -> dict[str, float]:

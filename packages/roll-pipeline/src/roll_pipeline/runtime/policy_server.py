@@ -177,6 +177,11 @@ class PolicyServer:
         and resident set after."""
         return self.worker.release_memory()
 
+    async def forget_turns(self) -> None:
+        """Drop the sequences the engine keeps for later turns, once no batch is being generated."""
+        async with self.policy.lock:
+            self.worker.forget_turns()
+
     async def batch_sizes(self, reset: bool = True) -> list[int]:
         """Sizes of the batches generated since the last call."""
         sizes = list(self.policy.batch_sizes)

@@ -146,6 +146,10 @@ class HFInferStrategy:
 
     policy_version = endpoints.policy_version
 
+    def forget_turns(self) -> None:
+        """Drop every kept sequence: later calls reuse only what they run themselves."""
+        self.turns.clear()
+
     def _load_weights(self, tensors: Mapping[str, torch.Tensor]) -> None:
         self.turns.clear()  # kept keys and values belong to the old weights
         load_named_weights(self.model, tensors)

@@ -92,7 +92,7 @@ class PromptCache:
         return self.model.device
 
     def heads(self, prompts: Sequence[Sequence[int]]) -> list[Head]:
-        """Each prompt's head: the kept sequence it shares the most first ids with, when at least
+        """Each prompt's head: the longest kept sequence it starts with in full, when at least
         `MIN_SHARED_TOKENS` and more than the batch's shared prefix, else that prefix (`common_prefix_length`);
         none on a model whose caches do not hold every position."""
         if not self.heads_ok:
@@ -100,7 +100,8 @@ class PromptCache:
         shared = common_prefix_length(prompts)
         heads: list[Head] = []
         for prompt in prompts:
-            kept, length = self.turns.match(prompt) if self.turns.max_bytes else (None, 0)
+            # whole sequences only: a partial match would depend on which other episodes ran first
+            kept, length = self.turns.match(prompt, whole=True) if self.turns.max_bytes else (None, 0)
             use_kept = kept is not None and length >= MIN_SHARED_TOKENS and length > shared
             heads.append((kept, length) if use_kept else (None, shared))
         return heads

@@ -4,8 +4,11 @@ between calls, so that an episode's next turn encodes only what its prompt adds.
 A multi-turn prompt grows by appending ids (`roll_rollout.prompts.PromptBuilder` never re-tokenises): the
 next turn's prompt is the last prompt, the ids sampled for it, then the glue and the next observation. Its
 longest common prefix with a kept sequence is then the whole previous turn, and only the new ids need a
-forward. With a history window (`max_history_turns`) the window moves and the common prefix shrinks to what
-the turns still share (the system turn); any common prefix is reused, a shorter one is just less.
+forward. hf_infer reuses a kept sequence only when the prompt starts with all of it (`match(whole=True)`): an
+episode's own earlier turn. Which other sequences are kept at a moment depends on the order requests arrived,
+and a reuse decided by that order would make a run's float sums depend on thread timing (exact resume,
+docs/checkpoints.md). So when a history window (`max_history_turns`) moves on, the prompt starts anew and
+reuses nothing kept; the batch's shared prefix still runs once.
 
 Exact: with causal attention and positions counting real tokens, the keys and values of a prefix depend on
 that prefix alone, so those computed for a kept sequence are those of the new prompt's first ids, up to float
@@ -66,15 +69,18 @@ class TurnCache:
     def nbytes(self) -> int:
         return self._bytes
 
-    def match(self, prompt: Sequence[int]) -> tuple[KeptSequence | None, int]:
+    def match(self, prompt: Sequence[int], whole: bool = False) -> tuple[KeptSequence | None, int]:
         """The kept sequence sharing the most first ids with `prompt`, and how many (never the prompt's last
-        id: `generate` runs that one itself); (None, 0) when none shares any."""
+        id: `generate` runs that one itself); (None, 0) when none shares any. With `whole`, only sequences the
+        prompt starts with in full count (an episode's own earlier turn)."""
         ids = np.asarray(prompt, dtype=np.int64)
         best, best_length = None, 0
         for kept in self._kept.values():
             n = min(len(ids) - 1, len(kept.ids))
             differ = np.flatnonzero(ids[:n] != kept.ids[:n])
             length = int(differ[0]) if differ.size else n
+            if whole and length < len(kept.ids):
+                continue
             if length > best_length:
                 best, best_length = kept, length
         if best is not None:

@@ -234,6 +234,13 @@ class ActorInferWorker:
         same tokens whatever it is batched with (see the strategy's `generate`)."""
         return self.strategy.generate(prompts, params, sample_keys)
 
+    def forget_turns(self) -> None:
+        """Drop the sequences the engine keeps between calls for later turns (hf_infer's `TurnCache`); other
+        engines ignore it."""
+        forget = getattr(self.strategy, "forget_turns", None)
+        if forget is not None:
+            forget()
+
     def streams(self) -> bool:
         """Whether the strategy batches continuously (`StreamingInferStrategy`, vllm): requests should reach it
         one by one as they come (`agenerate_one`), not gathered into `generate` batches."""
