@@ -98,13 +98,14 @@ class PromptCache:
         if not self.heads_ok:
             return [(None, 0)] * len(prompts)
         shared = common_prefix_length(prompts)
-        heads: list[Head] = []
-        for prompt in prompts:
-            # whole sequences only: a partial match would depend on which other episodes ran first
-            kept, length = self.turns.match(prompt, whole=True) if self.turns.max_bytes else (None, 0)
-            use_kept = kept is not None and length >= MIN_SHARED_TOKENS and length > shared
-            heads.append((kept, length) if use_kept else (None, shared))
-        return heads
+        by_prompt: dict[tuple[int, ...], Head] = {}  # a group's copies of one prompt look it up once
+        for prompt in map(tuple, prompts):
+            if prompt not in by_prompt:
+                # whole sequences only: a partial match would depend on which other episodes ran first
+                kept, length = self.turns.match(prompt, whole=True) if self.turns.max_bytes else (None, 0)
+                use_kept = kept is not None and length >= MIN_SHARED_TOKENS and length > shared
+                by_prompt[prompt] = (kept, length) if use_kept else (None, shared)
+        return [by_prompt[tuple(p)] for p in prompts]
 
     def build(self, prompts: Sequence[Sequence[int]], heads: Sequence[Head]) -> Cache | None:
         """The KV cache of every prompt but its last token, laid out as `pad_left(prompts, heads)`: the heads'
@@ -149,12 +150,12 @@ class PromptCache:
     ) -> None:
         """Keep each row's sequence (its prompt and sampled ids but the last, which no forward ran) with its
         keys and values, gathered from `generate`'s final cache (`attention_mask` is the prompts' one); a
-        row's sequence replaces the kept one its head came from when its prompt extended all of it."""
+        row's sequence replaces the kept one its head came from (which its prompt extends in full)."""
         if not self.turns.max_bytes:
             return
         layers = cache_layers(cache)
         width = attention_mask.shape[1]
-        for row, (prompt, ids, (kept, length)) in enumerate(zip(prompts, sampled, heads, strict=True)):
+        for row, (prompt, ids, (kept, _)) in enumerate(zip(prompts, sampled, heads, strict=True)):
             fed = len(ids) - 1
             columns = torch.cat(
                 [
@@ -164,7 +165,7 @@ class PromptCache:
             )
             kv = [(k[row].index_select(1, columns), v[row].index_select(1, columns)) for k, v in layers]
             sequence = KeptSequence(np.asarray([*prompt, *ids[:-1]], dtype=np.int64), kv)
-            self.turns.keep(sequence, replaces=kept if kept is not None and length == len(kept.ids) else None)
+            self.turns.keep(sequence, replaces=kept)
 
     def _head_cache(self, prompts: Sequence[Sequence[int]], heads: Sequence[Head]) -> Cache:
         """The heads' keys and values, each row's right-aligned in max(head lengths) columns (zeros before it,
