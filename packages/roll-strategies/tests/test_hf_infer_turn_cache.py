@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from roll_strategies import GenerationOutput, GenerationParams, HFInferStrategy
+from roll_strategies import GenerationOutput, GenerationParams, HFInferStrategy, StrategyError
 from roll_strategies.infer import prompt_cache
 from roll_strategies.infer.turn_cache import KeptSequence, TurnCache, full_attention_cache
 from roll_strategies.sync.weights import unique_named_tensors
@@ -125,6 +125,8 @@ def test_no_turns_are_kept_without_share_prefix_or_budget(tiny_model_dir, toy):
     ):
         strategy.generate(_first_prompts(strategy, toy, 2), GREEDY)
         assert len(strategy.turns) == 0
+    with pytest.raises(StrategyError, match="turn_cache_bytes >= 0"):
+        HFInferStrategy(tiny_model_dir, share_prefix=True, turn_cache_bytes=-1)
 
 
 def test_windowed_attention_keeps_no_turns():

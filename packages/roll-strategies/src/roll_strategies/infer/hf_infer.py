@@ -117,6 +117,8 @@ class HFInferStrategy:
         """`share_prefix`: encode each distinct prompt of a batch once, reuse the keys and values of earlier
         calls' sequences (at most `turn_cache_bytes` of them; 0 keeps none) and score log-probs as prefix
         trees (module docstring); refused for a model on which the tree forward is not exact."""
+        if turn_cache_bytes < 0:
+            raise StrategyError(f"Expected turn_cache_bytes >= 0 (0 keeps no turns), got {turn_cache_bytes}.")
         self.device = torch.device(device)
         self.model, self.tokenizer = load_model_and_tokenizer(
             model_path, device=device, dtype=dtype, gguf_file=gguf_file
@@ -206,8 +208,6 @@ class HFInferStrategy:
                 f"{longest} tokens + {params.max_new_tokens}; shorten the history kept in prompts "
                 "or lower max_new_tokens."
             )
-        if not prompts:
-            raise StrategyError("Expected a non-empty list of prompts (token id lists); got none.")
         heads: list[Head] = (
             self.prompt_cache.heads(prompts) if self.prompt_cache else [(None, 0)] * len(prompts)
         )
