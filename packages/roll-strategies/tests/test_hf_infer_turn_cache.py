@@ -11,7 +11,12 @@ import pytest
 import torch
 from roll_strategies import GenerationOutput, GenerationParams, HFInferStrategy, StrategyError
 from roll_strategies.infer import prompt_cache
-from roll_strategies.infer.turn_cache import KeptSequence, TurnCache, full_attention_cache
+from roll_strategies.infer.turn_cache import (
+    KeptSequence,
+    TurnCache,
+    full_attention_cache,
+    prefix_fingerprints,
+)
 from roll_strategies.sync.weights import unique_named_tensors
 from transformers import DynamicCache, Qwen2Config
 
@@ -98,9 +103,9 @@ def test_a_moved_history_window_reuses_nothing_kept(pair, toy):
     first = _first_prompts(plain, toy, 3)
     _assert_same(plain.generate(first, SAMPLED, [1, 2, 3]), shared.generate(first, SAMPLED, [1, 2, 3]))
     moved = _first_prompts(plain, toy, 6)[3:]  # new observations: only the chat template's start is common
-    kept, length = shared.turns.match(moved[0])
-    assert kept is not None and length >= prompt_cache.MIN_SHARED_TOKENS and length < len(moved[0]) - 1
-    assert shared.turns.match(moved[0], whole=True) == (None, 0)
+    common = _slow_common_start(moved[0], first[0])
+    assert prompt_cache.MIN_SHARED_TOKENS <= common < len(first[0])
+    assert shared.turns.match(moved[0]) == (None, 0)
     assert all(kept is None for kept, _ in shared.prompt_cache.heads(moved))
     _assert_same(plain.generate(moved, SAMPLED, [4, 5, 6]), shared.generate(moved, SAMPLED, [4, 5, 6]))
 
@@ -160,23 +165,44 @@ def _slow_common_start(a: list[int], b: list[int]) -> int:
     return n
 
 
-def test_match_finds_the_longest_common_start():
+def test_match_finds_the_longest_kept_sequence_the_prompt_starts_with():
+    """Against a brute-force scan of the kept sequences; short ids over 3 values make many sequences share
+    starts, repeat one another and be prefixes of one another."""
     rng = random.Random(0)
-    for _ in range(50):
-        kept = [[rng.randrange(3) for _ in range(rng.randrange(1, 12))] for _ in range(6)]
+    for _ in range(300):
+        kept = [[rng.randrange(3) for _ in range(rng.randrange(1, 12))] for _ in range(rng.randrange(1, 9))]
         cache = TurnCache(1 << 20)
         sequences = [_sequence(ids) for ids in kept]
         for sequence in sequences:
             cache.keep(sequence)
         prompt = [rng.randrange(3) for _ in range(rng.randrange(1, 14))]
-        lengths = [min(_slow_common_start(prompt, ids), len(prompt) - 1) for ids in kept]
-        whole = [n if n == len(ids) else 0 for n, ids in zip(lengths, kept, strict=True)]
-        for only_whole, expected in ((False, lengths), (True, whole)):
-            best, length = cache.match(prompt, whole=only_whole)
-            assert length == max(expected)
-            assert (best is None) == (length == 0)
-            if best is not None:
-                assert expected[sequences.index(best)] == length
+        # a prompt's last id is never matched: generate runs it itself
+        starts = [len(ids) if len(ids) < len(prompt) and prompt[: len(ids)] == ids else 0 for ids in kept]
+        best, length = cache.match(prompt)
+        assert length == max(starts)
+        assert (best is None) == (length == 0)
+        if best is not None:
+            assert best.ids.tolist() == prompt[:length]
+            # of sequences with the same ids, the last kept one stands for them
+            assert best is sequences[max(i for i, ids in enumerate(kept) if ids == prompt[:length])]
+        distinct = {tuple(ids) for ids in kept}
+        assert len(cache) == len(distinct) and cache.nbytes == sum(16 * len(ids) for ids in distinct)
+
+
+def test_fingerprints_equal_exactly_for_equal_prefixes():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 50_000, size=3000)
+    prints = prefix_fingerprints(ids)
+    assert prints.dtype == np.uint64 and len(set(prints.tolist())) == len(ids)  # no two prefixes collide here
+    assert np.array_equal(prefix_fingerprints(ids[:700]), prints[:700])
+    changed = ids.copy()
+    changed[500] += 1
+    assert np.array_equal(prefix_fingerprints(changed)[:500], prints[:500])
+    assert not np.any(prefix_fingerprints(changed)[500:] == prints[500:])
+    assert (
+        prefix_fingerprints(np.zeros(2, dtype=np.int64))[0]
+        != prefix_fingerprints(np.zeros(2, dtype=np.int64))[1]
+    )
 
 
 def test_the_budget_evicts_the_least_recently_used():

@@ -101,8 +101,7 @@ class PromptCache:
         by_prompt: dict[tuple[int, ...], Head] = {}  # a group's copies of one prompt look it up once
         for prompt in map(tuple, prompts):
             if prompt not in by_prompt:
-                # whole sequences only: a partial match would depend on which other episodes ran first
-                kept, length = self.turns.match(prompt, whole=True) if self.turns.max_bytes else (None, 0)
+                kept, length = self.turns.match(prompt)
                 use_kept = kept is not None and length >= MIN_SHARED_TOKENS and length > shared
                 by_prompt[prompt] = (kept, length) if use_kept else (None, shared)
         return [by_prompt[tuple(p)] for p in prompts]
