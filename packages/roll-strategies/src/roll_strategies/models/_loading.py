@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+import time
 from pathlib import Path
 
 import torch
@@ -9,7 +12,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from roll_strategies.errors import ModelNotFoundError, StrategyError
 
-__all__ = ["load_model_and_tokenizer", "resolve_dtype"]
+__all__ = ["cpu_matmul_rate", "load_model_and_tokenizer", "resolve_dtype", "warn_slow_cpu_dtype"]
+
+_LOG = logging.getLogger(__name__)
+
+SLOW_DTYPE_FACTOR = 4.0
+"""A half-precision dtype on the CPU is reported when its matmuls run this many times slower than float32's."""
 
 _DTYPES = {
     "float32": torch.float32,
@@ -45,6 +53,45 @@ def load_model_and_tokenizer(
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=resolve_dtype(dtype), local_files_only=True, **extra
     )
+    if torch.device(device).type == "cpu":
+        warn_slow_cpu_dtype(resolve_dtype(dtype))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model.to(device), tokenizer
+
+
+@functools.cache
+def cpu_matmul_rate(dtype: torch.dtype, size: int = 256) -> float:
+    """GFLOP/s of a size^3 matrix multiply in `dtype` on this CPU at the current thread count (best of 3
+    after one warm-up; measured once per process)."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    torch.matmul(a, b)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / max(best, 1e-9) / 1e9
+
+
+def warn_slow_cpu_dtype(dtype: torch.dtype) -> bool:
+    """Log a warning, and return True, when `dtype` is a half precision this CPU computes at least
+    `SLOW_DTYPE_FACTOR` times slower than float32: a CPU without avx512_bf16 / AMX (AMD Zen 3, most laptops)
+    runs bfloat16 matmuls hundreds of times slower, which no other symptom than a stalled run would show."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        return False
+    half, full = cpu_matmul_rate(dtype), cpu_matmul_rate(torch.float32)
+    if half * SLOW_DTYPE_FACTOR > full:
+        return False
+    name = str(dtype).removeprefix("torch.")
+    _LOG.warning(
+        "%s matmuls on this CPU run at %.2f GFLOP/s against %.1f in float32 (%.0fx slower: the CPU lacks "
+        "native %s support); set this role's model_args.dtype to float32.",
+        name,
+        half,
+        full,
+        full / half,
+        name,
+    )
+    return True

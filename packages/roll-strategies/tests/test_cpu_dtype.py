@@ -1,0 +1,45 @@
+"""A half precision the CPU computes slowly is reported at model load, with the fix."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from roll_strategies.models import _loading
+from roll_strategies.models._loading import cpu_matmul_rate, load_model_and_tokenizer, warn_slow_cpu_dtype
+
+
+def _rates(monkeypatch: pytest.MonkeyPatch, rates: dict[torch.dtype, float]) -> None:
+    monkeypatch.setattr(_loading, "cpu_matmul_rate", lambda dtype, size=256: rates[dtype])
+
+
+def test_a_slow_half_precision_is_reported_with_the_fix(monkeypatch, caplog):
+    # the rates of a 2-core AMD EPYC (Zen 3, no avx512_bf16) at 256^3
+    _rates(monkeypatch, {torch.bfloat16: 0.29, torch.float32: 160.0})
+    with caplog.at_level(logging.WARNING, logger=_loading.__name__):
+        assert warn_slow_cpu_dtype(torch.bfloat16)
+    assert "bfloat16" in caplog.text and "552x slower" in caplog.text and "dtype to float32" in caplog.text
+
+
+def test_a_fast_half_precision_and_float32_are_not_reported(monkeypatch, caplog):
+    # an AMX CPU: bfloat16 faster than float32; and just under the factor
+    for half in (214.0, 160.0 / _loading.SLOW_DTYPE_FACTOR + 0.01):
+        _rates(monkeypatch, {torch.bfloat16: half, torch.float16: half, torch.float32: 160.0})
+        with caplog.at_level(logging.WARNING, logger=_loading.__name__):
+            assert not warn_slow_cpu_dtype(torch.bfloat16)
+            assert not warn_slow_cpu_dtype(torch.float16)
+            assert not warn_slow_cpu_dtype(torch.float32)
+    assert caplog.text == ""
+
+
+def test_loading_in_bfloat16_on_a_slow_cpu_warns(monkeypatch, caplog, tiny_model_dir):
+    _rates(monkeypatch, {torch.bfloat16: 0.29, torch.float32: 160.0})
+    with caplog.at_level(logging.WARNING, logger=_loading.__name__):
+        model, _ = load_model_and_tokenizer(tiny_model_dir, device="cpu", dtype="bf16")
+    assert model.dtype == torch.bfloat16  # the dtype asked for is still what loads
+    assert "set this role's model_args.dtype to float32" in caplog.text
+
+
+def test_the_rate_is_measured():
+    assert cpu_matmul_rate(torch.float32, size=64) > 0
