@@ -95,6 +95,30 @@ def test_next_turns_encode_only_their_new_ids_and_sample_as_the_plain_path(pair,
     assert len(shared.turns) == 4  # each turn's sequence replaced the one it extended
 
 
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "t1-topp-topk"])
+def test_new_episodes_beside_next_turns_are_encoded_apart(pair, toy, params):
+    """A batch of next turns and new episodes, as the async scheduler mixes them: the new episodes' prompts are
+    encoded in a forward of their own, so the batch's forward covers only the next turns' new ids instead of
+    every row as wide as a whole new prompt; tokens and log-probs are the plain path's."""
+    plain, shared = pair
+    rng = random.Random(4)
+    first = _first_prompts(plain, toy, 5)
+    old, new = first[:3], first[3:]
+    outputs = plain.generate(old, params, [1, 2, 3])
+    _assert_same(outputs, shared.generate(old, params, [1, 2, 3]))
+    glues = [_glue(plain, toy, rng) for _ in old]
+    batch = [p + o.output_ids + g for p, o, g in zip(old, outputs, glues, strict=True)] + new
+    keys = [11, 12, 13, 14, 15]
+    got, shapes = _prefill_shapes(shared, batch, params, keys)
+    _assert_same(plain.generate(batch, params, keys), got)
+    # the new prompts' system turn once in one row, their rests in 2 rows; then the batch's new ids; then a
+    # token per row and step
+    assert shapes[0][0] == 1 and shapes[1][0] == 2 and shapes[1][1] < len(new[0]), shapes
+    assert shapes[2] == (5, max(len(g) for g in glues)), shapes
+    assert all(shape == (5, 1) for shape in shapes[3:]), shapes
+    assert len(shared.turns) == 5  # the next turns replaced what they extended; the new episodes were added
+
+
 def test_a_moved_history_window_reuses_nothing_kept(pair, toy):
     """A prompt that starts anew (a history window moved on) shares only the system turn with what was kept:
     a partial match, which depends on what other episodes ran before, is not used; the batch's shared prefix

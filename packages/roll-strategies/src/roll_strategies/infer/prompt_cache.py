@@ -1,12 +1,15 @@
 """`PromptCache`: the KV cache a `generate` call continues from under `share_prefix` (hf_infer), so that each
 prompt id already computed is computed no more.
 
-Each prompt's first ids, its "head", come from one of two sources. The first is a sequence an earlier call
+Each prompt's first ids, its "head", come from one of three sources. The first is a sequence an earlier call
 ran, kept in a `TurnCache`: an episode's previous turn, its prompt and sampled ids. The second is the prefix
 every prompt of the batch shares, such as a system turn or an instruction, run once in one row. A head is used
-when it has at least `MIN_SHARED_TOKENS` ids. The rest of each distinct prompt, but its last id, is encoded
-once on top of the heads. The cache rows are then repeated for the prompt's samples, and `generate` runs each
-row's last prompt id first.
+when it has at least `MIN_SHARED_TOKENS` ids. The third is for a batch that mixes both: a prompt without a kept
+head (a new episode beside next turns) is encoded first, in a batch of its own, and its ids but the last become
+its head. Otherwise its whole prompt would be a rest, and every row's rest, in the forward and at each decoding
+step, would be that wide. The rest of each distinct prompt, but its last id, is encoded once on top of the
+heads. The cache rows are then repeated for the prompt's samples, and `generate` runs each row's last prompt
+id first.
 
 Layout: each prompt is laid out as [padding][head][padding][rest]. The padding is masked, and positions count
 real tokens only, as `generate` derives them from the attention mask. So a row's keys and values are those of
@@ -94,7 +97,8 @@ class PromptCache:
     def heads(self, prompts: Sequence[Sequence[int]]) -> list[Head]:
         """Each prompt's head: the longest kept sequence it starts with in full, when at least
         `MIN_SHARED_TOKENS` and more than the batch's shared prefix, else that prefix (`common_prefix_length`);
-        none on a model whose caches do not hold every position."""
+        when some prompts have a kept head, the others' own ids but the last, encoded now (`_encode`); none on a
+        model whose caches do not hold every position."""
         if not self.heads_ok:
             return [(None, 0)] * len(prompts)
         shared = common_prefix_length(prompts)
@@ -104,6 +108,13 @@ class PromptCache:
                 kept, length = self.turns.match(prompt)
                 use_kept = kept is not None and length >= MIN_SHARED_TOKENS and length > shared
                 by_prompt[prompt] = (kept, length) if use_kept else (None, shared)
+        # Beside kept heads, a prompt without one would make every row's rest as wide as its whole prompt
+        # (the rest forward and each decoding step would run that many columns for every row): such prompts
+        # are encoded now, in a batch of their own, and join as heads too.
+        fresh = [prompt for prompt, (kept, _) in by_prompt.items() if kept is None and len(prompt) > 1]
+        if fresh and len(fresh) < len(by_prompt):
+            for prompt, sequence in zip(fresh, self._encode(fresh), strict=True):
+                by_prompt[prompt] = (sequence, len(sequence.ids))
         return [by_prompt[tuple(p)] for p in prompts]
 
     def build(self, prompts: Sequence[Sequence[int]], heads: Sequence[Head]) -> Cache | None:
@@ -121,11 +132,21 @@ class PromptCache:
         lengths = [length for _, length in distinct_heads]
         if (len(first_row) == len(prompts) and not any(lengths)) or max(len(p) for p in prompts) < 2:
             return None
-        ids, mask = pad_left(list(first_row), lengths, self.pad_id, self.device)
+        cache, _ = self._forward(list(first_row), distinct_heads)
+        cache.reorder_cache(torch.tensor(rows, dtype=torch.long, device=self.device))
+        return cache
+
+    @torch.no_grad()
+    def _forward(self, prompts: Sequence[Sequence[int]], heads: Sequence[Head]) -> tuple[Cache, torch.Tensor]:
+        """The cache of every prompt but its last id, laid out as `pad_left(prompts, heads)` without its last
+        column: the heads' columns filled (`_head_cache`), the rest encoded in one forward on top; and that
+        layout's attention mask."""
+        lengths = [length for _, length in heads]
+        ids, mask = pad_left(prompts, lengths, self.pad_id, self.device)
         ids, mask = ids[:, :-1], mask[:, :-1]
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as `generate` derives them
         head_width = max(lengths)
-        cache = self._head_cache(list(first_row), distinct_heads) if head_width else None
+        cache = self._head_cache(prompts, heads) if head_width else None
         if ids.shape[1] > head_width:
             cache = self.model(
                 input_ids=ids[:, head_width:],
@@ -136,8 +157,20 @@ class PromptCache:
                 **self._last_logits_only(),
             ).past_key_values
         assert cache is not None
-        cache.reorder_cache(torch.tensor(rows, dtype=torch.long, device=self.device))
-        return cache
+        return cache, mask
+
+    def _encode(self, prompts: Sequence[Sequence[int]]) -> list[KeptSequence]:
+        """Each prompt's ids but its last, with their keys and values, from one forward of distinct prompts
+        (their common prefix run once, `common_prefix_length`)."""
+        shared = common_prefix_length(prompts)
+        cache, mask = self._forward(prompts, [(None, shared)] * len(prompts))
+        layers = cache_layers(cache)
+        return [
+            KeptSequence(
+                np.asarray(prompt[:-1], dtype=np.int64), _row_layers(layers, row, mask[row].nonzero()[:, 0])
+            )
+            for row, prompt in enumerate(prompts)
+        ]
 
     def keep(
         self,
@@ -162,8 +195,9 @@ class PromptCache:
                     torch.arange(width, width + fed, device=attention_mask.device),
                 ]
             )
-            kv = [(k[row].index_select(1, columns), v[row].index_select(1, columns)) for k, v in layers]
-            sequence = KeptSequence(np.asarray([*prompt, *ids[:-1]], dtype=np.int64), kv)
+            sequence = KeptSequence(
+                np.asarray([*prompt, *ids[:-1]], dtype=np.int64), _row_layers(layers, row, columns)
+            )
             self.turns.keep(sequence, replaces=kept)
 
     def _head_cache(self, prompts: Sequence[Sequence[int]], heads: Sequence[Head]) -> Cache:
@@ -194,6 +228,13 @@ class PromptCache:
     def _last_logits_only(self) -> dict[str, int]:
         # the cache is what is wanted: the lm head runs on one position, where the model allows it
         return {"logits_to_keep": 1} if _supports_logits_to_keep(type(self.model)) else {}
+
+
+def _row_layers(layers: Sequence[LayerKV], row: int, columns: torch.Tensor) -> list[LayerKV]:
+    """One row's keys and values at `columns` of each layer, [kv heads, len(columns), head dim]."""
+    return [
+        (keys[row].index_select(1, columns), values[row].index_select(1, columns)) for keys, values in layers
+    ]
 
 
 def _right_aligned(
