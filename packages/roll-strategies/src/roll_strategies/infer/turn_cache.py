@@ -87,9 +87,8 @@ class TurnCache:
         if max_bytes < 0:
             raise ValueError(f"Expected max_bytes >= 0 (0 keeps nothing), got {max_bytes}")
         self.max_bytes = max_bytes
-        self._kept: OrderedDict[int, KeptSequence] = (
-            OrderedDict()
-        )  # by fingerprint, least recently used first
+        # by fingerprint, least recently used first
+        self._kept: OrderedDict[int, KeptSequence] = OrderedDict()
         self._bytes = 0
 
     def __len__(self) -> int:
