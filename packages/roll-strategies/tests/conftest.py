@@ -7,9 +7,10 @@ import random
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
-from roll_strategies import build_tiny_model
+from roll_strategies import GenerationOutput, build_tiny_model
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 DIRECTIONS = ("Left", "Right", "Up", "Down")
@@ -84,3 +85,16 @@ def toy() -> SimpleNamespace:
         grid_observation=grid_observation,
         warmup_examples=warmup_examples,
     )
+
+
+def assert_same_generations(plain: list[GenerationOutput], shared: list[GenerationOutput]) -> None:
+    """The same tokens and finish reasons row for row, log-probs within 1e-5."""
+    for a, b in zip(plain, shared, strict=True):
+        assert a.output_ids == b.output_ids and a.finish_reason == b.finish_reason
+        np.testing.assert_allclose(b.log_probs, a.log_probs, atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="session")
+def assert_same():
+    """`assert_same_generations` for the tests (conftest is not importable in importlib mode)."""
+    return assert_same_generations

@@ -8,7 +8,6 @@ import dataclasses
 import random
 from collections.abc import Sequence
 
-import numpy as np
 import pytest
 import torch
 from roll_strategies import GenerationOutput, GenerationParams, HFInferStrategy, StrategyError
@@ -55,33 +54,27 @@ def _stop_strings_from(tokenizer, outputs: Sequence[GenerationOutput]) -> tuple[
     return tuple(sorted(stops))
 
 
-def _assert_same(plain: list[GenerationOutput], shared: list[GenerationOutput]) -> None:
-    for a, b in zip(plain, shared, strict=True):
-        assert a.output_ids == b.output_ids and a.finish_reason == b.finish_reason
-        np.testing.assert_allclose(b.log_probs, a.log_probs, atol=1e-5, rtol=0)
-
-
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "t1-topp-topk"])
-def test_shared_prompts_give_the_plain_tokens_and_log_probs(pair, toy, params):
+def test_shared_prompts_give_the_plain_tokens_and_log_probs(pair, toy, params, assert_same):
     plain, shared = pair
     prompts = _grouped_prompts(plain.tokenizer, toy)
     keys = list(range(20, 28))
     first = plain.generate(prompts, params, keys)
-    _assert_same(first, shared.generate(prompts, params, keys))
+    assert_same(first, shared.generate(prompts, params, keys))
     stops = _stop_strings_from(plain.tokenizer, first)
     assert stops
     with_stops = dataclasses.replace(params, stop_strings=stops)
     ended = plain.generate(prompts, with_stops, keys)
     assert any(len(e.output_ids) < len(f.output_ids) for e, f in zip(ended, first, strict=True))
-    _assert_same(ended, shared.generate(prompts, with_stops, keys))
+    assert_same(ended, shared.generate(prompts, with_stops, keys))
 
 
-def test_unkeyed_rows_sample_as_the_plain_path(pair, toy):
+def test_unkeyed_rows_sample_as_the_plain_path(pair, toy, assert_same):
     """Rows without sample keys are keyed by (seed, call, row): repeated prompts still sample apart."""
     plain, shared = pair
     prompts = _grouped_prompts(plain.tokenizer, toy)
     a, b = plain.generate(prompts, SAMPLED), shared.generate(prompts, SAMPLED)
-    _assert_same(a, b)
+    assert_same(a, b)
     assert len({tuple(o.output_ids) for o in b}) > 2
 
 
@@ -116,7 +109,7 @@ def test_each_distinct_prompt_is_encoded_once(tiny_model_dir, toy):
     assert _forward_shapes(shared, prompts) == [(1, common), (2, width - 1 - common), (8, 1), (8, 1), (8, 1)]
 
 
-def test_distinct_prompts_share_their_common_prefix(pair, toy):
+def test_distinct_prompts_share_their_common_prefix(pair, toy, assert_same):
     plain, shared = pair
     rng = random.Random(11)
     prompts = [
@@ -130,7 +123,7 @@ def test_distinct_prompts_share_their_common_prefix(pair, toy):
     ]
     assert len({tuple(p) for p in prompts}) == len(prompts)  # no prompt repeats
     for params in (GREEDY, SAMPLED):
-        _assert_same(
+        assert_same(
             plain.generate(prompts, params, list(range(5))), shared.generate(prompts, params, list(range(5)))
         )
     width, common = max(len(p) for p in prompts), _shared_length(prompts)

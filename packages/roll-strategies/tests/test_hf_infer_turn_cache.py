@@ -67,14 +67,8 @@ def _prefill_shapes(strategy, prompts, params, keys) -> tuple[list[GenerationOut
         hook.remove()
 
 
-def _assert_same(plain: list[GenerationOutput], shared: list[GenerationOutput]) -> None:
-    for a, b in zip(plain, shared, strict=True):
-        assert a.output_ids == b.output_ids and a.finish_reason == b.finish_reason
-        np.testing.assert_allclose(b.log_probs, a.log_probs, atol=1e-5, rtol=0)
-
-
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "t1-topp-topk"])
-def test_next_turns_encode_only_their_new_ids_and_sample_as_the_plain_path(pair, toy, params):
+def test_next_turns_encode_only_their_new_ids_and_sample_as_the_plain_path(pair, toy, params, assert_same):
     plain, shared = pair
     rng = random.Random(9)
     prompts = _first_prompts(plain, toy, 4)
@@ -83,7 +77,7 @@ def test_next_turns_encode_only_their_new_ids_and_sample_as_the_plain_path(pair,
         keys = [100 * turn + episode for episode in range(len(prompts))]
         expected = plain.generate(prompts, params, keys)
         got, shapes = _prefill_shapes(shared, prompts, params, keys)
-        _assert_same(expected, got)
+        assert_same(expected, got)
         if (
             glues
         ):  # one forward over the 4 prompts' new ids (all but the last), then one token per row and step
@@ -96,7 +90,7 @@ def test_next_turns_encode_only_their_new_ids_and_sample_as_the_plain_path(pair,
 
 
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "t1-topp-topk"])
-def test_new_episodes_beside_next_turns_are_encoded_apart(pair, toy, params):
+def test_new_episodes_beside_next_turns_are_encoded_apart(pair, toy, params, assert_same):
     """A batch of next turns and new episodes, as the async scheduler mixes them: the new episodes' prompts are
     encoded in a forward of their own, so the batch's forward covers only the next turns' new ids instead of
     every row as wide as a whole new prompt; tokens and log-probs are the plain path's."""
@@ -105,12 +99,12 @@ def test_new_episodes_beside_next_turns_are_encoded_apart(pair, toy, params):
     first = _first_prompts(plain, toy, 5)
     old, new = first[:3], first[3:]
     outputs = plain.generate(old, params, [1, 2, 3])
-    _assert_same(outputs, shared.generate(old, params, [1, 2, 3]))
+    assert_same(outputs, shared.generate(old, params, [1, 2, 3]))
     glues = [_glue(plain, toy, rng) for _ in old]
     batch = [p + o.output_ids + g for p, o, g in zip(old, outputs, glues, strict=True)] + new
     keys = [11, 12, 13, 14, 15]
     got, shapes = _prefill_shapes(shared, batch, params, keys)
-    _assert_same(plain.generate(batch, params, keys), got)
+    assert_same(plain.generate(batch, params, keys), got)
     # the new prompts' system turn once in one row, their rests in 2 rows; then the batch's new ids; then a
     # token per row and step
     assert shapes[0][0] == 1 and shapes[1][0] == 2 and shapes[1][1] < len(new[0]), shapes
@@ -119,22 +113,22 @@ def test_new_episodes_beside_next_turns_are_encoded_apart(pair, toy, params):
     assert len(shared.turns) == 5  # the next turns replaced what they extended; the new episodes were added
 
 
-def test_a_moved_history_window_reuses_nothing_kept(pair, toy):
+def test_a_moved_history_window_reuses_nothing_kept(pair, toy, assert_same):
     """A prompt that starts anew (a history window moved on) shares only the system turn with what was kept:
     a partial match, which depends on what other episodes ran before, is not used; the batch's shared prefix
     still runs once, and the tokens are the plain path's."""
     plain, shared = pair
     first = _first_prompts(plain, toy, 3)
-    _assert_same(plain.generate(first, SAMPLED, [1, 2, 3]), shared.generate(first, SAMPLED, [1, 2, 3]))
+    assert_same(plain.generate(first, SAMPLED, [1, 2, 3]), shared.generate(first, SAMPLED, [1, 2, 3]))
     moved = _first_prompts(plain, toy, 6)[3:]  # new observations: only the chat template's start is common
     common = _slow_common_start(moved[0], first[0])
     assert prompt_cache.MIN_SHARED_TOKENS <= common < len(first[0])
     assert shared.turns.match(moved[0]) == (None, 0)
     assert all(kept is None for kept, _ in shared.prompt_cache.heads(moved))
-    _assert_same(plain.generate(moved, SAMPLED, [4, 5, 6]), shared.generate(moved, SAMPLED, [4, 5, 6]))
+    assert_same(plain.generate(moved, SAMPLED, [4, 5, 6]), shared.generate(moved, SAMPLED, [4, 5, 6]))
 
 
-def test_loaded_weights_forget_the_kept_turns(pair, toy):
+def test_loaded_weights_forget_the_kept_turns(pair, toy, assert_same):
     plain, shared = pair
     prompts = _first_prompts(plain, toy, 2)
     outputs = shared.generate(prompts, GREEDY, [1, 2])
@@ -144,7 +138,7 @@ def test_loaded_weights_forget_the_kept_turns(pair, toy):
     shared.update_weights(new, version=1)
     assert len(shared.turns) == 0 and shared.turns.nbytes == 0
     following = [p + o.output_ids + [5, 6, 7] for p, o in zip(prompts, outputs, strict=True)]
-    _assert_same(plain.generate(following, GREEDY, [3, 4]), shared.generate(following, GREEDY, [3, 4]))
+    assert_same(plain.generate(following, GREEDY, [3, 4]), shared.generate(following, GREEDY, [3, 4]))
 
 
 def test_no_turns_are_kept_without_share_prefix_or_budget(tiny_model_dir, toy):
