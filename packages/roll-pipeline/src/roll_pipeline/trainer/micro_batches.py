@@ -314,11 +314,15 @@ def _slots(lengths: list[int], layout: TrainLayout, capacity: int) -> int:
 def _distinct_tokens(fields: dict[str, torch.Tensor], rows: torch.Tensor, layout: TrainLayout) -> int:
     """Tokens one micro-batch's forward computes: its prefix tree's nodes under share_prefix (the trie the
     strategy builds from the same rows), else every real token."""
-    real = fields["attention_mask"][rows].bool()
     if not layout.share_prefix:
-        return int(real.sum())
-    ids = fields["input_ids"][rows]
-    return int(build_prefix_tree([ids[r][real[r]].tolist() for r in range(len(rows))]).tokens.numel())
+        return int(fields["attention_mask"][rows].sum())
+    return int(build_prefix_tree(_real_tokens(fields, rows)).tokens.numel())
+
+
+def _real_tokens(fields: dict[str, torch.Tensor], rows: torch.Tensor) -> list[list[int]]:
+    """Each row's ids without its padding."""
+    ids, real = fields["input_ids"][rows], fields["attention_mask"][rows].bool()
+    return [ids[k][real[k]].tolist() for k in range(len(rows))]
 
 
 def prefix_order(fields: dict[str, torch.Tensor], rows: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
@@ -326,8 +330,7 @@ def prefix_order(fields: dict[str, torch.Tensor], rows: torch.Tensor, groups: to
     first row: rows that start alike sit side by side, within a group (an episode's turns, the samples of one
     prompt) and across groups (one prompt drawn twice, one system turn), so a micro-batch computes what its rows
     share once. The mini-batch holds the same rows, so its gradient is the same."""
-    ids, real = fields["input_ids"][rows], fields["attention_mask"][rows].bool()
-    tokens = [ids[k][real[k]].tolist() for k in range(len(rows))]
+    tokens = _real_tokens(fields, rows)
     units = _group_units(range(len(rows)), groups[rows].tolist())
     order = sorted((sorted(unit, key=tokens.__getitem__) for unit in units), key=lambda u: tokens[u[0]])
     return rows[[k for unit in order for k in unit]]
