@@ -1,5 +1,5 @@
 """Shared fixtures: one tiny model folder (random init), one format-warmed folder and one random Llama-shaped
-folder per test session."""
+folder per test session; the toy prompt helpers; the check that two generations agree."""
 
 from __future__ import annotations
 
