@@ -86,6 +86,8 @@ CASES = {
 }
 
 TOKENS_PER_S = "actor/train_tokens_per_s"
+MEASURED_S = 0.01
+"""Phases shorter than this (seconds) get no dense / shared ratio."""
 DISTINCT = "actor/distinct_token_fraction"
 PHASES = {
     "rollout": "time/step_rollout",
@@ -205,7 +207,7 @@ def main() -> None:
     fp32, bf16 = matmul_rate(torch.float32), matmul_rate(torch.bfloat16)
     print(
         f"{datetime.date.today()} {platform.machine()}, {os.cpu_count()} cores, torch threads "
-        f"{torch.get_num_threads()}; matmul 2048^3: float32 {fp32:.0f} GFLOP/s, bfloat16 {bf16:.0f} GFLOP/s"
+        f"{torch.get_num_threads()}; matmul 2048^3: float32 {fp32:.1f} GFLOP/s, bfloat16 {bf16:.1f} GFLOP/s"
     )
     results: list[Result] = []
     for name in args.cases:
@@ -229,7 +231,8 @@ def main() -> None:
         dense, shared = (
             next(r for r in results if r.case == name and r.share_prefix is s) for s in (False, True)
         )
-        ratios = {k: dense.phases[k] / shared.phases[k] for k in PHASES if shared.phases[k] > 0}
+        # a phase the case skips (recompute, where the sampler's log-probs are used) times a few microseconds
+        ratios = {k: dense.phases[k] / shared.phases[k] for k in PHASES if shared.phases[k] >= MEASURED_S}
         print(f"{name}: dense / shared " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in results], indent=1))

@@ -72,7 +72,7 @@ def test_bench_p5_generation(benchmark):
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_bench_p3_pipeline_async_vs_sync(benchmark):
+def test_bench_p3_pipeline_async_vs_sync_under_ray(benchmark):
     if not full(benchmark):
         pytest.skip("the pipeline benchmark runs only with --benchmark-enable (e2e tests cover the pipeline)")
     sync, asynchronous = benchmark.pedantic(

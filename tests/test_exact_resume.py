@@ -213,17 +213,18 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_and_auto_resume_tak
 @pytest.mark.ray
 @pytest.mark.slow
 def test_under_ray_a_resumed_run_equals_the_uninterrupted_run(tmp_path, ray_session):
-    # The first run stops at its max_steps instead of being killed (a killed driver would strand its Ray
-    # actors in the shared test instance), so the learning rate must not decay over max_steps here.
-    ray = ["cluster.backend=ray", "actor_train.training_args.lr_scheduler_type=constant", "eval_steps=2"]
-    whole = _run_in_process(tmp_path, "whole", *ray, "max_steps=4", "save_steps=2")
-    _run_in_process(tmp_path, "parts", *ray, "max_steps=2", "save_steps=2")
-    resumed = _run_in_process(
-        tmp_path, "parts", *ray, "max_steps=4", "save_steps=2", "resume_from_checkpoint=auto"
-    )
+    # Resumed from the uninterrupted run's own step-2 checkpoint, not from a killed run (a killed driver would
+    # strand its Ray actors in the shared test instance; the tests above kill `roll train` without Ray).
+    ray = ["cluster.backend=ray", "eval_steps=2", "max_steps=4", "save_steps=2"]
+    whole = _run_in_process(tmp_path, "whole", *ray)
+    second = tmp_path / "whole" / "checkpoints" / "checkpoint-2"
+    resumed = _run_in_process(tmp_path, "resumed", *ray, f"resume_from_checkpoint={second}")
     assert resumed.val_history[0][0] == 2
-    for want, have in zip(_rows(tmp_path / "whole"), _rows(tmp_path / "parts"), strict=True):
-        assert _untimed(have) == _untimed(want), f"step {want['step']} differs"
+    want = {row["step"]: _untimed(row) for row in _rows(tmp_path / "whole")}
+    have = {row["step"]: _untimed(row) for row in _rows(tmp_path / "resumed")}
+    assert sorted(have) == [3, 4]
+    for step, row in have.items():
+        assert row == want[step], f"step {step} differs"
     final, reference = _weights(resumed.last_checkpoint), _weights(whole.last_checkpoint)
     assert all(torch.equal(final[k], reference[k]) for k in reference)
 

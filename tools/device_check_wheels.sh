@@ -14,6 +14,10 @@ pip=(python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$out"
 # pure Python: one wheel for every interpreter
 "${pip[@]}" pydantic==2.14.3 annotated-types==0.8.0 typing-inspection==0.4.5 hydra-core==1.3.8 omegaconf==2.3.1 \
     gymnasium==1.4.0 farama-notifications==0.0.6 cloudpickle==3.1.2
+# pytest and the plugins pyproject's addopts name (--benchmark-disable, -n/--dist, the timeout), as uv.lock pins
+# them: the `gpu` tests' command of docs/device_check.md cannot parse those options without them
+"${pip[@]}" pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 pygments==2.21.0 pytest-benchmark==5.3.1 \
+    py-cpuinfo2==10.1.1 pytest-timeout==2.4.0 pytest-xdist==3.8.0 execnet==2.1.2
 # compiled: one wheel per CPython version
 for version in 3.10 3.11 3.12 3.13; do
     "${pip[@]}" --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \

@@ -38,5 +38,5 @@ uv pip install --python "$VENV" --constraint "$CONSTRAINTS" \
     "model-hosting-container-standards<1.0.0,>=0.1.14" "mcp<3.0.0,>=2.0.0" "opentelemetry-sdk>=1.27.0" \
     "opentelemetry-api>=1.27.0" "opentelemetry-exporter-otlp>=1.27.0" \
     "opentelemetry-semantic-conventions-ai>=0.4.1" "setuptools==78.1.1" jsonschema
-uv pip install --python "$VENV" pytest pytest-benchmark pytest-timeout hypothesis
+uv pip install --python "$VENV" pytest pytest-benchmark pytest-timeout pytest-xdist hypothesis
 "$VENV/bin/python" -c "import torch, vllm; print('torch', torch.__version__, 'vllm', vllm.__version__)"

@@ -93,7 +93,8 @@ def play(chat_tokenizer, answer_ids, factory, seeds: list[int], max_turns: int =
         return sorted(done, key=lambda t: t.env_id)
 
     trajs = asyncio.run(scenario())
-    assert all(t.error is None for t in trajs), [t.error for t in trajs]
+    errors = [t.error for t in trajs if t.error is not None]
+    assert not errors, "\n".join(errors)  # a str: pytest shows it as is at any verbosity (a list it reprs)
     return trajs
 
 
