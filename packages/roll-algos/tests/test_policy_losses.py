@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import sys
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -218,3 +219,23 @@ def test_sft_ignores_the_advantages():
         for adv in (torch.ones(2, 4, dtype=torch.float64), -5 * torch.ones(2, 4, dtype=torch.float64))
     ]
     assert torch.equal(losses[0], losses[1]) and torch.isclose(losses[0], -log_probs.mean())
+
+
+@pytest.mark.parametrize(
+    ("loss", "level", "says"),
+    [("gspo", "token", "gspo's sequence ratio"), ("ppo", "sequence", "ratio_level=sequence's ratio")],
+)
+def test_a_ratio_averaged_over_tokens_refuses_skipped_tokens(loss, level, says):
+    with pytest.raises(AlgosError, match=f"skip_confident_tokens=0.99 with {says}"):
+        ActorLoss(
+            policy_loss=loss, ratio_level=level, skip_confident_tokens=0.99, clip_low=3e-4, clip_high=4e-4
+        )
+    ActorLoss(policy_loss="ppo", skip_confident_tokens=0.99)  # per-token ratios: each token stands alone
+
+
+def test_gspo_warns_at_a_clip_range_far_above_the_papers():
+    with pytest.warns(UserWarning, match=r"\(low 0.2, high 0.2\).*low 0.0003, high 0.0004"):
+        ActorLoss(policy_loss="gspo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ActorLoss(policy_loss="gspo", clip_low=3e-4, clip_high=4e-4)

@@ -72,3 +72,20 @@ def test_a_setting_gspo_would_ignore_is_refused(setting):
         ConfigError, match=r"policy_loss='gspo' does not read it.*set policy_loss to one that reads it: ppo"
     ):
         compose(None, None, ["policy_loss=gspo", setting])
+
+
+def test_gspo_with_skipped_tokens_or_a_ppo_sized_clip_is_refused_with_the_papers_range():
+    """roll_tiny skips confident tokens (0.99) and clips at PPO's 0.2: GSPO's sequence ratio would then average
+    the kept tokens only, and would almost never clip."""
+    with pytest.raises(ConfigError) as err:
+        compose(None, None, ["policy_loss=gspo"])
+    text = str(err.value)
+    assert (
+        "skip_confident_tokens=0.99 with gspo's sequence ratio" in text
+        and "skip_confident_tokens=null" in text
+    )
+    assert "(low 0.2, high 0.2)" in text and "pg_clip_low=0.0003, pg_clip_high=0.0004" in text
+    with pytest.raises(ConfigError, match="ratio_level=segment's ratio"):
+        compose(None, None, ["ratio_level=segment"])
+    ok = ["policy_loss=gspo", "skip_confident_tokens=null", "pg_clip_low=3e-4", "pg_clip_high=4e-4"]
+    assert compose(None, None, ok).policy_loss == "gspo"

@@ -33,6 +33,7 @@ from roll_algos.batching import (
 )
 from roll_algos.errors import AlgosError, ShapeError
 from roll_algos.gigpo import anchor_ids_from_texts, cluster_representatives
+from roll_algos.gspo import GSPO_PAPER_CLIP, gspo_clip_problem
 from roll_algos.kl import AdaptiveKLController, FixedKLController, KLEstimator, apply_kl_penalty, kl_penalty
 from roll_algos.logits import entropy_from_logits, log_probs_from_logits
 from roll_algos.losses import (
@@ -46,7 +47,7 @@ from roll_algos.losses import (
     policy_loss,
     value_loss,
 )
-from roll_algos.objectives import FULL_KL_KINDS, ActorLoss, CriticLoss, token_kl
+from roll_algos.objectives import FULL_KL_KINDS, ActorLoss, CriticLoss, skipped_tokens_problem, token_kl
 from roll_algos.packing import PackedBatch, pack_sequences, packed_attention_mask, unpack, unpack_padded
 from roll_algos.policy_losses import (
     DEFAULT_POLICY_LOSS,
@@ -88,6 +89,7 @@ __all__: list[str] = [
     "ADVANTAGE_ESTIMATORS",
     "DEFAULT_POLICY_LOSS",
     "FULL_KL_KINDS",
+    "GSPO_PAPER_CLIP",
     "POLICY_LOSSES",
     "ActorLoss",
     "AdaptiveKLController",
@@ -130,6 +132,7 @@ __all__: list[str] = [
     "get_policy_loss",
     "group_index",
     "group_normalize",
+    "gspo_clip_problem",
     "karmarkar_karp",
     "kl_penalty",
     "load_estimator_plugins",
@@ -147,6 +150,7 @@ __all__: list[str] = [
     "register_policy_loss",
     "registered_estimators",
     "registered_policy_losses",
+    "skipped_tokens_problem",
     "starpo_group_filter",
     "token_kl",
     "unpack",

@@ -10,11 +10,35 @@ import torch
 from roll_algos.losses import PolicyLossOutput, check_policy_loss_args, clipped_policy_loss
 from roll_algos.policy_losses import PolicyLossConfig, PolicyLossInputs, register_policy_loss
 
-__all__ = ["gspo", "sequence_ratio"]
+__all__ = ["GSPO_CLIP_CEILING", "GSPO_PAPER_CLIP", "gspo", "gspo_clip_problem", "sequence_ratio"]
 
 MAX_LOG_RATIO = 20.0
 """|log s| is clamped here before the exp (the same bound as `policy_loss`'s ratios), so a far off-policy
 row cannot overflow."""
+
+GSPO_PAPER_CLIP = (3e-4, 4e-4)
+"""The clip range (low, high) of the GSPO paper's experiments: a length-normalised sequence ratio sits within
+about 1e-3 of 1, so PPO's token-level 0.2 would almost never clip."""
+
+GSPO_CLIP_CEILING = 1e-2
+"""A GSPO clip range above this (25x the paper's upper clip) is far off GSPO's scale (`gspo_clip_problem`)."""
+
+
+def gspo_clip_problem(clip_low: float, clip_high: float) -> str | None:
+    """What is wrong with clipping GSPO's sequence ratio at [1 - clip_low, 1 + clip_high], or None.
+
+    A range above `GSPO_CLIP_CEILING` on either side leaves GSPO's ratio (within about 1e-3 of 1) unclipped:
+    the update is then an unconstrained policy gradient, not GSPO.
+    """
+    if max(clip_low, clip_high) <= GSPO_CLIP_CEILING:
+        return None
+    low, high = GSPO_PAPER_CLIP
+    return (
+        f"gspo clips one length-normalised ratio per sequence, which sits within about 1e-3 of 1: a clip range of"
+        f" (low {clip_low:g}, high {clip_high:g}) is above {GSPO_CLIP_CEILING:g} and would almost never clip; the"
+        f" GSPO paper (Zheng et al. 2025) clips at low {low:g}, high {high:g} (pg_clip_low={low:g},"
+        f" pg_clip_high={high:g})"
+    )
 
 
 def sequence_ratio(

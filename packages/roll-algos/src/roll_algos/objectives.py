@@ -8,10 +8,13 @@ orchestrator or the rollout); all the maths is in this package's `losses`, `kl` 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
 
+from roll_algos.errors import AlgosError
+from roll_algos.gspo import gspo_clip_problem
 from roll_algos.kl import kl_penalty
 from roll_algos.losses import aggregate_loss, value_loss
 from roll_algos.policy_losses import (
@@ -22,7 +25,7 @@ from roll_algos.policy_losses import (
     compute_policy_loss,
 )
 
-__all__ = ["FULL_KL_KINDS", "ActorLoss", "CriticLoss", "token_kl"]
+__all__ = ["FULL_KL_KINDS", "ActorLoss", "CriticLoss", "skipped_tokens_problem", "token_kl"]
 
 FULL_KL_KINDS = ("full", "full_forward")
 """The `kl_penalty` kinds computed exactly over the vocabulary where both models' logits are (the train
@@ -52,6 +55,31 @@ def token_kl(
             f"got {None if exact is None else tuple(exact.shape)}; compute it where both models' logits are"
         )
     return torch.where(mask, exact, torch.zeros_like(exact))
+
+
+def skipped_tokens_problem(
+    policy_loss: str, ratio_level: str, skip_confident_tokens: float | None
+) -> str | None:
+    """What is wrong with leaving confident tokens out of a ratio that averages over tokens, or None.
+
+    GSPO's ratio (and PPO's `sequence` / `segment` ratios) is the exp of the mean log-ratio over a sequence's
+    (a turn's) tokens. `skip_confident_tokens` hands the loss only the decision tokens, so that mean would be
+    over the kept tokens alone: another ratio than the length-normalised one the method defines.
+    """
+    if skip_confident_tokens is None:
+        return None
+    if policy_loss == "gspo":
+        averaged = "gspo's sequence ratio"
+    elif ratio_level in ("sequence", "segment"):
+        averaged = f"ratio_level={ratio_level}'s ratio"
+    else:
+        return None
+    return (
+        f"skip_confident_tokens={skip_confident_tokens:g} with {averaged}: that ratio is the mean log-ratio over"
+        " every token of the sequence (turn), and skipping confident tokens would average it over the kept ones"
+        " only, which is not the method's length normalisation; set skip_confident_tokens=null, or use"
+        " ratio_level=token with policy_loss=ppo"
+    )
 
 
 def _valid_rows(mask: torch.Tensor) -> int:
@@ -112,6 +140,11 @@ class ActorLoss:
 
     def __post_init__(self) -> None:
         check_policy_loss_config(self.policy_loss, self._loss_config(None))
+        skipped = skipped_tokens_problem(self.policy_loss, self.ratio_level, self.skip_confident_tokens)
+        if skipped is not None:
+            raise AlgosError(skipped)
+        if self.policy_loss == "gspo" and (clip := gspo_clip_problem(self.clip_low, self.clip_high)):
+            warnings.warn(clip, stacklevel=2)
 
     @property
     def needs_entropy(self) -> bool:

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 from roll_algos import (
     AlgosError,
     estimator_spec,
+    gspo_clip_problem,
     policy_loss_spec,
     registered_estimators,
     registered_policy_losses,
+    skipped_tokens_problem,
 )
 from roll_rollout.agent_manager import AGENT_ENV_TYPE
 
@@ -345,6 +347,10 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
         )
     if cfg.pg_clip_low is not None and cfg.pg_clip_high is not None and _is_set(cfg, "pg_clip"):
         problems.append("pg_clip set while pg_clip_low and pg_clip_high override it on both sides; drop one")
+    skipped = skipped_tokens_problem(cfg.policy_loss, cfg.ratio_level, cfg.skip_confident_tokens)
+    clip = gspo_clip_problem(cfg.pg_clip_low or cfg.pg_clip, cfg.pg_clip_high or cfg.pg_clip)
+    problems += [skipped] if skipped else []
+    problems += [clip] if clip and cfg.policy_loss == "gspo" else []
     return problems
 
 

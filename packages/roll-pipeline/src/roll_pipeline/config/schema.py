@@ -149,8 +149,9 @@ class AgenticConfig(StrictModel):
     policy_loss: str = Field(
         DEFAULT_POLICY_LOSS,
         description="policy loss, a name registered in roll_algos: ppo (PPO's clipped surrogate on ratio_level's"
-        " ratio), gspo (GSPO: one length-normalised ratio per sequence; use small clip ranges such as"
-        " pg_clip_low=3e-4, pg_clip_high=4e-4), or a plugin's (docs/algos/policy_loss.md)",
+        " ratio), gspo (GSPO: one length-normalised ratio per sequence; a clip range above 1e-2 is refused:"
+        " pg_clip_low=3e-4, pg_clip_high=4e-4 as in the paper; no skip_confident_tokens), or a plugin's"
+        " (docs/algos/policy_loss.md)",
     )
     pg_clip: float = Field(0.2, gt=0, description="PPO ratio clip range")
     pg_clip_low: float | None = Field(None, gt=0, description="lower clip range (default pg_clip)")
