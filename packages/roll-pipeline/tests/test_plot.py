@@ -92,3 +92,23 @@ def test_a_multi_tag_run_gets_one_curve_per_tag_and_each_tags_baselines(tmp_path
         "Sokoban optimal baseline",
     }
     assert lines[1.0] == sk  # Sokoban's optimal line
+
+
+def test_the_learning_signal_and_the_validation_flips_get_a_panel(tmp_path, monkeypatch):
+    from roll_pipeline.observe import plotting
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [
+        {"step": s, "signal/zero_adv_groups": 0.2 * s, "signal/zero_adv_step_groups": 0.1} for s in (1, 2)
+    ]
+    rows += [{"step": 2, "val/flips/fail_to_success": 3.0, "val/flips/success_to_fail": 1.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    figures = []
+    monkeypatch.setattr(plotting, "save_figure", lambda fig, out: figures.append(fig) or out)
+    plotting.plot_learning_curve(run, run / "curve.png")
+    (fig,) = figures
+    panel = next(a for a in fig.axes if a.get_title().startswith("groups without signal"))
+    assert [line.get_label() for line in panel.get_lines()] == sorted(k for k in rows[0] if k != "step")
+    right = next(a for a in fig.axes if a is not panel and a.get_shared_x_axes().joined(a, panel))
+    assert [line.get_ydata().tolist() for line in right.get_lines()] == [[3.0], [1.0]]

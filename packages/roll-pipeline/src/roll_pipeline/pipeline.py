@@ -27,6 +27,7 @@ from roll_rollout import validation_seeds
 
 from roll_pipeline.assembly.parts import assemble, build_updaters
 from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.observe.flips import ValidationFlips
 from roll_pipeline.observe.metrics import mean, rollout_metrics, val_metrics
 from roll_pipeline.observe.summary import RunSummary
 from roll_pipeline.runtime.rollout import sampling_of
@@ -70,6 +71,7 @@ class AgenticPipeline:
         self.trainer_offload, self.demo_rollout = w.trainer_offload, w.demo_rollout
         self.update_actor: ActorUpdater | None = None  # built at the start of `run` (packing is probed)
         self.update_critic: CriticUpdater | None = None
+        self.val_flips = ValidationFlips()  # validation episodes won and lost since the last pass
         self.step = 0
         self._skipped_in_a_row = 0
 
@@ -219,7 +221,7 @@ class AgenticPipeline:
         batch = await self.val_rollout.get_batch(
             count, seeds=validation_seeds(count // self.val_rollout.layout.group_size)
         )
-        metrics = val_metrics(batch)
+        metrics = {**val_metrics(batch), **self.val_flips.update(batch)}
         metrics["time/step_val"] = time.perf_counter() - t
         if self.renderer is not None:  # in a thread: the event loop (async rollout, env workers) goes on
             render = self.renderer.render
@@ -245,14 +247,17 @@ class AgenticPipeline:
 
     # ----------------------------------------------------------------- checkpoints
     async def _save_checkpoint(self) -> Path:
-        state = pipeline_state(
-            self.step,
-            self._skipped_in_a_row,
-            self.train_rollout,
-            self.val_rollout,
-            self.kl,
-            self.tracker,
-            demo=self.demo_rollout,
+        state = (
+            pipeline_state(
+                self.step,
+                self._skipped_in_a_row,
+                self.train_rollout,
+                self.val_rollout,
+                self.kl,
+                self.tracker,
+                demo=self.demo_rollout,
+            )
+            | self.val_flips.state()
         )
 
         async def save_models(path: Path) -> None:  # every rank: DeepSpeed writes each rank's shards
@@ -284,6 +289,7 @@ class AgenticPipeline:
         self.step, self._skipped_in_a_row = restore_pipeline_state(
             state, self.train_rollout, self.val_rollout, self.kl, demo=self.demo_rollout
         )
+        self.val_flips.load_state(state)
 
     def close(self) -> None:
         """Stop the workers."""

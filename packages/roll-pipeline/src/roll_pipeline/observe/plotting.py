@@ -50,7 +50,31 @@ def draw_baselines(
 
 
 KL_COEF_KEYS = ("critic/kl_coef", "actor/kl_loss_coef")
-"""The KL coefficients in use (scaled by the adaptive controller), drawn in a third panel when they move."""
+"""The KL coefficients in use (scaled by the adaptive controller), drawn in a panel when they move."""
+
+SIGNAL_PREFIX = "signal/"
+"""The learning-signal shares (`trainer.signal`), drawn in a panel with the validation flips when logged."""
+FLIP_KEYS = ("val/flips/fail_to_success", "val/flips/success_to_fail")
+
+
+def _points(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
+    pts = [(r["step"], r[key]) for r in rows if key in r]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _draw_signal(ax: object, rows: list[dict[str, float]], keys: list[str]) -> None:
+    """The shares of groups / turns without advantage (left axis) and the validation flips (right axis)."""
+    for key in keys:
+        ax.plot(*_points(rows, key), label=key)  # type: ignore[attr-defined]
+    ax.set(xlabel="step", ylabel="share", ylim=(0, 1), title="groups without signal / validation flips")  # type: ignore[attr-defined]
+    add_legend(ax, loc="upper left")
+    flips = [k for k in FLIP_KEYS if any(k in r for r in rows)]
+    if flips:
+        right = ax.twinx()  # type: ignore[attr-defined]
+        for key, marker in zip(flips, ("^", "v"), strict=False):
+            right.plot(*_points(rows, key), marker, linestyle=":", label=key.split("/")[-1])
+        right.set(ylabel="validation episodes")
+        add_legend(right, loc="upper right")
 
 
 def plot_learning_curve(
@@ -59,7 +83,8 @@ def plot_learning_curve(
     """Train success (per step) and validation success (greedy) of each tag against steps, one colour per tag,
     plus baseline lines (in the colour of the tag their name starts with, else gray); the
     entropy and the measured KL to the reference (with `target_kl` as a line); the KL coefficients when
-    the adaptive controller moved them."""
+    the adaptive controller moved them; the shares of groups without advantage and the validation episodes
+    won and lost since the last pass, when logged."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,7 +93,9 @@ def plot_learning_curve(
     rows = read_metrics(run_dir)
     coefs = {k: [(r["step"], r[k]) for r in rows if k in r] for k in KL_COEF_KEYS}
     coefs = {k: pts for k, pts in coefs.items() if len({v for _, v in pts}) > 1}
-    fig, axes = plt.subplots(1, 3 if coefs else 2, figsize=(16 if coefs else 11, 4))
+    signal = sorted({k for r in rows for k in r if k.startswith(SIGNAL_PREFIX)})
+    panels = 2 + bool(coefs) + bool(signal)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4))
     ax, ax2 = axes[0], axes[1]
     keys = sorted(
         {k for r in rows for k in r if k.startswith(("env/", "val/env/")) and k.endswith("/success")}
@@ -104,4 +131,6 @@ def plot_learning_curve(
     if coefs:
         axes[2].set(xlabel="step", title="KL coefficients (adaptive controller)")
         add_legend(axes[2])
+    if signal:
+        _draw_signal(axes[-1], rows, signal)
     return save_figure(fig, out)

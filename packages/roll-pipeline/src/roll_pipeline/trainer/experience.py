@@ -27,6 +27,7 @@ from roll_rollout import Trajectory
 from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.trainer.kl_control import KLControl, kl_reward_penalty
 from roll_pipeline.trainer.samples import Samples, SampleShape, TurnView, build_samples
+from roll_pipeline.trainer.signal import signal_metrics
 
 __all__ = ["Experience", "ExperienceMaker", "ExperienceSettings", "explained_variance", "step_advantages"]
 
@@ -146,6 +147,9 @@ class ExperienceMaker:
         )
         timings["time/step_adv"] = time.perf_counter() - t
         metrics.update(_advantage_metrics(advantages, returns, values, mask))
+        if not demonstration:  # what share of the batch teaches nothing (`trainer.signal`)
+            inputs = replace(samples, turns=turns).advantage_inputs(values, old_lp, ref_lp)
+            metrics.update(signal_metrics(cfg.adv_estimator, inputs, cfg.advantage))
         exp = Experience(samples, old_lp, ref_lp, values, advantages, returns, kl_mean, len(trajs))
         return exp, metrics
 
