@@ -239,3 +239,25 @@ def test_gspo_warns_at_a_clip_range_far_above_the_papers():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ActorLoss(policy_loss="gspo", clip_low=3e-4, clip_high=4e-4)
+
+
+def test_turn_max_entropy_is_the_mean_of_each_turns_most_uncertain_token():
+    from roll_algos.objectives import turn_max_entropy
+
+    entropy = torch.tensor([[9.0, 0.5, 2.0, 0.1, 1.0], [0.2, 0.3, 9.0, 9.0, 9.0]])
+    mask = torch.tensor([[False, True, True, True, True], [True, True, False, False, False]])
+    # row 0 holds two turns (segments 1: tokens 1-2, 2: tokens 3-4), row 1 one; off-mask 9s never count
+    segments = torch.tensor([[0, 1, 1, 2, 2], [1, 1, 0, 0, 0]])
+    assert turn_max_entropy(entropy, mask, segments) == pytest.approx((2.0 + 1.0 + 0.3) / 3)
+    assert turn_max_entropy(entropy, mask, None) == pytest.approx((2.0 + 0.3) / 2)
+    _, metrics = ActorLoss()(
+        torch.zeros(2, 5),
+        entropy,
+        {
+            "response_mask": mask,
+            "old_log_probs": torch.zeros(2, 5),
+            "advantages": torch.ones(2, 5),
+            "segment_ids": segments,
+        },
+    )
+    assert metrics["actor/entropy/turn_max"] == pytest.approx(3.3 / 3)

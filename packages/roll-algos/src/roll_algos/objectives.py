@@ -25,7 +25,14 @@ from roll_algos.policy_losses import (
     compute_policy_loss,
 )
 
-__all__ = ["FULL_KL_KINDS", "ActorLoss", "CriticLoss", "skipped_tokens_problem", "token_kl"]
+__all__ = [
+    "FULL_KL_KINDS",
+    "ActorLoss",
+    "CriticLoss",
+    "skipped_tokens_problem",
+    "token_kl",
+    "turn_max_entropy",
+]
 
 FULL_KL_KINDS = ("full", "full_forward")
 """The `kl_penalty` kinds computed exactly over the vocabulary where both models' logits are (the train
@@ -80,6 +87,26 @@ def skipped_tokens_problem(
         " only, which is not the method's length normalisation; set skip_confident_tokens=null, or use"
         " ratio_level=token with policy_loss=ppo"
     )
+
+
+def turn_max_entropy(entropy: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor | None) -> float:
+    """The mean over turns of each turn's largest per-token entropy: the entropy where a turn decides.
+
+    A turn is a row's response tokens of one `segment_ids` value (None: each row is one turn). An answer's
+    format tokens are near-certain once learnt, so a mean over every token falls with them; a turn's most
+    uncertain token is its choice (a move), and this stays high while the policy still explores its choices.
+    """
+    m = mask.bool()
+    if not bool(m.any()):
+        return 0.0
+    rows, cols = m.nonzero(as_tuple=True)
+    seg = torch.zeros_like(rows) if segment_ids is None else segment_ids[rows, cols].long()
+    turn = rows * (int(seg.max()) + 1) + seg
+    keys, index = torch.unique(turn, return_inverse=True)
+    values = entropy.detach()[rows, cols].float()
+    peak = torch.full((keys.numel(),), float("-inf"), device=values.device)
+    peak = peak.scatter_reduce(0, index, values, "amax")
+    return float(peak.mean())
 
 
 def _valid_rows(mask: torch.Tensor) -> int:
@@ -206,6 +233,7 @@ class ActorLoss:
             ent = self._aggregate(entropy, scope)
             loss = loss - self.entropy_loss_coef * ent * _coverage(scope, mask, self.agg_mode)
             metrics["actor/entropy"] = float(ent.detach())
+            metrics["actor/entropy/turn_max"] = turn_max_entropy(entropy, mask, mb.get("segment_ids"))
         metrics["actor/loss"] = float(loss.detach())
         return loss, metrics
 
