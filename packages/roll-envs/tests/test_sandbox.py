@@ -220,7 +220,7 @@ def test_a_daemon_dies_with_the_call_that_started_it(env):
     late += "        time.sleep(0.5)\n        open('late_python', 'w').write('x')"
     assert "exit code 0" in env.step(python(late))[0]
     obs = env.step(
-        shell("setsid sh -c 'sleep 0.5; echo x > late_shell' </dev/null >/dev/null 2>&1 & echo ok")
+        shell("setsid sh -c 'sleep 0.5; echo x > late_shell' </dev/null >/dev/null 2>&1 & sleep 0.1; echo ok")
     )[0]
     assert "ok" in obs, obs
     time.sleep(1.5)
