@@ -312,6 +312,10 @@ def test_without_namespaces_the_default_is_refused_and_none_is_an_opt_in_logged_
 
 
 def test_without_isolation_the_limits_still_hold():
+    with pytest.raises(
+        roll_envs.EnvConfigError, match="call_memory_mb=64 is watched only for isolated calls"
+    ):
+        roll_envs.make("sandbox", isolation="none", call_memory_mb=64)
     env = roll_envs.make("sandbox", **{**LIMITS, "isolation": "none"})
     env.reset(seed=2)
     assert env.metadata["sandbox_isolation"] == "none"

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from roll_envs.base import BASE_METRICS, ActionOutcome, Aggregation, BaseEnv
 from roll_envs.config import EnvConfig
@@ -119,6 +119,16 @@ class SandboxConfig(EnvConfig):
                 " unshare), or, for trusted code only, set isolation='none' (docs/envs/sandbox.md)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _call_memory_needs_isolation(self) -> SandboxConfig:
+        if self.isolation == "none" and "call_memory_mb" in self.model_fields_set:
+            raise ValueError(
+                f"call_memory_mb={self.call_memory_mb} is watched only for isolated calls (an unisolated call's"
+                " processes cannot be told from the worker's); with isolation='none' only memory_mb, per"
+                " process, holds. Fix: drop call_memory_mb, or use isolation='namespaces'"
+            )
+        return self
 
     def limits(self) -> Limits:
         """The limits of one call."""
