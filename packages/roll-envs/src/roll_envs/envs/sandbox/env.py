@@ -181,9 +181,9 @@ class SandboxEnv(BaseEnv):
             "You solve a task in a sandbox: a directory holding the task's files. Each turn, call one tool: "
             "run_python(code) runs Python 3 code, run_shell(command) runs a bash command, each in a fresh "
             f"process in that directory (its files persist between calls; {net}{cfg.cpu_seconds} s of CPU, "
-            f"{cfg.wall_seconds:g} s of wall time, {cfg.memory_mb} MiB of memory, {cfg.disk_mb} MiB of files; output past "
-            f"{cfg.observation_chars} characters is cut). submit(answer) ends the episode and the answer is "
-            f"checked. Examples: {self.format_answer(shell)}, {self.format_answer(python)}, "
+            f"{cfg.wall_seconds:g} s of wall time, {cfg.memory_mb} MiB of memory, {cfg.disk_mb} MiB of files; "
+            f"output past {cfg.observation_chars} characters is cut). submit(answer) ends the episode and the "
+            f"answer is checked. Examples: {self.format_answer(shell)}, {self.format_answer(python)}, "
             f"{self.format_answer(submit)}."
         )
 
