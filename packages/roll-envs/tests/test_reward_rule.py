@@ -34,11 +34,16 @@ ENVS: dict[str, tuple[str, dict[str, Any]]] = {
         {"cliff_walking": "CliffWalking", "taxi": "Taxi", "gym_adapter": "FrozenLake"}.get(
             env_id, "sokoban" if "sokoban" in env_id else env_id
         ),
-        {"gym_id": "FrozenLake-v1"} if env_id == "gym_adapter" else {},
+        {"gym_id": "FrozenLake-v1"}
+        if env_id == "gym_adapter"
+        else {"isolation": "none"}
+        if env_id == "sandbox"
+        else {},
     )
     for env_id in (b.id for b in BUILTINS)
 }
-"""Every built-in env -> (its game, the config it needs: gym_adapter plays Gymnasium's FrozenLake). The
+"""Every built-in env -> (its game, the config it needs: gym_adapter plays Gymnasium's FrozenLake; the sandbox,
+playing submits that run no call, needs no isolation, which a machine without namespaces refuses). The
 built-ins, not `list_envs()`: test modules of other packages register test envs at collection."""
 
 

@@ -1,5 +1,6 @@
-"""The `sandbox` env: registration, `check_env`, a scripted solver per family, `roll-envs play`, and the
-hazards: each ends its call with a clear observation and leaves the worker and the other episodes running.
+"""The `sandbox` env: registration, `check_env`, a scripted solver per family, `roll-envs play`, the
+refusal to run unisolated unless opted out, and the hazards: each ends its call with a clear observation and
+leaves the worker and the other episodes running. The escapes (`needs_isolation`) fail without isolation.
 
 Every call is a subprocess, so the tests keep their calls few and their limits low (1 s of CPU, 4 s of
 wall time, 16 processes)."""
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -18,11 +21,14 @@ import numpy as np
 import pytest
 import roll_envs
 from roll_envs.envs.sandbox import FAMILIES, SandboxEnv, isolation_available
+from roll_envs.envs.sandbox.env import warn_unisolated
 from roll_envs.envs.sandbox.runner import Limits, run_call
-from roll_envs.envs.sandbox.workdir import Workdir
+from roll_envs.envs.sandbox.workdir import Workdir, tree_bytes
 
-LIMITS = {"cpu_seconds": 1, "wall_seconds": 4.0, "processes": 16, "memory_mb": 256, "file_mb": 1}
 ISOLATED, WHY_NOT = isolation_available()
+MODE = {"isolation": "namespaces" if ISOLATED else "none"}
+"""What a machine without namespaces must opt into (the default refuses it)."""
+LIMITS = {"cpu_seconds": 1, "wall_seconds": 4.0, "processes": 16, "memory_mb": 256, "file_mb": 1, **MODE}
 needs_isolation = pytest.mark.skipif(
     not ISOLATED, reason=f"namespaces unavailable here ({WHY_NOT}); without them the call is not contained"
 )
@@ -60,10 +66,10 @@ def bystander():
 
 
 def test_registered_declared_and_passes_check_env():
-    env = roll_envs.make("sandbox")
+    env = roll_envs.make("sandbox", **MODE)
     assert isinstance(env, SandboxEnv) and SandboxEnv.owns_random_state
-    assert env.metadata["sandbox_isolation"] == ("namespaces" if ISOLATED else "none")
-    assert roll_envs.check_env(env, make_env=lambda: roll_envs.make("sandbox")) == []
+    assert env.metadata["sandbox_isolation"] == MODE["isolation"]
+    assert roll_envs.check_env(env, make_env=lambda: roll_envs.make("sandbox", **MODE)) == []
     env.close()
 
 
@@ -84,7 +90,7 @@ SOLVERS = {
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_a_scripted_solver_solves_each_family_and_a_wrong_answer_scores_zero(family):
-    env = roll_envs.make("sandbox", families=[family])
+    env = roll_envs.make("sandbox", families=[family], **MODE)
     rng = np.random.default_rng(5)
     if family == "edit":
         task = FAMILIES[family](rng, "set_value")
@@ -122,6 +128,8 @@ def test_roll_envs_play_sandbox():
             "1",
             "--set",
             'families=["text"]',
+            "--set",
+            f"isolation={MODE['isolation']}",
         ],
         input="\n".join(turns) + "\n",
         capture_output=True,
@@ -174,8 +182,10 @@ def test_writing_and_reading_outside_the_episode_directory_fail(env, bystander, 
     secret = tmp_path / "secret.txt"
     secret.write_text("the secret")
     target = tmp_path / "written.txt"
-    obs = env.step(shell(f"cat {secret}; echo x > {target}; echo y > /usr/evil; ls /; echo done"))[0]
-    assert "the secret" not in obs and "No such file or directory" in obs, obs
+    obs = env.step(
+        shell(f"cat {secret} /etc/shadow; echo x > {target}; echo y > /usr/evil; ls /; echo done")
+    )[0]
+    assert "the secret" not in obs and "root:" not in obs and "No such file or directory" in obs, obs
     assert "Read-only file system" in obs and "done" in obs
     assert not target.exists() and not os.path.exists("/usr/evil")
     obs = env.step(python("import os; os.symlink('/etc/hostname', 'link'); print(open('link').read())"))[0]
@@ -191,10 +201,42 @@ def test_signalling_the_parent_or_everyone_reaches_nobody_outside(env, bystander
 
 
 @needs_isolation
-def test_there_is_no_network(env):
-    code = "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)"
+def test_a_listener_on_the_workers_loopback_is_out_of_reach(env):
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        obs = env.step(
+            python(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 2)\nprint('reached')")
+        )[0]
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):  # no connection is waiting
+            server.accept()
+    assert "exit code 1" in obs and "OSError" in obs and "reached" not in obs, obs
+
+
+@needs_isolation
+def test_a_daemon_dies_with_the_call_that_started_it(env):
+    """A `setsid` child and a double-forked one both try to write 0.5 s after their call returned."""
+    late = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+    late += "        time.sleep(0.5)\n        open('late_python', 'w').write('x')"
+    assert "exit code 0" in env.step(python(late))[0]
+    obs = env.step(
+        shell("setsid sh -c 'sleep 0.5; echo x > late_shell' </dev/null >/dev/null 2>&1 & sleep 0.1; echo ok")
+    )[0]
+    assert "ok" in obs, obs
+    time.sleep(1.5)
+    assert sorted(p.name for p in env.workdir.work.glob("late_*")) == []
+
+
+@needs_isolation
+def test_memory_spread_over_processes_is_bounded_for_the_whole_call(bystander):
+    """Four processes of 40 MiB each (each under memory_mb) pass the call's 64 MiB together."""
+    env = roll_envs.make("sandbox", **{**LIMITS, "call_memory_mb": 64})
+    env.reset(seed=0)
+    code = "import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        x = b'x' * (40 << 20)\n"
+    code += "        time.sleep(3)\n        os._exit(0)\nfor _ in range(4):\n    os.wait()\nprint('all held')"
     obs = env.step(python(code))[0]
-    assert "exit code 1" in obs and "OSError" in obs, obs
+    assert "stopped: memory limit (64 MiB" in obs and "all held" not in obs, obs
+    env.close()
 
 
 def test_binary_garbage_is_escaped_and_cut(env, bystander):
@@ -228,13 +270,55 @@ def test_calls_of_two_episodes_run_side_by_side(tmp_path):
         assert not workdir.path.exists()
 
 
+def test_filling_the_disk_past_its_budget_stops_the_call_and_ends_the_episode(bystander):
+    """Files of 0.5 MiB (under file_mb) past disk_mb=4: written slowly, the call is stopped on the way;
+    written at once, the call may end first, and the check after it ends the episode."""
+    env = roll_envs.make("sandbox", **{**LIMITS, "disk_mb": 4})
+    for pause in (0.05, 0):
+        env.reset(seed=0)
+        code = "import time\nfor i in range(40):\n    open(f'f{i}', 'wb').write(bytes(1 << 19))\n"
+        obs, reward, terminated, *_ = env.step(python(code + f"    time.sleep({pause})"))
+        assert terminated and reward == 0.0 and "over 4 MiB (disk_mb), its limit: the episode ends" in obs
+        assert "stopped: disk limit (4 MiB" in obs or not pause, obs
+        assert tree_bytes(env.workdir.work, 1 << 30) < (6 if pause else 21) << 20
+    env.close()
+
+
+@pytest.fixture
+def no_namespaces(monkeypatch, tmp_path):
+    """The kernel refusing namespaces as Docker's seccomp profile does: `unshare` fails (the probe reruns)."""
+    fake = tmp_path / "unshare"
+    fake.write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    isolation_available.cache_clear()
+    yield
+    monkeypatch.undo()
+    isolation_available.cache_clear()
+
+
+def test_without_namespaces_the_default_is_refused_and_none_is_an_opt_in_logged_once(no_namespaces, caplog):
+    with pytest.raises(roll_envs.EnvConfigError) as refused:
+        roll_envs.make("sandbox")
+    assert "field 'isolation'" in str(refused.value) and "Operation not permitted" in str(refused.value)
+    assert "set isolation='none'" in str(refused.value)
+    warn_unisolated.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="roll_envs.envs.sandbox.env"):
+        envs = [roll_envs.make("sandbox", isolation="none") for _ in range(2)]
+    assert [r.getMessage()[:47] for r in caplog.records] == [
+        "env 'sandbox' runs with isolation='none': its c"
+    ]
+    assert envs[0].metadata["sandbox_isolation"] == "none"
+
+
 def test_without_isolation_the_limits_still_hold():
-    env = roll_envs.make("sandbox", isolation="none", **LIMITS)
+    with pytest.raises(
+        roll_envs.EnvConfigError, match="call_memory_mb=64 is watched only for isolated calls"
+    ):
+        roll_envs.make("sandbox", isolation="none", call_memory_mb=64)
+    env = roll_envs.make("sandbox", **{**LIMITS, "isolation": "none"})
     env.reset(seed=2)
-    assert (
-        env.metadata["sandbox_isolation"] == "none"
-        and "isolation='none'" in env.metadata["sandbox_isolation_note"]
-    )
+    assert env.metadata["sandbox_isolation"] == "none"
     assert "MemoryError" in env.step(python("x = bytearray(10 * 2**30)"))[0]
     obs = env.step(python("while True:\n    pass"))[0]
     assert "stopped: CPU time limit" in obs or "stopped: wall time limit" in obs, obs
@@ -244,7 +328,7 @@ def test_without_isolation_the_limits_still_hold():
 
 
 def test_a_copied_env_copies_its_files():
-    env = roll_envs.make("sandbox", families=["edit"])
+    env = roll_envs.make("sandbox", families=["edit"], **MODE)
     env.reset(seed=0)
     assert roll_envs.check_env(env) == []  # interleaves deep copies of `env`
     twin = copy.deepcopy(env)

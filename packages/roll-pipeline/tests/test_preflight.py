@@ -161,3 +161,19 @@ def test_a_hub_id_in_the_cache_is_accepted(tmp_path, monkeypatch):
     assert "`hf download org/cached`" in check_pretrain("org/cached")[0]  # a config without weights
     (snapshot / "model.safetensors").write_bytes(b"weights")
     assert check_pretrain("org/cached") == []
+
+
+def test_roll_config_refuses_an_unisolated_sandbox_unless_opted_out(capsys, monkeypatch, no_workers):
+    """Where the kernel refuses namespaces (as `isolation_available` finds), the default sandbox fails."""
+    from roll_envs.envs.sandbox import runner
+
+    monkeypatch.setattr(runner, "isolation_available", lambda: (False, "unshare: Operation not permitted"))
+    sandbox = ["custom_envs.FrozenLake.env_type=sandbox"]
+    assert cli.main(["config", *sandbox]) == 2
+    err = capsys.readouterr().err
+    for text in ("custom_envs.FrozenLake.env_config", "field 'isolation'", "Operation not permitted"):
+        assert text in err, err
+    assert "set isolation='none'" in err
+    assert cli.main(["config", *sandbox, "+custom_envs.FrozenLake.env_config.isolation=none"]) == 0, (
+        capsys.readouterr().err
+    )

@@ -1,11 +1,12 @@
 """Sandbox: multi-turn tasks solved with the tool calls `run_python(code)`, `run_shell(command)` and a final
-`submit(answer)`, each call in a fresh, limited and (where the kernel allows it) isolated subprocess.
+`submit(answer)`, each call in a fresh, limited and isolated subprocess (a machine without namespaces is
+refused unless the config opts out with `isolation="none"`).
 
 Modules:
     tasks.py      the task families (table, text, array, edit), their splits and the answer checks
-    runner.py     one call: `unshare` and the launcher, the limits, bounded reading, killing the session
+    runner.py     one call: `unshare` and the launcher, the limits, bounded and watched reading, the kill
     launcher.py   the program each call starts with: mounts, chroot, privileges, rlimits, exec (a script)
-    workdir.py    the episode's directory, and a call's output as text (escaped, cut to a budget)
+    workdir.py    the episode's directory and its size, and a call's output as text (escaped, cut)
     env.py        `SandboxConfig`, `SandboxEnv`
 """
 

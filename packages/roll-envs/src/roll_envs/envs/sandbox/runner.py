@@ -2,9 +2,12 @@
 
 `run_call(argv, episode_dir, limits, isolate)` starts `launcher.py` (which sets the limits and execs `argv`)
 in a session of its own, reads stdout and stderr up to `limits.output_bytes`, and kills the whole session
-with SIGKILL when the call exits, overruns its wall time or its output budget, so nothing it started lives
-on. With `isolate`, the launcher runs under `unshare` in new user, network, PID and mount namespaces.
-`isolation_available()` probes once per process whether that works here.
+with SIGKILL when the call exits, overruns its wall time or its output budget. With `isolate`, the launcher
+runs under `unshare` in new user, network, PID and mount namespaces: when the namespace's PID 1 exits the
+kernel kills every process of the call, `setsid` daemons included. Every `WATCH_SECONDS` while it runs, the
+call is killed when its episode directory outgrows `limits.disk_bytes` or (isolated) the resident memory of
+all its processes together passes `limits.call_memory_bytes`. `isolation_available()` probes once per
+process whether isolation works here.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
+
+from roll_envs.envs.sandbox.workdir import tree_bytes
 
 LAUNCHER = str(Path(__file__).with_name("launcher.py"))
 UNSHARE = ("--net", "--pid", "--fork", "--kill-child", "--mount")
@@ -33,6 +39,9 @@ PYTHON = os.path.realpath(sys.executable)
 """The interpreter the calls run (the env's own, resolved out of any virtual environment)."""
 
 PYTHON_HOME = os.path.realpath(sys.base_prefix)
+WATCH_SECONDS = 0.1
+"""How often a running call's memory and its episode directory's size are measured."""
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(frozen=True)
@@ -45,10 +54,16 @@ class Limits:
     """Wall time; past it the whole call (its session, or its PID namespace) is killed."""
     memory_bytes: int = 1 << 30
     """Address space of each process (RLIMIT_AS)."""
+    call_memory_bytes: int | None = None
+    """Resident private memory of all the processes of an isolated call together, measured every
+    `WATCH_SECONDS`; past it the call is killed ("memory limit"). None: not watched."""
     processes: int = 64
     """Processes of the call (RLIMIT_NPROC; not set when neither isolated nor root: see `launcher_spec`)."""
     file_bytes: int = 16 << 20
     """Largest file a call may write (RLIMIT_FSIZE; SIGXFSZ beyond)."""
+    disk_bytes: int | None = None
+    """Size of the episode's `work/` (`workdir.tree_bytes`), measured every `WATCH_SECONDS`; past it the call
+    is killed ("disk limit"). None: not watched."""
     open_files: int = 256
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     output_bytes: int = 1 << 16
@@ -57,7 +72,8 @@ class Limits:
 
 class CallResult(NamedTuple):
     """What a call did: its exit code (negative: killed by that signal), its output, and why it was stopped
-    ("" when it exited by itself; "wall time" or "output limit" when the sandbox killed it)."""
+    ("" when it exited by itself; "wall time", "output limit", "memory limit" or "disk limit" when the
+    sandbox killed it)."""
 
     exit_code: int
     stdout: bytes
@@ -131,8 +147,9 @@ def run_call(
         close_fds=True,
         env=clean_env(str(episode_dir / "work")),
     )
+    watch = _watcher(proc.pid, episode_dir / "work", limits, isolate)
     try:
-        out, err, stopped = _read_bounded(proc, start + limits.wall_seconds, limits.output_bytes)
+        out, err, stopped = _read_bounded(proc, start + limits.wall_seconds, limits.output_bytes, watch)
     finally:
         _kill_session(proc)
     return CallResult(proc.wait(), out, err, stopped, time.monotonic() - start)
@@ -146,12 +163,53 @@ def _exited(proc: subprocess.Popen) -> bool:
         return True
 
 
-def _read_bounded(proc: subprocess.Popen, deadline: float, budget: int) -> tuple[bytes, bytes, str]:
+def _watcher(pid: int, work: Path, limits: Limits, isolate: bool) -> Callable[[], str]:
+    """The check of a running call: "disk limit", "memory limit" (isolated calls: the processes of the PID
+    namespace that `unshare`, process `pid`, made), or "" while within its limits."""
+    own = os.readlink("/proc/self/ns/pid")
+
+    def watch() -> str:
+        if limits.disk_bytes is not None and tree_bytes(work, limits.disk_bytes) > limits.disk_bytes:
+            return "disk limit"
+        if not isolate or limits.call_memory_bytes is None:
+            return ""
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/pid_for_children")
+        except OSError:  # exited
+            return ""
+        if ns != own and namespace_memory(ns) > limits.call_memory_bytes:  # == own: not unshared yet
+            return "memory limit"
+        return ""
+
+    return watch
+
+
+def namespace_memory(ns: str) -> int:
+    """Resident private memory, bytes, of the processes in PID namespace `ns` (a /proc/PID/ns/pid link)."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry.name}/ns/pid") != ns:
+                continue
+            with open(f"/proc/{entry.name}/statm", "rb") as f:
+                _, resident, shared, *_ = f.read().split()
+        except (OSError, ValueError):  # gone, or a kernel thread
+            continue
+        total += (int(resident) - int(shared)) * PAGE  # RssAnon: what a fill holds
+    return total
+
+
+def _read_bounded(
+    proc: subprocess.Popen, deadline: float, budget: int, watch: Callable[[], str]
+) -> tuple[bytes, bytes, str]:
     """Read stdout and stderr until both close, the first process exits (then drain briefly), the
-    deadline passes ("wall time") or more than `budget` bytes came ("output limit")."""
+    deadline passes ("wall time"), more than `budget` bytes came ("output limit") or `watch` names a
+    limit the call passed."""
     assert proc.stdout is not None and proc.stderr is not None
     chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
-    total, stopped, exit_seen = 0, "", None
+    total, stopped, exit_seen, next_watch = 0, "", None, time.monotonic()
     with selectors.DefaultSelector() as sel:
         for fd in chunks:
             os.set_blocking(fd, False)
@@ -165,6 +223,10 @@ def _read_bounded(proc: subprocess.Popen, deadline: float, budget: int) -> tuple
                 exit_seen = now
             if exit_seen is not None and now - exit_seen > 0.2:  # a leftover child holds the pipe
                 break
+            if now >= next_watch:
+                stopped, next_watch = watch(), now + WATCH_SECONDS
+                if stopped:
+                    break
             for key, _ in sel.select(min(0.05, deadline - now)):
                 data = os.read(key.fd, 65536)
                 if not data:

@@ -33,6 +33,38 @@ def _remove(path: str) -> None:
     shutil.rmtree(path, onerror=unlock)
 
 
+ENTRY_BYTES = 4096
+"""What an entry of the episode's directory counts at least (one block), so many empty files add up too."""
+
+
+def tree_bytes(path: Path, limit: int) -> int:
+    """The disk `path` takes: each entry's allocated blocks, at least `ENTRY_BYTES`, links not followed;
+    the walk stops past `limit`. A directory the calls made unreadable is opened up (u+rwx) to be counted,
+    and counts as over `limit` if it cannot be."""
+    total, stack = 0, [str(path)]
+    while stack and total <= limit:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except PermissionError:
+            try:
+                os.chmod(folder, stat.S_IRWXU)
+                entries = list(os.scandir(folder))
+            except OSError:
+                return limit + 1
+        except FileNotFoundError:  # removed while walked
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            total += max(info.st_blocks * 512, ENTRY_BYTES)
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(entry.path)
+    return total
+
+
 def episode_uid() -> int | None:
     """A root worker's uid for an episode's isolated calls: one no account uses, so that RLIMIT_NPROC (which
     root ignores) counts that episode's processes alone; None for a worker that is not root."""
