@@ -54,6 +54,14 @@ def env():
     env.close()
 
 
+def assert_contained(env) -> None:
+    """Before a hazard that would reach the whole machine unisolated (kill -1, a fork bomb as root): the call
+    runs in a pid namespace of its own, or the test stops here, having sent nothing."""
+    mine = os.readlink("/proc/self/ns/pid")
+    obs = env.step(shell("readlink /proc/self/ns/pid"))[0]
+    assert "pid:[" in obs and mine not in obs, f"the call shares the worker's pid namespace ({mine}): {obs}"
+
+
 @pytest.fixture
 def bystander():
     """Another episode, checked after each hazard: it still runs calls."""
@@ -158,6 +166,7 @@ def test_each_call_gets_a_clean_environment_and_the_episode_directory_as_home(en
 
 @needs_isolation
 def test_a_fork_bomb_is_contained(env, bystander):
+    assert_contained(env)
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     start = time.monotonic()
     obs = env.step(python(bomb))[0]
@@ -194,6 +203,7 @@ def test_writing_and_reading_outside_the_episode_directory_fail(env, bystander, 
 
 @needs_isolation
 def test_signalling_the_parent_or_everyone_reaches_nobody_outside(env, bystander):
+    assert_contained(env)
     worker = os.getpid()
     obs = env.step(shell(f"kill -TERM $PPID; kill -KILL {worker}; kill -KILL -1; echo sent"))[0]
     assert "sent" in obs or "stopped" in obs, obs
