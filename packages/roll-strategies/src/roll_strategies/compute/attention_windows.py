@@ -65,8 +65,8 @@ def attention_windows(model: nn.Module) -> dict[str, int | None]:
 
 
 def describe_windows(model: nn.Module) -> str:
-    """The model's layers by attention window, for an error message: 'layers 0-3 attend to all previous
-    tokens' or 'layers 0, 2 slide over 32 tokens (sliding_attention), 1, 3 attend to all ...'."""
+    """The model's layers by attention window, for an error message, e.g. 'layers 0, 2 (sliding_attention)
+    attend to a window of 32 tokens; layers 1, 3 (full_attention) attend to all previous tokens'."""
     config = _text_config(model)
     try:
         windows = attention_windows(model)
