@@ -10,7 +10,13 @@ from collections.abc import Sequence
 
 import pytest
 import torch
-from roll_strategies import GenerationOutput, GenerationParams, HFInferStrategy, StrategyError
+from roll_strategies import (
+    GenerationOutput,
+    GenerationParams,
+    HFInferStrategy,
+    StrategyError,
+    build_tiny_model,
+)
 from roll_strategies.infer import hf_infer, prompt_cache
 
 SAMPLED = GenerationParams(max_new_tokens=16, temperature=1.0, top_p=0.9, top_k=20)
@@ -151,7 +157,25 @@ def test_distinct_prompts_take_the_plain_path(tiny_model_dir, toy):
 
 def test_log_probs_are_scored_as_prefix_trees_with_the_plain_values(pair, toy):
     plain, shared = pair
+    _assert_same_scores(plain, shared, _grouped_prompts(plain.tokenizer, toy))
+
+
+def test_a_sliding_window_model_generates_and_scores_as_the_plain_path(tmp_path_factory, toy, assert_same):
+    """Every layer slides over 8 tokens, the prompts are longer: cache rows shared for repeated prompts (no
+    kept heads: a windowed cache drops positions) and the scoring trees (windowed masks) change nothing."""
+    folder = build_tiny_model(
+        tmp_path_factory.mktemp("windowed") / "model", vocab_texts=[toy.SYSTEM], sliding_window=8
+    )
+    plain, shared = HFInferStrategy(folder, seed=3), HFInferStrategy(folder, seed=3, share_prefix=True)
     prompts = _grouped_prompts(plain.tokenizer, toy)
+    assert min(map(len, prompts)) > 8
+    keys = list(range(20, 28))
+    assert_same(plain.generate(prompts, SAMPLED, keys), shared.generate(prompts, SAMPLED, keys))
+    _assert_same_scores(plain, shared, prompts)
+
+
+def _assert_same_scores(plain: HFInferStrategy, shared: HFInferStrategy, prompts: list[list[int]]) -> None:
+    """`compute_log_probs` of sampled rows, plain against prefix trees, with and without a response mask."""
     outs = plain.generate(prompts, SAMPLED, list(range(8)))
     rows = [p + o.output_ids for p, o in zip(prompts, outs, strict=True)]
     width = max(len(r) for r in rows)

@@ -16,12 +16,9 @@ import pytest
 import roll_strategies.compute.forward as forward_module
 import torch
 from roll_strategies import StrategyError, batched_log_probs, lm_outputs, value_outputs
-from roll_strategies.compute.forward import (
-    _layout,
-    prefix_sharing_supported,
-    reference_kl,
-)
-from roll_strategies.compute.prefix_tree import ancestor_mask, build_prefix_tree, tree_forward
+from roll_strategies.compute.forward import _layout, reference_kl
+from roll_strategies.compute.prefix_tree import ancestor_mask, build_prefix_tree, tree_forward, tree_masks
+from roll_strategies.compute.probes import prefix_sharing_supported
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
@@ -104,14 +101,14 @@ def test_every_position_maps_to_its_own_prefix(left):
     real = mask.bool()
     starts, lengths = real.long().argmax(1), real.sum(1)
     r, c = (real & (torch.arange(ids.shape[1]) > starts[:, None])).nonzero(as_tuple=True)
-    tree = tree_forward(ids, starts, lengths, r, c, torch.float32)
+    tree = tree_forward(ids, starts, lengths, r, c)
     assert tree is not None
-    allowed = tree.attention_mask[0, 0] == 0
-    for row, col, node in zip(r.tolist(), c.tolist(), tree.cols.tolist(), strict=True):
-        chain = sorted(allowed[node].nonzero().flatten().tolist())
-        assert tree.position_ids[0, node] == col - 1 - starts[row]
-        assert tree.input_ids[0, chain].tolist() == ids[row, starts[row] : col].tolist()
-    assert tree.input_ids.shape[1] < int(lengths.sum())  # shared: fewer tokens than the rows hold
+    allowed = tree_masks(tree, {"full_attention": None}, torch.float32)[:, 0] == 0
+    for row, col, g, node in zip(r.tolist(), c.tolist(), tree.rows.tolist(), tree.cols.tolist(), strict=True):
+        chain = sorted(allowed[g, node].nonzero().flatten().tolist())
+        assert tree.position_ids[g, node] == col - 1 - starts[row]
+        assert tree.input_ids[g, chain].tolist() == ids[row, starts[row] : col].tolist()
+    assert sum(tree.sizes) < int(lengths.sum())  # shared: fewer tokens than the rows hold
 
 
 # ---- outputs and gradients: tree against dense ----------------------------------------------------------
@@ -279,21 +276,19 @@ def _detached_copy_tree(model, monkeypatch, prompt: int):
     original = forward_module.tree_forward
     copy_nodes: list[torch.Tensor] = []
 
-    def mutated(input_ids, starts, lengths, rows_, cols, dtype):
+    def mutated(input_ids, starts, lengths, rows_, cols):
         keyed = input_ids.clone()
         later = torch.arange(input_ids.shape[0]) > 0
-        keyed[later, starts[later]] += 10_000  # rows 1.. branch off row 0 at the root
-        tree = original(keyed, starts, lengths, rows_, cols, dtype)
-        tokens = tree.input_ids % 10_000
-        depth = tree.position_ids[0]
-        copy_nodes.append((tree.input_ids[0] >= 10_000).cumsum(0).bool() & (depth < prompt))
-        return tree._replace(input_ids=tokens)
+        keyed[later, starts[later]] += 10_000  # rows 1.. branch off row 0 at the root: a second tree row
+        tree = original(keyed, starts, lengths, rows_, cols)
+        copy_nodes.append((tree.input_ids >= 10_000).cumsum(1).bool() & (tree.position_ids < prompt))
+        return tree._replace(input_ids=tree.input_ids % 10_000)
 
     def detach_copy(module, args, output):
         hidden = output[0] if isinstance(output, tuple) else output
-        if not copy_nodes or hidden.shape[1] != copy_nodes[-1].shape[0]:
+        if not copy_nodes or hidden.shape[:2] != copy_nodes[-1].shape:
             return output
-        swapped = torch.where(copy_nodes[-1][None, :, None], hidden.detach(), hidden)
+        swapped = torch.where(copy_nodes[-1][..., None], hidden.detach(), hidden)
         return (swapped, *output[1:]) if isinstance(output, tuple) else swapped
 
     monkeypatch.setattr(forward_module, "tree_forward", mutated)

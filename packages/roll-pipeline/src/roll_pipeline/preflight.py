@@ -271,9 +271,10 @@ def check_share_prefix(share_prefix: Any, pretrain: Any, gguf_file: Any = None) 
     if probed is None or probed[1]:
         return []
     return [
-        f"share_prefix=true: the architecture of pretrain={pretrain!r} ({probed[0]}) gives other log-probs from a"
-        " prefix-tree forward than from per-row forwards (its attention does not honour a 4D attention mask), so"
-        " no role can share prefixes with it; set share_prefix=false"
+        f"share_prefix=true: the architecture of pretrain={pretrain!r} ({probed[0]}: {probed[2]}) gives other"
+        " log-probs from a prefix-tree forward than from per-row forwards (its attention does not honour the"
+        " tree's 4D attention masks, one per attention window), so no role can share prefixes with it; set"
+        " share_prefix=false"
     ]
 
 
@@ -287,12 +288,18 @@ _SMALL_SIZES = {
 }
 
 
+_SMALL_WINDOW = 8
+
+
 @functools.lru_cache(maxsize=16)
-def _probe_architecture(folder: str, mtime_ns: int) -> tuple[str, bool] | None:
-    """(architecture class, whether it takes a prefix tree) of a small random instance of `folder`'s model;
-    None when none can be built here. Cached per folder and config.json version (`mtime_ns`)."""
+def _probe_architecture(folder: str, mtime_ns: int) -> tuple[str, bool, str] | None:
+    """(architecture class, whether it takes a prefix tree, its layers' attention windows) of a small random
+    instance of `folder`'s model; None when none can be built here. Cached per folder and config.json
+    version (`mtime_ns`). A sliding window shrinks to `_SMALL_WINDOW` tokens: the probe's rows run past
+    it in a few tokens, through the same mask code as the real window."""
     import torch
-    from roll_strategies.compute.forward import prefix_sharing_supported
+    from roll_strategies.compute.attention_windows import describe_windows
+    from roll_strategies.compute.probes import prefix_sharing_supported
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
@@ -306,6 +313,8 @@ def _probe_architecture(folder: str, mtime_ns: int) -> tuple[str, bool] | None:
         if getattr(config, "num_key_value_heads", None) is not None:
             config.num_key_value_heads = 1 if kv_heads < heads else 2  # grouped-query attention stays grouped
         config.hidden_size = 2 * head_dim  # the head size stays: rotary settings depend on it
+        if isinstance(getattr(config, "sliding_window", None), int):
+            config.sliding_window = min(config.sliding_window, _SMALL_WINDOW)
         if isinstance(getattr(config, "layer_types", None), list):
             config.layer_types = config.layer_types[: config.num_hidden_layers]
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
@@ -316,7 +325,7 @@ def _probe_architecture(folder: str, mtime_ns: int) -> tuple[str, bool] | None:
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     except Exception:  # an architecture this transformers cannot build small: the strategies still probe
         return None
-    return type(model).__name__, prefix_sharing_supported(model)
+    return type(model).__name__, prefix_sharing_supported(model), describe_windows(model)
 
 
 def check_cluster_backend(cluster: Any) -> list[str]:

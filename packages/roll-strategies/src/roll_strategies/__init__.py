@@ -6,8 +6,9 @@ sync is versioned and bucketed (`sync_weights`). The tiny offline model the embe
 built by `build_tiny_model` (CLI: `uv run python tools/build_tiny_model.py --out DIR`).
 """
 
-from roll_strategies.compute.forward import TokenOutputs, lm_outputs, packing_supported, value_outputs
+from roll_strategies.compute.forward import TokenOutputs, lm_outputs, value_outputs
 from roll_strategies.compute.logprobs import position_ids_from_mask, token_log_probs
+from roll_strategies.compute.probes import packing_supported
 from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.errors import (
     CheckpointError,

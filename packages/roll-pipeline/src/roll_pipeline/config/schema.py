@@ -291,8 +291,9 @@ class AgenticConfig(StrictModel):
     share_prefix: bool = Field(
         True,
         description="compute the tokens that rows share from their start (a group's prompt, an episode's"
-        " earlier turns) once: each micro-batch's rows run as one prefix tree (one sequence of their distinct"
-        " tokens, each at its own position, attending only to its own row's earlier tokens), so log-probs,"
+        " earlier turns) once: each micro-batch's rows run as a prefix tree (a batch row per set of rows sharing"
+        " a first token, each distinct token once at its own position, attending only to its own row's earlier"
+        " tokens, within its window on a sliding-window layer), so log-probs,"
         " values and gradients equal the per-row forward's; in every role: actor_train's train step and old"
         " log-probs, the reference, the critic, and hf_infer generation (each distinct prompt encoded once;"
         " vllm: its prefix caching). The trained roles' batching keeps a group's rows in one mini-batch, one"

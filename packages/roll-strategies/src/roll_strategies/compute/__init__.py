@@ -2,6 +2,10 @@
 
 - `forward.py`: per-token outputs at the response positions, padded, packed or as a prefix tree: log-probs, entropy,
   exact KL, values.
-- `prefix_tree.py`: the trie of a micro-batch's rows, flattened into one sequence with a 4D ancestor mask.
+- `prefix_tree.py`: the trie of a micro-batch's rows, a batch row per root's subtree, with 4D ancestor masks
+  (one per attention window).
+- `attention_windows.py`: how far back each layer type of a model attends (its sliding windows), from its config.
+- `probes.py`: whether a model honours the packed and the prefix-tree layouts (`packing_supported`,
+  `prefix_sharing_supported`).
 - `logprobs.py`: `token_log_probs` and the vocabulary-chunked LM head under every causal-LM forward.
 """

@@ -11,14 +11,16 @@ the same layout and the caller's loss never knows which ran.
   of `capacity` tokens with position ids restarting per sequence, and the model runs with no attention
   mask: transformers then derives a block-diagonal causal mask from where the positions restart, so
   attention cannot cross sequences (flash-attention varlen kernels, or sdpa / eager with the derived
-  mask). `packing_supported` checks that a model really honours this (packed outputs equal per-sequence
-  ones); where it does not, callers fall back to padded micro-batches (dynamic batching).
+  mask). `probes.packing_supported` checks that a model really honours this (packed outputs equal
+  per-sequence ones); where it does not, callers fall back to padded micro-batches (dynamic batching).
 - tree (`share_prefix`): rows that share a prefix (a group's prompt, a multi-turn history) are merged into
-  a trie (`prefix_tree`) and run as one sequence with a [1, 1, N, N] additive mask (each token attends to
-  itself and its ancestors) and position ids = depth: every prefix token runs once, and autograd sums
-  all its rows' gradients into it, so outputs and gradients equal the padded path's. Rows that share
-  nothing run padded. `prefix_sharing_supported` checks that a model honours a 4D mask; the tree wins
-  over packing (it is one packed sequence already).
+  a trie (`prefix_tree`), each root's subtree one right-padded batch row with its own [G, 1, M, M]
+  additive mask (each token attends to itself and its ancestors) and position ids = depth: every prefix
+  token runs once, and autograd sums all its rows' gradients into it, so outputs and gradients equal the
+  padded path's. A sliding-window layer sees only the ancestors inside its window (`attention_windows`):
+  the masks are a dict keyed by layer type where layers differ (transformers passes a 4D mask unchanged
+  to every layer). Rows that share nothing run padded. `probes.prefix_sharing_supported` checks that a
+  model honours the masks; the tree wins over packing.
 
 A causal LM's outputs are flat in the vocabulary (`logprobs.run_lm` / `vocab_stats`): the LM head runs
 on chunks of positions, recomputed in the backward. The exact KL to a frozen reference (`full` /
@@ -35,6 +37,7 @@ import torch
 from roll_algos import pack_sequences
 from torch import nn
 
+from roll_strategies.compute.attention_windows import EVERY_LAYER, attention_windows
 from roll_strategies.compute.logprobs import (
     Head,
     TokenStats,
@@ -42,7 +45,7 @@ from roll_strategies.compute.logprobs import (
     run_lm,
     vocab_stats,
 )
-from roll_strategies.compute.prefix_tree import cast_mask, tree_forward
+from roll_strategies.compute.prefix_tree import TreeForward, tree_forward, tree_masks
 from roll_strategies.errors import StrategyError
 
 __all__ = [
@@ -53,8 +56,6 @@ __all__ = [
     "TokenOutputs",
     "lm_outputs",
     "micro_batch_outputs",
-    "packing_supported",
-    "prefix_sharing_supported",
     "reference_kl",
     "value_outputs",
 ]
@@ -94,9 +95,11 @@ class _Run(NamedTuple):
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    attention_mask: torch.Tensor | None
+    attention_mask: torch.Tensor | dict[str, torch.Tensor] | None
     rows: torch.Tensor
     cols: torch.Tensor
+    tree: TreeForward | None = None
+    """The prefix tree this run is (its masks for another model: `_tree_mask`), None for padded / packed."""
 
 
 def _positions(attention_mask: torch.Tensor, needed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,22 +160,27 @@ def _packed(
     return _Run(packed.input_ids.to(device), packed.position_ids.to(device), None, prow, pcol)
 
 
-def _tree(
-    ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, dtype: torch.dtype
-) -> _Run | None:
-    """The rows' trie as one sequence (`prefix_tree`); None when they share no prefix."""
-    starts, lengths = _spans(mask)
-    tree = tree_forward(ids, starts, lengths, rows, cols, dtype)
-    if tree is None:
-        return None
-    return _Run(
-        tree.input_ids, tree.position_ids, tree.attention_mask, torch.zeros_like(tree.cols), tree.cols
-    )
-
-
 def _mask_dtype(model: nn.Module) -> torch.dtype:
     """The dtype the model computes in (its first floating parameter's), for an additive attention mask."""
     return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+
+
+def _tree_mask(tree: TreeForward, model: nn.Module | None) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The tree's masks for `model`: its layers' windows, in its dtype (full attention in float32 without one)."""
+    if model is None:
+        return tree_masks(tree, {EVERY_LAYER: None}, torch.float32)
+    return tree_masks(tree, attention_windows(model), _mask_dtype(model))
+
+
+def _tree(
+    ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, model: nn.Module | None
+) -> _Run | None:
+    """The rows' trie, a row per root's subtree (`prefix_tree`); None when they share no prefix."""
+    starts, lengths = _spans(mask)
+    tree = tree_forward(ids, starts, lengths, rows, cols)
+    if tree is None:
+        return None
+    return _Run(tree.input_ids, tree.position_ids, _tree_mask(tree, model), tree.rows, tree.cols, tree)
 
 
 def _layout(
@@ -182,12 +190,13 @@ def _layout(
     pack_capacity: int | None,
     pad_id: int,
     share_prefix: bool = False,
-    dtype: torch.dtype = torch.float32,
+    model: nn.Module | None = None,
 ) -> tuple[_Run, torch.Tensor, torch.Tensor]:
-    """The forward to run and the (rows, cols) of the needed positions in the batch."""
+    """The forward to run and the (rows, cols) of the needed positions in the batch; a tree's masks are
+    built for `model`'s attention windows and dtype."""
     rows, cols = _positions(attention_mask, needed)
     if share_prefix:
-        tree = _tree(input_ids, attention_mask, rows, cols, dtype)
+        tree = _tree(input_ids, attention_mask, rows, cols, model)
         if tree is not None:
             return tree, rows, cols
     if pack_capacity is None:
@@ -201,9 +210,7 @@ def _scatter(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, shape
 
 def _features(model: nn.Module, run: _Run) -> tuple[torch.Tensor, Head, int]:
     """(features, head, vocabulary) of `model` at the run's positions, no grad (a frozen reference)."""
-    mask = run.attention_mask
-    if mask is not None and mask.is_floating_point():  # a tree's additive mask, in this model's dtype
-        mask = cast_mask(mask, _mask_dtype(model))
+    mask = run.attention_mask if run.tree is None else _tree_mask(run.tree, model)  # its own windows, dtype
     with torch.no_grad():
         return run_lm(
             model,
@@ -243,9 +250,7 @@ def lm_outputs(
     Returns:
         `TokenOutputs` of [B, T] float32 tensors (zero off `needed`), differentiable outside no_grad.
     """
-    run, rows, cols = _layout(
-        input_ids, attention_mask, needed, pack_capacity, pad_id, share_prefix, _mask_dtype(model)
-    )
+    run, rows, cols = _layout(input_ids, attention_mask, needed, pack_capacity, pad_id, share_prefix, model)
     targets = input_ids[rows, cols]
     ref: tuple[torch.Tensor, Head] | None = None
     if reference is not None:
@@ -290,9 +295,7 @@ def value_outputs(
     `model` returns `.logits` [R, C, 1] (e.g. `AutoModelForTokenClassification` with one label);
     `share_prefix` runs the rows as a prefix tree.
     """
-    run, rows, cols = _layout(
-        input_ids, attention_mask, needed, pack_capacity, pad_id, share_prefix, _mask_dtype(model)
-    )
+    run, rows, cols = _layout(input_ids, attention_mask, needed, pack_capacity, pad_id, share_prefix, model)
     out = model(
         input_ids=run.input_ids,
         attention_mask=run.attention_mask,
@@ -364,57 +367,3 @@ def reference_kl(
             out.kl_forward[sl] = got.full_kl_forward.cpu()  # type: ignore[union-attr]
             out.ref_log_probs[sl] = got.ref_log_probs.cpu()  # type: ignore[union-attr]
     return out
-
-
-_PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}
-
-
-def _probe(model: nn.Module, value_model: bool, cached: str, prefix: int, **layout: Any) -> bool:
-    """Whether `model`'s outputs on three short rows (the first `prefix` tokens shared) under `layout`
-    equal the padded ones; cached on the model as `cached`."""
-    if getattr(model, cached, None) is not None:
-        return bool(getattr(model, cached))
-    param = next(model.parameters())
-    vocab = int(getattr(model.config, "vocab_size", 64) or 64)
-    gen = torch.Generator().manual_seed(0)
-    seqs = [torch.randint(1, max(2, min(vocab, 200)), (n,), generator=gen) for n in (5, 7, 6)]
-    seqs = [torch.cat([seqs[0][:prefix], s[prefix:]]) for s in seqs]
-    ids = torch.zeros((3, 7), dtype=torch.long)
-    mask = torch.zeros((3, 7), dtype=torch.long)
-    for r, s in enumerate(seqs):
-        ids[r, : len(s)], mask[r, : len(s)] = s, 1
-    needed = mask.bool().clone()
-    needed[:, 0] = False
-    ids, mask, needed = ids.to(param.device), mask.to(param.device), needed.to(param.device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            if value_model:
-                a = value_outputs(model, ids, mask, needed)
-                b = value_outputs(model, ids, mask, needed, **layout)
-            else:
-                a = lm_outputs(model, ids, mask, needed).log_probs
-                b = lm_outputs(model, ids, mask, needed, **layout).log_probs
-        ok = bool(torch.allclose(a, b, rtol=0, atol=_PROBE_TOLERANCE.get(param.dtype, 5e-2)))
-    except Exception:  # a model that rejects the layout's inputs cannot run it
-        ok = False
-    finally:
-        model.train(was_training)
-    setattr(model, cached, ok)
-    return ok
-
-
-def packing_supported(model: nn.Module, value_model: bool = False) -> bool:
-    """Whether a packed forward of `model` equals per-sequence forwards (attention stays in each sequence).
-
-    Probes once per model object with short sequences; the answer is cached on the model.
-    """
-    return _probe(model, value_model, "_roll_packing_supported", 0, pack_capacity=12)
-
-
-def prefix_sharing_supported(model: nn.Module, value_model: bool = False) -> bool:
-    """Whether a prefix-tree forward of `model` (a 4D additive mask, position ids = depth) equals
-    per-sequence forwards. Probes once per model object with rows sharing a prefix; cached on the model.
-    """
-    return _probe(model, value_model, "_roll_prefix_sharing_supported", 3, share_prefix=True)

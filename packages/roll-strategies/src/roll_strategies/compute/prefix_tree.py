@@ -1,9 +1,10 @@
 """The prefix tree (trie) of a micro-batch's rows: shared prefixes run once, exactly.
 
-The rows' real tokens are merged into a trie; its nodes, flattened in depth-first pre-order, are one
-sequence for the forward. Each node keeps the position id of its depth (its column in every row it
-belongs to) and attends to itself and its ancestors only (`attention_mask`), so its hidden state is the
-one every row through it would compute alone. The backward needs nothing special: a shared node's
+The rows' real tokens are merged into a trie, its nodes in depth-first pre-order; each root's subtree
+(the rows sharing a first token) is one right-padded row of the forward, so unrelated rows never share a
+mask. Each node keeps the position id of its depth (its column in every row it belongs to) and attends to
+itself and its ancestors only (`tree_masks`; a sliding-window layer to those fewer than its window
+positions above it), so its hidden state is the one every row through it would compute alone. The backward needs nothing special: a shared node's
 hidden state feeds several rows' outputs, and autograd sums their gradients into it.
 
 Pre-order makes the ancestor relation an interval test: node j is an ancestor-or-self of node i exactly
@@ -12,7 +13,7 @@ when j <= i < end[j], where end[j] is one past the last node of j's subtree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -21,10 +22,9 @@ __all__ = [
     "PrefixTree",
     "TreeForward",
     "ancestor_mask",
-    "attention_mask",
     "build_prefix_tree",
-    "cast_mask",
     "tree_forward",
+    "tree_masks",
 ]
 
 
@@ -98,33 +98,62 @@ def ancestor_mask(tree: PrefixTree, device: torch.device | str | None = None) ->
     return (idx[None, :] <= idx[:, None]) & (idx[:, None] < end[None, :])
 
 
-def attention_mask(
-    tree: PrefixTree, dtype: torch.dtype, device: torch.device | str | None = None
-) -> torch.Tensor:
-    """[1, 1, N, N] additive float mask in `dtype`: 0 where a node may attend (itself, its ancestors), the
-    dtype's lowest value elsewhere. Float, not bool: eager attention reads a bool 4D mask differently."""
-    allowed = ancestor_mask(tree, device)
-    blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)
-    return torch.where(allowed, torch.zeros((), dtype=dtype, device=device), blocked)[None, None]
-
-
-def cast_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """An additive mask of `attention_mask` in another dtype (the lowest value of a wider dtype would
-    overflow a narrower one)."""
-    if mask.dtype == dtype:
-        return mask
-    zero = torch.zeros((), dtype=dtype, device=mask.device)
-    return torch.where(mask == 0, zero, torch.finfo(dtype).min)
-
-
 class TreeForward(NamedTuple):
-    """One forward over a micro-batch's trie: inputs [1, N] and where each needed output is predicted."""
+    """One forward over a micro-batch's trie, each root's subtree one right-padded row: inputs [G, M]."""
 
     input_ids: torch.Tensor
+    """[G, M] each column's token (0 on padding)."""
     position_ids: torch.Tensor
-    attention_mask: torch.Tensor
+    """[G, M] each column's depth (0 on padding)."""
+    nodes: torch.Tensor
+    """[G, M] each column's node in the whole trie, -1 on padding."""
+    end: torch.Tensor
+    """[N] the trie's subtree ends (`PrefixTree.end`), on the inputs' device."""
+    rows: torch.Tensor
     cols: torch.Tensor
-    """[K] the node of each needed position's previous token (the hidden state that predicts it)."""
+    """[K] the row and column of each needed position's previous token (the hidden state that predicts it)."""
+    sizes: list[int]
+    """The node count of each row: what the forward costs (G rows of max(sizes) columns)."""
+
+
+def _batched(tree: PrefixTree) -> tuple[torch.Tensor, list[int]]:
+    """[G, M] the trie's node in each column when every root's subtree is a row of its own, right-padded
+    with -1 (pre-order makes a subtree the interval [root, end[root])), and each row's node count."""
+    roots = (tree.depth == 0).nonzero().flatten().tolist()
+    sizes = [int(tree.end[r]) - r for r in roots]
+    width = max(sizes, default=0)
+    nodes = torch.full((len(roots), width), -1, dtype=torch.long)
+    for g, (root, size) in enumerate(zip(roots, sizes, strict=True)):
+        nodes[g, :size] = torch.arange(root, root + size)
+    return nodes, sizes
+
+
+def tree_masks(
+    forward: TreeForward, windows: Mapping[str, int | None], dtype: torch.dtype
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The additive masks [G, 1, M, M] in `dtype` of a `TreeForward`, one per attention window: 0 where a
+    node may attend (itself, and its ancestors fewer than `window` positions above it, the window of
+    transformers' `sliding_window_overlay`: kv > q - window), the dtype's lowest value elsewhere; padding
+    attends to itself only. `windows` maps layer types to windows (None: full attention): one tensor
+    when every layer has the same window, else a dict keyed by layer type. Float, not bool: eager
+    attention reads a bool 4D mask differently."""
+    nodes, depth = forward.nodes, forward.position_ids
+    end = torch.where(nodes >= 0, forward.end[nodes.clamp(min=0)], -1)
+    q, k = nodes[:, :, None], nodes[:, None, :]
+    ancestor = (k >= 0) & (k <= q) & (q < end[:, None, :])
+    own = torch.eye(nodes.shape[1], dtype=torch.bool, device=nodes.device)[None] & (q < 0)
+    distance = depth[:, :, None] - depth[:, None, :]
+    zero = torch.zeros((), dtype=dtype, device=nodes.device)
+    blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=nodes.device)
+
+    def mask(window: int | None) -> torch.Tensor:
+        allowed = ancestor if window is None else ancestor & (distance < window)
+        return torch.where(allowed | own, zero, blocked)[:, None]
+
+    by_window = {w: mask(w) for w in set(windows.values())}
+    if len(by_window) == 1:
+        return next(iter(by_window.values()))
+    return {layer_type: by_window[w] for layer_type, w in windows.items()}
 
 
 def tree_forward(
@@ -133,11 +162,11 @@ def tree_forward(
     lengths: torch.Tensor,
     rows: torch.Tensor,
     cols: torch.Tensor,
-    dtype: torch.dtype,
 ) -> TreeForward | None:
     """The trie forward of rows whose real tokens are input_ids[b, starts[b] : starts[b] + lengths[b]],
     reading outputs at (rows, cols) (each predicted by the token before it); None when no two rows share
-    a first token (every branch at the root: the trie saves nothing and the dense forward runs instead)."""
+    a first token (every branch at the root: the trie saves nothing and the dense forward runs instead).
+    Rows of unrelated roots never share a mask: each root's subtree is a batch row of its own."""
     device = input_ids.device
     host_ids, host_starts, host_lengths = input_ids.cpu(), starts.tolist(), lengths.tolist()
     seqs = [
@@ -147,12 +176,20 @@ def tree_forward(
     tree = build_prefix_tree(seqs)
     if int(tree.tokens.numel()) == sum(host_lengths):
         return None
+    nodes, sizes = _batched(tree)
+    valid = nodes >= 0
+    where = torch.full((len(tree.tokens), 2), -1, dtype=torch.long)  # each node's (row, column)
+    where[nodes[valid]] = valid.nonzero()
     offsets = torch.tensor([0, *host_lengths], dtype=torch.long).cumsum(0)[:-1].to(device)
     flat_nodes = torch.tensor([n for path in tree.paths for n in path], dtype=torch.long, device=device)
-    nodes = flat_nodes[offsets[rows] + (cols - 1 - starts[rows])]
+    at = where.to(device)[flat_nodes[offsets[rows] + (cols - 1 - starts[rows])]]
+    safe = nodes.clamp(min=0)
     return TreeForward(
-        tree.tokens.to(device)[None],
-        tree.depth.to(device)[None],
-        attention_mask(tree, dtype, device),
-        nodes,
+        torch.where(valid, tree.tokens[safe], 0).to(device),
+        torch.where(valid, tree.depth[safe], 0).to(device),
+        nodes.to(device),
+        tree.end.to(device),
+        at[:, 0],
+        at[:, 1],
+        sizes,
     )

@@ -36,7 +36,8 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from roll_strategies.compute.forward import prefix_sharing_supported
+from roll_strategies.compute.attention_windows import describe_windows
+from roll_strategies.compute.probes import prefix_sharing_supported
 from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.errors import StrategyError
 from roll_strategies.infer.prompt_cache import TURN_CACHE_BYTES, Head, PromptCache, pad_left
@@ -132,7 +133,8 @@ class HFInferStrategy:
         if share_prefix and not prefix_sharing_supported(self.model):
             raise StrategyError(
                 "Expected a model whose prefix-tree forward equals its per-sequence forward for "
-                f"share_prefix=True, but {type(self.model).__name__} gives other outputs; set share_prefix=false."
+                f"share_prefix=True, but {type(self.model).__name__} ({describe_windows(self.model)}) gives "
+                "other outputs; set share_prefix=false."
             )
         self.prompt_cache = (
             PromptCache(self.model, int(self.tokenizer.pad_token_id), turn_cache_bytes)

@@ -15,12 +15,8 @@ from typing import Protocol
 import torch
 from safetensors.torch import load_file
 
-from roll_strategies.compute.forward import (
-    PACK_CAPACITY_KEY,
-    SHARE_PREFIX_KEY,
-    packing_supported,
-    value_outputs,
-)
+from roll_strategies.compute.forward import PACK_CAPACITY_KEY, SHARE_PREFIX_KEY, value_outputs
+from roll_strategies.compute.probes import packing_supported
 from roll_strategies.errors import StrategyError
 from roll_strategies.train.data_parallel import DataParallelSpec, join_group
 from roll_strategies.train.hf_train import (

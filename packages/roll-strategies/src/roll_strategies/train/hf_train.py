@@ -10,8 +10,10 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from roll_strategies.compute.forward import micro_batch_outputs, prefix_sharing_supported
+from roll_strategies.compute.attention_windows import describe_windows
+from roll_strategies.compute.forward import micro_batch_outputs
 from roll_strategies.compute.logprobs import token_log_probs
+from roll_strategies.compute.probes import prefix_sharing_supported
 from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.models._loading import load_model_and_tokenizer
@@ -229,12 +231,14 @@ def check_prefix_sharing(
     model: torch.nn.Module, share_prefix: bool, model_path: str | Path, value_model: bool = False
 ) -> bool:
     """`share_prefix`, after checking that `model` gives per-sequence outputs from a prefix-tree forward
-    (`forward.prefix_sharing_supported`); a `StrategyError` naming the fix where it does not."""
+    (`probes.prefix_sharing_supported`); a `StrategyError` naming the fix where it does not."""
     if share_prefix and not prefix_sharing_supported(model, value_model=value_model):
         raise StrategyError(
-            f"Expected a model whose forward honours a 4D additive attention mask for share_prefix=true, got "
-            f"{type(model).__name__} from {model_path}, whose prefix-tree outputs differ from per-sequence "
-            "ones (or which rejects the mask, e.g. flash-attention); set share_prefix=false for this role."
+            f"Expected a model whose forward honours a prefix tree's 4D additive attention masks (one per "
+            f"attention window) for share_prefix=true, got {type(model).__name__} from {model_path} "
+            f"({describe_windows(model)}), whose prefix-tree outputs differ from per-sequence ones (or which "
+            "rejects the masks, e.g. flash-attention, or one forward mask for layers of several windows); "
+            "set share_prefix=false for this role."
         )
     return share_prefix
 

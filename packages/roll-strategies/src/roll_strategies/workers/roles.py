@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_strategies.compute.forward import REFERENCE_KEY, ReferenceKL, packing_supported, reference_kl
+from roll_strategies.compute.forward import REFERENCE_KEY, ReferenceKL, reference_kl
+from roll_strategies.compute.probes import packing_supported
 from roll_strategies.errors import StrategyError
 from roll_strategies.infer.hf_infer import GenerationOutput, GenerationParams
 from roll_strategies.models._loading import load_model_and_tokenizer

@@ -1,0 +1,85 @@
+"""Whether a model honours a layout: `packing_supported` and `prefix_sharing_supported` run a model once on
+a few rows both ways (padded, and packed or as a prefix tree) and compare, rows longer than the model's
+shortest attention window so that a layout letting a token see past its window is caught. The answer is
+cached on the model object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from roll_strategies.compute.attention_windows import attention_windows
+from roll_strategies.compute.forward import lm_outputs, value_outputs
+from roll_strategies.errors import StrategyError
+
+__all__ = ["packing_supported", "prefix_sharing_supported"]
+
+_PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}
+
+
+def _probe_length(model: nn.Module) -> int:
+    """The longest probe row: 7 tokens, or 3 more than the shortest attention window, so that a layout
+    which lets a token see past its window gives other outputs (a window under 7 tokens bites anyway)."""
+    try:
+        windows = [w for w in attention_windows(model).values() if w is not None]
+    except StrategyError:  # a layer type no mask reproduces: the layout's own forward refuses it
+        windows = []
+    return max(7, min(windows, default=0) + 3)
+
+
+def _probe(model: nn.Module, value_model: bool, cached: str, prefix: int, **layout: Any) -> bool:
+    """Whether `model`'s outputs on three rows (the first `prefix` tokens shared, the longest
+    `_probe_length`) under `layout` equal the padded ones; cached on the model as `cached`."""
+    if getattr(model, cached, None) is not None:
+        return bool(getattr(model, cached))
+    param = next(model.parameters())
+    vocab = int(getattr(model.config, "vocab_size", 64) or 64)
+    gen = torch.Generator().manual_seed(0)
+    width = _probe_length(model)
+    seqs = [
+        torch.randint(1, max(2, min(vocab, 200)), (n,), generator=gen) for n in (width - 2, width, width - 1)
+    ]
+    seqs = [torch.cat([seqs[0][:prefix], s[prefix:]]) for s in seqs]
+    ids = torch.zeros((3, width), dtype=torch.long)
+    mask = torch.zeros((3, width), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, : len(s)], mask[r, : len(s)] = s, 1
+    needed = mask.bool().clone()
+    needed[:, 0] = False
+    ids, mask, needed = ids.to(param.device), mask.to(param.device), needed.to(param.device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            if value_model:
+                a = value_outputs(model, ids, mask, needed)
+                b = value_outputs(model, ids, mask, needed, **layout)
+            else:
+                a = lm_outputs(model, ids, mask, needed).log_probs
+                b = lm_outputs(model, ids, mask, needed, **layout).log_probs
+        ok = bool(torch.allclose(a, b, rtol=0, atol=_PROBE_TOLERANCE.get(param.dtype, 5e-2)))
+    except Exception:  # a model that rejects the layout's inputs cannot run it
+        ok = False
+    finally:
+        model.train(was_training)
+    setattr(model, cached, ok)
+    return ok
+
+
+def packing_supported(model: nn.Module, value_model: bool = False) -> bool:
+    """Whether a packed forward of `model` equals per-sequence forwards (attention stays in each sequence).
+
+    Probes once per model object with sequences longer than its shortest window; cached on the model.
+    """
+    return _probe(model, value_model, "_roll_packing_supported", 0, pack_capacity=2 * _probe_length(model))
+
+
+def prefix_sharing_supported(model: nn.Module, value_model: bool = False) -> bool:
+    """Whether a prefix-tree forward of `model` (4D additive masks, one per attention window, position
+    ids = depth) equals per-sequence forwards. Probes once per model object with rows sharing a prefix and
+    longer than the model's shortest window (`_probe_length`); cached on the model.
+    """
+    return _probe(model, value_model, "_roll_prefix_sharing_supported", 3, share_prefix=True)
