@@ -222,6 +222,7 @@ def _config_baselines(args: argparse.Namespace) -> int:
         turns = f"{base.turns} turn{'s' * (base.turns != 1)}"
         print(f"{name} at {turns}, on {scored_on(base, validated=True)}:")
         _print_baselines(base, observations=False)
+        print(base.note)
     return 0
 
 
