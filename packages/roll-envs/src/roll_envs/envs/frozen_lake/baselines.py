@@ -3,7 +3,7 @@
 - `random`: a uniformly random move each turn (exact expectation, computed by dynamic programming).
 - `best_fixed_sequence`: the single move sequence (ignoring the board) that solves the most of the scored
   maps themselves, found by exhaustive search with memoisation: the best any board-blind policy does there.
-- `description_rule` (with `describe` only): `description_rule`, a ten-line rule that reads only the line in
+- `description_rule` (with `describe` only): a ten-line rule (`description_rule`) that reads only the line in
   words of the observation, played on the env.
 
 All use deterministic ice (the default) and the same map generator as `FrozenLakeEnv`, on the maps
