@@ -132,10 +132,7 @@ def test_the_frozen_lake_hook_returns_its_baselines():
 def test_frozen_lake_baseline_names_stay_importable_from_roll_envs_baselines():
     for name in (
         "PRECOMPUTED_SEQUENCES",
-        "SEARCH_MAPS",
-        "SEARCH_SEED_START",
         "best_fixed_sequence",
-        "fixed_sequence_for",
         "frozen_lake_baselines",
         "goal_distances",
         "random_policy_success",

@@ -77,9 +77,11 @@ def test_from_imports_of_old_paths_give_the_same_objects(fresh_old_paths):
 
 
 def test_frozen_lake_baseline_names_in_roll_envs_baselines_warn():
-    with pytest.warns(DeprecationWarning, match=r"roll_envs\.envs\.frozen_lake\.baselines\.SEARCH_MAPS"):
-        found = roll_envs.baselines.SEARCH_MAPS
-    assert found is roll_envs.envs.frozen_lake.baselines.SEARCH_MAPS
+    with pytest.warns(
+        DeprecationWarning, match=r"roll_envs\.envs\.frozen_lake\.baselines\.PRECOMPUTED_SEQUENCES"
+    ):
+        found = roll_envs.baselines.PRECOMPUTED_SEQUENCES
+    assert found is roll_envs.envs.frozen_lake.baselines.PRECOMPUTED_SEQUENCES
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         roll_envs.baselines.nothing_here  # noqa: B018
 

@@ -3,8 +3,12 @@ their plot lines; a validation tag's are scored on exactly its validation seeds.
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
 import roll_envs
+from roll_envs.envs.frozen_lake import generate_map
 from roll_pipeline.cli import commands as cli
 from roll_pipeline.cli.args import EXAMPLES_DIR
 from roll_pipeline.config.compose import compose, tiny_config
@@ -23,12 +27,34 @@ def test_the_default_run_prints_the_frozen_lake_line_on_its_validation_maps(caps
     cfg = tiny_config()
     print_run_header(cfg)
     assert (
-        "[roll] FrozenLake baselines on the 128 validation maps (seeds 1000000000-1000000127): random 19.9%,"
-        " best_fixed_sequence 28.9%. At or below the fixed-sequence baseline the agent does not read the board.\n"
+        "[roll] FrozenLake baselines on the 128 validation maps (seeds 1000000000-1000000127; 3 of them also"
+        " among the first 2,000 training maps): random 19.9%, best_fixed_sequence 36.7%. Below the fixed"
+        " sequence (the best on these maps) the agent does not read the board.\n"
     ) in capsys.readouterr().out
     env = roll_envs.make("frozen_lake", render_mode=None)
     on_validation = roll_envs.env_baselines(env, 8, seeds=validation_seeds(cfg.val_rollout_batch_size))
     assert baseline_lines(cfg) == {f"{k} baseline": v for k, v in on_validation.success.items()}
+
+
+def test_validation_maps_that_training_also_plays_are_counted():
+    """Against the boards themselves: the default run's first 2,000 training seeds (drawn as its scheduler
+    draws them, from `random.Random(seed)`) play 3 of its 128 validation maps."""
+    cfg = tiny_config()
+    draw = random.Random(cfg.seed)
+    trained = {tuple(generate_map(np.random.default_rng(draw.randrange(10**9)))) for _ in range(2000)}
+    validated = [tuple(generate_map(np.random.default_rng(s))) for s in validation_seeds(128)]
+    shared = sum(board in trained for board in validated)
+    assert tag_baselines(cfg)["FrozenLake"].in_training == (shared, 2000) == (3, 2000)
+
+
+def test_a_described_run_prints_the_description_rule(capsys):
+    cfg = compose(str(EXAMPLES_DIR / "smollm2-cpu-agentic"), "agent_frozen_lake_demo", [])
+    print_run_header(cfg)
+    assert (
+        "random 21.8%, best_fixed_sequence 39.8%, description_rule 96.9%. Below the fixed sequence (the best on"
+        " these maps) the agent does not read the board. description_rule: onto the goal if next to you, else"
+        " towards it onto ice.\n"
+    ) in capsys.readouterr().out
 
 
 def test_a_sokoban_run_prints_the_sokoban_baselines_only(capsys):
@@ -37,8 +63,8 @@ def test_a_sokoban_run_prints_the_sokoban_baselines_only(capsys):
     out = capsys.readouterr().out
     assert "FrozenLake" not in out  # the defaults' FrozenLake entry stays in custom_envs, unplayed
     assert (
-        "[roll] Sokoban baselines on the 128 validation rooms (seeds 1000000000-1000000127): random 34.9%, optimal"
-        " 100.0%. Shortest solutions (BFS) take 4.3 moves on average, at most 13; the cap is 30 turns.\n"
+        "[roll] Sokoban baselines on the 128 validation rooms (seeds 1000000000-1000000127; 6 of them also among"
+        " the first 2,000 training rooms): random 34.9%, optimal 100.0%. Shortest solutions (BFS) take 4.3 moves on average, at most 13; the cap is 30 turns.\n"
     ) in out
     assert baseline_lines(cfg) == pytest.approx(
         {"random baseline": 0.3489, "optimal baseline": 1.0}, abs=1e-4
@@ -67,7 +93,7 @@ def test_a_multi_tag_run_reports_each_tag_at_its_own_cap(capsys):
     print_run_header(cfg.model_copy(update={"exp_name": "x"}))
     out = capsys.readouterr().out
     assert out.count("baselines on the 64 validation") == 2
-    assert "Sokoban baselines on the 64 validation rooms (seeds 1000000064-1000000127)" in out
+    assert "Sokoban baselines on the 64 validation rooms (seeds 1000000064-1000000127; 2 of them also" in out
 
 
 def test_a_tag_named_other_than_its_env_says_both(capsys):
@@ -87,7 +113,7 @@ def test_a_tag_named_other_than_its_env_says_both(capsys):
 
 def test_roll_baselines_of_frozen_lake(capsys):
     assert cli.main(["baselines", "--env", "frozen_lake"]) == 0
-    assert capsys.readouterr().out == f"{'random':>28}: 0.214\n{'best_fixed_sequence':>28}: 0.310\n"
+    assert capsys.readouterr().out == f"{'random':>28}: 0.214\n{'best_fixed_sequence':>28}: 0.313\n"
 
 
 def test_roll_baselines_names_no_env_by_default(capsys):
@@ -140,7 +166,8 @@ def test_four_choice_baselines_are_those_of_its_64_validation_seeds(capsys):
     out = capsys.readouterr().out
     assert (
         "[roll] FourChoice baselines on the 64 validation episodes (seeds 1000000000-1000000063; 4 distinct first"
-        " observations): random 25.0%, best_fixed_answer 29.7%."
+        " observations; 64 of them also among the first 2,000 training episodes): random 25.0%,"
+        " best_fixed_answer 29.7%."
     ) in out
     assert "[roll] Red (FourChoice) baselines on 1000 episodes (a training tag, not validated: seeds" in out
 
@@ -157,7 +184,9 @@ def test_roll_baselines_of_a_config_scores_its_validation_seeds(capsys):
     assert cli.main(args) == 0
     assert capsys.readouterr().out == (
         "FourChoice at 1 turn, on the 64 validation episodes (seeds 1000000000-1000000063; 4 distinct first"
-        f" observations):\n{'random':>28}: 0.250\n{'best_fixed_answer':>28}: 0.297\n"
+        " observations; 64 of them also among the first 2,000 training episodes):"
+        f"\n{'random':>28}: 0.250\n{'best_fixed_answer':>28}: 0.297\n"
+        "At or below best_fixed_answer the agent does not read the colour.\n"
     )
 
 

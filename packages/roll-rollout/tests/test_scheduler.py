@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from roll_rollout import EnvLayout, SchedulerError, SchedulerSettings, validation_seeds
+from roll_rollout import EnvLayout, SchedulerError, SchedulerSettings, first_training_seeds, validation_seeds
 from roll_rollout.testing import CountdownEnv, ScriptedPolicy, countdown_factory
 
 
@@ -219,6 +219,14 @@ def test_a_dying_worker_link_is_restarted_and_its_episodes_replayed(chat_tokeniz
     assert len(batch) == 4 and spawned.count(0) == 2
     assert batch.metrics["rollout/env_worker_restarts"] == 1 and batch.metrics["rollout/lost_episodes"] == 2
     assert sum(scheduler.ledger.total.values()) == scheduler.dispatched
+
+
+def test_first_training_seeds_are_the_seeds_a_scheduler_draws_first(scheduler_factory, answer_ids):
+    """What `roll train` compares its validation episodes with: the seeds its training scheduler plays."""
+    layout = EnvLayout(2, 2, ("A", "B"), (1, 1), 4)
+    scheduler = scheduler_factory(layout, ScriptedPolicy(answer_ids), seed=7)
+    assert scheduler.next_seeds(3) + scheduler.next_seeds(2) == first_training_seeds(7, 5)
+    assert first_training_seeds(7, 5) != first_training_seeds(8, 5)
 
 
 def test_rng_state_round_trips_and_rejects_garbage(scheduler_factory, answer_ids):

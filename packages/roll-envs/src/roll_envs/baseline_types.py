@@ -36,6 +36,9 @@ class EnvBaselines(NamedTuple):
     """The seeds of the episodes they were scored on (`env_baselines` fills it in)."""
     observations: int | None = None
     """How many distinct first observations those episodes show (`distinct_observations`); None: not counted."""
+    in_training: tuple[int, int] | None = None
+    """(k, n): k of those episodes open with the first observation of one of the first n training episodes
+    (roll-pipeline counts it for a run's validation tags); None: not counted."""
 
 
 def scored_seeds(episodes: int, seeds: Sequence[int] | None = None) -> tuple[int, ...]:

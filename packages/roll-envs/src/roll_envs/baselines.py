@@ -5,7 +5,8 @@ it has any with `BaseEnv.has_baselines`); `env_baselines` and `has_baselines` ar
 callers use, for built-in and third-party envs alike. Baselines are scored on the episodes of the seeds
 given (a run passes its validation seeds, so they judge its validation success on the same episodes), else
 on the episodes seeded from `HELD_OUT_SEED_START`. `distinct_observations` counts how many different first
-observations such episodes show (four_choice's show 4, whatever their number).
+observations such episodes show (four_choice's show 4, whatever their number), `first_observations` lists
+them (a caller compares validation episodes with training ones by them).
 
 The built-ins' baseline code lives beside each env: FrozenLake's in `roll_envs.envs.frozen_lake.baselines`,
 Sokoban's in `roll_envs.envs.sokoban.baselines`. FrozenLake's names stay readable from here for one release
@@ -25,10 +26,7 @@ from roll_envs.baseline_types import HELD_OUT_SEED_START, EnvBaselines, scored_s
 
 _FROZEN_LAKE_NAMES = (
     "PRECOMPUTED_SEQUENCES",
-    "SEARCH_MAPS",
-    "SEARCH_SEED_START",
     "best_fixed_sequence",
-    "fixed_sequence_for",
     "frozen_lake_baselines",
     "goal_distances",
     "random_policy_success",
@@ -42,6 +40,7 @@ __all__ = [
     "EnvBaselines",
     "distinct_observations",
     "env_baselines",
+    "first_observations",
     "has_baselines",
     *_FROZEN_LAKE_NAMES,
 ]
@@ -113,17 +112,20 @@ def _takes_seeds(hook: Any) -> bool:
     return any(p.name == "seeds" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
+def first_observations(env: Any, seeds: Sequence[int]) -> list[str]:
+    """The first observation `env.reset(seed=s)` shows for each of `seeds`, in order (resets `env`; an
+    observation that is not text is given by its repr): two episodes with the same one open alike."""
+    observations = (env.reset(seed=seed)[0] for seed in seeds)
+    return [o if isinstance(o, str) else repr(o) for o in observations]
+
+
 def distinct_observations(env: Any, seeds: Sequence[int]) -> int:
-    """How many different first observations `env.reset(seed=s)` shows over `seeds` (resets `env`; an
-    observation that is not text is compared by its repr). A handful means the episodes repeat the same
-    prompts: four_choice shows 4 (one per colour) whatever the number of seeds.
+    """How many different first observations `env.reset(seed=s)` shows over `seeds` (`first_observations`).
+    A handful means the episodes repeat the same prompts: four_choice shows 4 (one per colour) whatever
+    the number of seeds.
 
     >>> import roll_envs
     >>> distinct_observations(roll_envs.make("four_choice", render_mode=None), range(64))
     4
     """
-    seen = set()
-    for seed in seeds:
-        observation, _ = env.reset(seed=seed)
-        seen.add(observation if isinstance(observation, str) else repr(observation))
-    return len(seen)
+    return len(set(first_observations(env, seeds)))

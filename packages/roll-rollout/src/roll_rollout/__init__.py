@@ -19,7 +19,7 @@ from roll_rollout.policy import (
 from roll_rollout.prompts import PromptBuilder
 from roll_rollout.scheduler import RolloutScheduler, SchedulerSettings
 from roll_rollout.schema import Trajectory, Turn, decode_trajectory, encode_trajectory, stable_hash
-from roll_rollout.seeds import sample_key, validation_seeds
+from roll_rollout.seeds import first_training_seeds, sample_key, validation_seeds
 from roll_rollout.worker import EnvCallLimits, EnvSlotSpec, EnvWorker
 
 __version__ = "0.2.0"
@@ -64,6 +64,7 @@ __all__ = [
     "encode_trajectory",  # msgpack payload of a trajectory
     "envs_per_worker",  # the envs one worker hosts: requested, or 64 but no more workers than CPUs
     "failure_kind",  # why a trajectory failed (None if healthy)
+    "first_training_seeds",  # the first training seeds a scheduler seeded with a run's seed draws
     "sample_key",  # the random stream of one turn's sampling (seed, env slot, episode, turn)
     "split_group",  # one group episode -> one group per policy seat
     "split_players",  # a multi-player episode -> one trajectory per policy seat

@@ -16,7 +16,14 @@ from typing import Any
 from roll_rollout.errors import SchedulerError
 from roll_rollout.layout import EnvLayout, TagMix
 
-__all__ = ["VALIDATION_SEED_BASE", "SeedStream", "rng_state_problem", "sample_key", "validation_seeds"]
+__all__ = [
+    "VALIDATION_SEED_BASE",
+    "SeedStream",
+    "first_training_seeds",
+    "rng_state_problem",
+    "sample_key",
+    "validation_seeds",
+]
 
 VALIDATION_SEED_BASE = 1_000_000_000
 
@@ -24,6 +31,18 @@ VALIDATION_SEED_BASE = 1_000_000_000
 def validation_seeds(count: int, offset: int = 0) -> list[int]:
     """Fixed held-out seeds; never produced by `RolloutScheduler.next_seeds`."""
     return [VALIDATION_SEED_BASE + offset + i for i in range(count)]
+
+
+def first_training_seeds(seed: int, count: int) -> list[int]:
+    """The first `count` seeds that a scheduler seeded with `seed` draws for training groups (`SeedStream`;
+    the pipeline seeds its training scheduler with the run's `seed`), e.g. to check which validation
+    episodes training also plays."""
+    return _draw_training_seeds(random.Random(seed), count)
+
+
+def _draw_training_seeds(rng: random.Random, count: int) -> list[int]:
+    """The next `count` training seeds from `rng`: below `VALIDATION_SEED_BASE`, so never a validation seed."""
+    return [rng.randrange(0, VALIDATION_SEED_BASE) for _ in range(count)]
 
 
 def sample_key(seed: int, env_id: int, episode_id: int, turn: int) -> int:
@@ -85,7 +104,7 @@ class SeedStream:
 
     def training_seeds(self, count: int) -> list[int]:
         """Fresh training seeds (below 2**31, disjoint from `validation_seeds`)."""
-        return [self._rng.randrange(0, VALIDATION_SEED_BASE) for _ in range(count)]
+        return _draw_training_seeds(self._rng, count)
 
     def new_episode_id(self) -> int:
         """The id of the next dispatched episode."""

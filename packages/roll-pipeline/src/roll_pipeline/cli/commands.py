@@ -163,10 +163,12 @@ def _baselines_options(parser: argparse.ArgumentParser) -> None:
 
 def baselines(argv: list[str]) -> int:
     """Print reference baselines, those each env class provides (for example FrozenLake's random policy and
-    best fixed move sequence, Sokoban's random and optimal (BFS) policies, four_choice's best fixed answer):
+    best fixed move sequence on the scored maps, with describe the rule that follows the line in words;
+    Sokoban's random and optimal (BFS) policies, four_choice's best fixed answer):
     of a run's config (--config-path/--config-name and overrides), for each validation tag on exactly its
     validation seeds; or of an env with its default config (--env ID) on --episodes episodes from seed
-    1000000. With the number of distinct first observations when the episodes repeat the same few."""
+    1000000. With the number of distinct first observations when the episodes repeat the same few, and for
+    a config how many validation episodes open as one of the run's first 2,000 training seeds does."""
     args = parse_args(argv, "roll baselines", baselines.__doc__ or "", _baselines_options)
     from roll_envs import RollEnvsError
 
@@ -222,6 +224,7 @@ def _config_baselines(args: argparse.Namespace) -> int:
         turns = f"{base.turns} turn{'s' * (base.turns != 1)}"
         print(f"{name} at {turns}, on {scored_on(base, validated=True)}:")
         _print_baselines(base, observations=False)
+        print(base.note)
     return 0
 
 

@@ -69,6 +69,10 @@ def validation_seeds_by_tag(config: AgenticConfig) -> dict[str, tuple[int, ...]]
     return {tag: tuple(next(seeds) for _ in range(need.get(tag, 0))) for tag in manager.tags}
 
 
+TRAINING_SEEDS_CHECKED = 2000
+"""How many of a run's first training seeds its validation episodes are compared with (`tag_baselines`)."""
+
+
 def tag_baselines(
     config: AgenticConfig, episodes: int = 1000, *, validation_only: bool = False
 ) -> dict[str, EnvBaselines]:
@@ -76,10 +80,11 @@ def tag_baselines(
     them) whose env has some, at the tag's turn cap (the smaller of `max_actions_per_traj` and the env's
     `max_steps`), with the number of distinct first observations of the episodes scored. A validation tag's
     are scored on exactly its validation seeds (`validation_seeds_by_tag`), the episodes its validation
-    success is measured on; a tag that is only trained has no fixed episodes: its are scored on `episodes`
-    episodes from `roll_envs.HELD_OUT_SEED_START`."""
+    success is measured on, and count how many of them training also plays (`training_overlap`); a tag
+    that is only trained has no fixed episodes: its are scored on `episodes` episodes from
+    `roll_envs.HELD_OUT_SEED_START`."""
     import roll_envs
-    from roll_envs.baselines import distinct_observations
+    from roll_envs.baselines import first_observations
 
     validated = validation_seeds_by_tag(config)
     tags = [*validated, *([] if validation_only else config.train_env_manager.tags)]
@@ -93,10 +98,36 @@ def tag_baselines(
             turns = min(spec.max_actions_per_traj, env.config.max_steps)
             result = roll_envs.env_baselines(env, turns, episodes, seeds=validated.get(tag))
             if result is not None:
-                found[tag] = result._replace(observations=distinct_observations(env, result.seeds))
+                opening = first_observations(env, result.seeds)
+                overlap = training_overlap(config, spec.env_type, opening) if tag in validated else None
+                found[tag] = result._replace(observations=len(set(opening)), in_training=overlap)
         finally:
             env.close()
     return found
+
+
+def training_overlap(config: AgenticConfig, env_type: str, opening: list[str]) -> tuple[int, int] | None:
+    """(k, n): k of the episodes whose first observations are `opening` open as an episode of the run's
+    first n training seeds (`TRAINING_SEEDS_CHECKED`, `roll_rollout.first_training_seeds`) does on a
+    training tag of `env_type`; None when no training tag has that env type. A run with several such tags
+    plays each seed on one of them, not on all: there k is an upper bound."""
+    import roll_envs
+    from roll_envs.baselines import first_observations
+    from roll_rollout import first_training_seeds
+
+    seeds = first_training_seeds(config.seed, TRAINING_SEEDS_CHECKED)
+    specs = [config.custom_envs[t] for t in dict.fromkeys(config.train_env_manager.tags)]
+    specs = [spec for spec in specs if spec.env_type == env_type]
+    if not specs:
+        return None
+    trained: set[str] = set()
+    for spec in specs:
+        env = roll_envs.make(spec.env_type, render_mode=None, **spec.env_config)
+        try:
+            trained.update(first_observations(env, seeds))
+        finally:
+            env.close()
+    return sum(o in trained for o in opening), len(seeds)
 
 
 def baseline_lines(config: AgenticConfig, *, validation_only: bool = False) -> dict[str, float]:
@@ -121,9 +152,19 @@ def few_observations(base: EnvBaselines) -> str:
     return f"{count} distinct first observation{'s' * (count != 1)}"
 
 
+def seen_in_training(base: EnvBaselines) -> str:
+    """`K of them also among the first N training EPISODES` when counted (`EnvBaselines.in_training`),
+    else empty."""
+    if base.in_training is None:
+        return ""
+    shared, checked = base.in_training
+    return f"{shared} of them also among the first {checked:,} training {base.episodes}"
+
+
 def scored_on(base: EnvBaselines, validated: bool) -> str:
     """Which episodes a tag's baselines were scored on, e.g. `the 64 validation episodes (seeds
-    1000000000-1000000063; 4 distinct first observations)`."""
+    1000000000-1000000063; 4 distinct first observations; 64 of them also among the first 2,000 training
+    episodes)`."""
     seeds = base.seeds
     span = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
     if len(seeds) > 1 and list(seeds) != list(range(seeds[0], seeds[-1] + 1)):
@@ -131,7 +172,8 @@ def scored_on(base: EnvBaselines, validated: bool) -> str:
     what = f"the {len(seeds)} validation {base.episodes}" if validated else f"{len(seeds)} {base.episodes}"
     if not validated:
         span = f"a training tag, not validated: {span}"
-    return f"{what} ({'; '.join(filter(None, [span, few_observations(base)]))})"
+    notes = [span, few_observations(base), seen_in_training(base)]
+    return f"{what} ({'; '.join(filter(None, notes))})"
 
 
 def print_run_header(config: AgenticConfig) -> None:

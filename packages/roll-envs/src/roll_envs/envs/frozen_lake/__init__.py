@@ -11,7 +11,7 @@ Every public name of `rules` and `env` is importable from here.
 Modules:
     rules.py       the actions and their moves, the config, map generation, shortest paths, reading a board
     env.py         `FrozenLakeEnv` and its tiles
-    baselines.py   the random policy's and the best fixed move sequence's success rates
+    baselines.py   the random policy's, the best fixed move sequence's and the description rule's success rates
 """
 
 from roll_envs.envs.frozen_lake.env import FROZEN_LAKE_TILES, FrozenLakeEnv

@@ -11,7 +11,7 @@ import numpy as np
 
 from roll_envs.base import ActionOutcome, BaseEnv
 from roll_envs.baseline_types import EnvBaselines, scored_seeds
-from roll_envs.envs.frozen_lake.baselines import frozen_lake_baselines
+from roll_envs.envs.frozen_lake.baselines import description_rule, frozen_lake_baselines, played_success
 from roll_envs.envs.frozen_lake.rules import (
     ACTIONS,
     FrozenLakeConfig,
@@ -124,13 +124,18 @@ class FrozenLakeEnv(BaseEnv):
     def baselines(
         self, turns: int, episodes: int = 1000, seeds: Sequence[int] | None = None
     ) -> EnvBaselines | None:
-        """`random` and `best_fixed_sequence` (`frozen_lake_baselines`) on this size and p, on the maps of
-        `seeds` (None: `episodes` seeds from `HELD_OUT_SEED_START`); None on slippery ice."""
+        """`random` and `best_fixed_sequence` (`frozen_lake_baselines`: the sequence searched on these very
+        maps) on this size and p, on the maps of `seeds` (None: `episodes` seeds from `HELD_OUT_SEED_START`);
+        with `describe`, also `description_rule` played on a copy of this env. None on slippery ice."""
         if self.config.is_slippery:  # the dynamic programming assumes deterministic moves
             return None
         played = scored_seeds(episodes, seeds)
         rates = frozen_lake_baselines(len(played), turns, self.config.size, self.config.p, played)
-        note = "At or below the fixed-sequence baseline the agent does not read the board."
+        note = "Below the fixed sequence (the best on these maps) the agent does not read the board."
+        if self.config.describe:
+            player = FrozenLakeEnv(self.config, render_mode=None)
+            rates["description_rule"] = played_success(player, description_rule, played, turns)
+            note += " description_rule: onto the goal if next to you, else towards it onto ice."
         return EnvBaselines("FrozenLake", "maps", turns, rates, note, {}, played)
 
     @property
