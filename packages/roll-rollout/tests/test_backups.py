@@ -11,7 +11,14 @@ import threading
 import time
 
 import pytest
-from roll_rollout import EnvCallLimits, EnvLayout, GenerateResult, SchedulerSettings, Trajectory
+from roll_rollout import (
+    EnvCallLimits,
+    EnvLayout,
+    GenerateResult,
+    SamplingSettings,
+    SchedulerSettings,
+    Trajectory,
+)
 from roll_rollout.backups import Attempts
 from roll_rollout.env_calls import RETHRESHOLD_EVERY, SLOW_CALL_FACTOR, SLOW_CALL_MIN_SAMPLES, EnvCalls
 from roll_rollout.testing import CountdownEnv, FaultyEnv, ScriptedPolicy
@@ -125,6 +132,35 @@ def test_in_training_a_hung_episode_is_replaced_by_its_running_backup_at_the_tim
         t.env_id for t in batch.trajectories
     }  # slot 0's episode timed out: its backup took its place
     assert sum(scheduler.ledger.total.values()) == scheduler.dispatched
+
+
+def test_a_backup_samples_as_its_group_began(scheduler_factory, answer_ids):
+    """A `set_sampling` while a group episode runs applies to the group episodes started after it: the backup
+    of its hung episode samples as the group's first episodes did."""
+    release = threading.Event()
+    temperatures: list[float] = []
+    scheduler = scheduler_factory(
+        EnvLayout(2, 2, ("A",), (2,), max_env_num_per_worker=4),
+        ScriptedPolicy(answer_ids, latency=lambda r: temperatures.append(r.sampling.temperature) or 0.0),
+        env_factory=first_env_hangs(release),
+        limits=dataclasses.replace(LIMITS, env_step_timeout_s=1.0),
+    )
+
+    async def scenario():
+        batch = asyncio.ensure_future(scheduler.get_batch(4))
+        await asyncio.sleep(0)  # get_batch ran to its first wait: the group's first episodes are dispatched
+        scheduler.set_sampling({"A": SamplingSettings(max_new_tokens=4, temperature=1.5)})
+        try:
+            return await batch
+        finally:
+            await scheduler.stop()
+
+    try:
+        batch = asyncio.run(scenario())
+    finally:
+        release.set()
+    assert batch.metrics["rollout/backup_episodes"] >= 1
+    assert set(temperatures) == {1.0}
 
 
 class ChoiceEnv:

@@ -115,8 +115,9 @@ class RolloutScheduler:
         self._seeds.set_state(state)
 
     def set_sampling(self, sampling_by_tag: dict[str, SamplingSettings]) -> None:
-        """Sample episodes dispatched from now on this way (a temperature schedule); an episode already
-        running keeps the settings it started with, so every turn of an episode samples alike."""
+        """Sample the group episodes started from now on this way (a temperature schedule); one already
+        running keeps the settings it started with, its replays and backups too, so every turn of a group
+        samples alike."""
         if set(sampling_by_tag) != set(self.layout.tags):
             raise SchedulerError(
                 f"set_sampling needs settings for exactly the tags {sorted(self.layout.tags)},"
