@@ -35,8 +35,9 @@ its timeout; a number instead applies to every env owning its random state (0: n
 
 Slow calls (`EnvCalls.slow_after_s`): a reset or step that has run longer than `max(backup_after_s,
 SLOW_CALL_FACTOR x the median of this worker's recent resets and steps)` is *slow*; the worker reports its
-episode and the scheduler plays a backup of it (see `roll_rollout.scheduler`), so a hung call holds its batch
-for about `backup_after_s`, not for the whole `timeout_s`. A slow call also hands its concurrency permit on
+episode and the scheduler plays a backup of it (see `roll_rollout.backups`: a validation pass then waits for
+about `backup_after_s`, not the whole `timeout_s`; in training the backup takes the episode's place only if it
+fails or times out, so no replay follows a timeout). A slow call also hands its concurrency permit on
 (`CallTimer.hand_over`, called by the worker; it keeps its thread, one of the spares), so the worker's other
 calls do not queue behind it. The median, not a high percentile: the first calls of freshly started env
 processes are slow, and a percentile would lift the threshold past the timeout exactly when the first

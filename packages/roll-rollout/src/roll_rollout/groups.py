@@ -12,13 +12,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from roll_rollout.backups import Attempts
+from roll_rollout.policy import SamplingSettings
 from roll_rollout.schema import Trajectory
 
 OUTCOMES = (
     "delivered",  # in a batch returned by get_batch
     "failed",  # the episode itself failed (env error, env timeout, policy error)
-    "straggler",  # finished after its group episode was already complete or given up
-    "cancelled",  # stopped before it finished (straggler of a complete group, or at stop)
+    "straggler",  # finished, but its group episode was already complete or given up, or its place settled
+    "cancelled",  # stopped before it finished (straggler of a complete group or a settled place, or at stop)
     "stale",  # its group had a turn older than the staleness bound at get_batch
     "filtered",  # its group was removed by the StarPO-S group filter
     "dropped_incomplete",  # healthy, but its group episode was given up after too many failures
@@ -64,19 +66,21 @@ class SpawnWorker(Protocol):
 
 @dataclass
 class GroupEpisode:
-    """One seed played by the env slots of a layout group."""
+    """One seed played by the env slots of a layout group, each of its episodes sampled alike."""
 
     key: int  # unique; the `group_id` of its trajectories
     layout_group: int
     tag: str
     seed: int
     explicit_seed: bool
+    sampling: SamplingSettings  # of every episode of it: replays and backups sample as its first episodes do
     running: dict[int, int] = field(default_factory=dict)  # episode id -> env slot, not yet back
     finished: list[Trajectory] = field(default_factory=list)
     failures: int = 0
     closed: bool = False  # complete or given up: later finishers are stragglers
     borrowed: list[int] = field(default_factory=list)  # other layout groups lent to its backup episodes
     backed_up: set[int] = field(default_factory=set)  # episode ids that got a backup
+    attempts: dict[int, Attempts] = field(default_factory=dict)  # episode id -> its place, until it settles
 
     def min_version(self) -> int | None:
         """The oldest policy version among its turns (None without turns)."""

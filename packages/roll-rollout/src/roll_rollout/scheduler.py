@@ -13,18 +13,16 @@ Modes (`async_generation_ratio` r):
   flight; at `get_batch` a group holding a turn older than `policy_version - r` is dropped as stale.
 
 Faults: a failed episode (env error, env timeout, policy error) is never trained on; its slot replays
-the same group episode (same seed) with a fresh env, and a group episode with more than
+the same group episode (same seed) with a fresh env (in training, unless a backup of it still runs: that
+takes its place), and a group episode with more than
 `max_failures_per_group` failures is given up (its healthy episodes counted as dropped) and the layout
 group moves on to a new seed. A worker that dies, or whose hung env calls need a new process, is
 killed and respawned, and its running episodes are replayed. See docs/rollout.md.
 
-Backups: an env worker reports an episode whose reset or step has run past its slow-call threshold
-(`EnvCalls.slow_after_s`, about `backup_after_s`); the scheduler then plays one more episode of that group
-episode (same seed) on a free env slot of the same tag: a finished slot of the group itself, or of a layout
-group nothing else needs, which stays lent until the group episode closes. A backup that is slow in turn gets one
-too, up to `BACKUPS_PER_SLOT` per episode the group needs. Whichever episodes finish first
-complete the group, and the rest are cancelled, as for redundant slots; a hung call then holds a batch (or a
-validation pass, which needs every seed) for about the threshold instead of the whole `env_step_timeout_s`.
+Backups (roll_rollout.backups): an episode whose env call runs past the slow-call threshold gets one more
+episode of its group episode played on a free slot; in training the original still trains whenever it ends
+healthy (a backup replaces it only once it failed), in validation (`SchedulerSettings.race_backups`) the first
+to finish counts.
 
 Helpers: `SeedStream` (seeds.py: what checkpoints save), `GroupQueue`, `WorkerPool`, `RolloutMetrics`.
 """
@@ -33,11 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from roll_rollout.backups import BACKUP_EPISODE_IDS, Attempts, plan_backups
 from roll_rollout.env_manager import EpisodeJob, failure_kind
 from roll_rollout.errors import SchedulerError
 from roll_rollout.group_queue import GroupQueue
@@ -51,10 +51,6 @@ from roll_rollout.rollout_metrics import RolloutMetrics
 from roll_rollout.schema import Trajectory
 from roll_rollout.seeds import SeedStream
 from roll_rollout.settings import SchedulerSettings
-
-BACKUPS_PER_SLOT = 3
-"""Backups a group episode may get, per episode it needs: a backup can hang too (a validation seed's backup
-of a backup is what keeps a 1-slot group off the timeout), but an env that is merely slow must not cascade."""
 
 
 class RolloutScheduler:
@@ -94,6 +90,7 @@ class RolloutScheduler:
         )
         self._busy: dict[int, GroupEpisode] = {}  # layout group -> its running group episode
         self._owner: dict[int, GroupEpisode] = {}  # running episode id -> its group episode
+        self._backup_ids = itertools.count(BACKUP_EPISODE_IDS)
         self._ready = GroupQueue(layout.tags, self.ledger, self._metrics.count, group_filter)
         self._want: dict[str, int] = dict.fromkeys(layout.tags, 0)
         self._seed_queue: dict[str, deque[int]] = {tag: deque() for tag in layout.tags}
@@ -118,8 +115,9 @@ class RolloutScheduler:
         self._seeds.set_state(state)
 
     def set_sampling(self, sampling_by_tag: dict[str, SamplingSettings]) -> None:
-        """Sample episodes dispatched from now on this way (a temperature schedule); an episode already
-        running keeps the settings it started with, so every turn of an episode samples alike."""
+        """Sample the group episodes started from now on this way (a temperature schedule); one already
+        running keeps the settings it started with, its replays and backups too, so every turn of a group
+        samples alike."""
         if set(sampling_by_tag) != set(self.layout.tags):
             raise SchedulerError(
                 f"set_sampling needs settings for exactly the tags {sorted(self.layout.tags)},"
@@ -250,18 +248,22 @@ class RolloutScheduler:
                 have += 1
 
     def _start_group(self, group: int, tag: str, seed: int, explicit: bool) -> None:
-        ge = GroupEpisode(self._seeds.new_group_key(), group, tag, seed, explicit)
+        ge = GroupEpisode(self._seeds.new_group_key(), group, tag, seed, explicit, self.sampling_by_tag[tag])
         self._busy[group] = ge
-        self._dispatch([(ge, env_id) for env_id in self.layout.env_ids_of_group(group)])
+        self._dispatch([(ge, env_id, Attempts()) for env_id in self.layout.env_ids_of_group(group)])
 
-    def _dispatch(self, slots: Sequence[tuple[GroupEpisode, int]]) -> None:
+    def _dispatch(self, slots: Sequence[tuple[GroupEpisode, int, Attempts]], backup: bool = False) -> None:
+        """One episode of each group episode on its env slot, as the next attempt at its place; a backup's id
+        comes from a stream of its own, so the ids (sampling keys) of the rest never depend on call times."""
         by_worker: dict[int, list[EpisodeJob]] = {}
-        for ge, env_id in slots:
-            episode_id = self._seeds.new_episode_id()
-            job = EpisodeJob(env_id, ge.key, episode_id, ge.seed, self.sampling_by_tag[ge.tag])
+        for ge, env_id, attempts in slots:
+            episode_id = next(self._backup_ids) if backup else self._seeds.new_episode_id()
+            job = EpisodeJob(env_id, ge.key, episode_id, ge.seed, ge.sampling)
             self.dispatched += 1
-            ge.running[job.episode_id] = env_id
-            self._owner[job.episode_id] = ge
+            ge.running[episode_id] = env_id
+            ge.attempts[episode_id] = attempts
+            attempts.order.append(episode_id)
+            self._owner[episode_id] = ge
             by_worker.setdefault(self.layout.worker_of_env(env_id), []).append(job)
         for w, jobs in by_worker.items():
             self._pool.submit(w, jobs)
@@ -278,42 +280,10 @@ class RolloutScheduler:
         self._back_up(stats.get("slow_episodes") or ())
 
     def _back_up(self, slow: Sequence[int]) -> None:
-        """Play a backup of each slow episode of an open group episode on a free env slot of its tag (module
-        docstring); one reported again (each poll reports it while its call runs) gets none twice."""
-        wanted = [
-            (eid, ge)
-            for eid in slow
-            if (ge := self._owner.get(eid)) is not None
-            and not ge.closed
-            and eid not in ge.backed_up
-            and len(ge.backed_up) < BACKUPS_PER_SLOT * self.layout.group_size
-        ]
-        if not wanted:
-            return
-        occupied = {ge.running[eid] for eid, ge in self._owner.items() if eid in ge.running}
-        for eid, ge in wanted:
-            free = self._free_slot(ge, occupied)
-            if free is None:
-                continue  # no slot of its tag now: the next report tries again
-            group, env_id = free
-            if group != ge.layout_group and group not in ge.borrowed:
-                ge.borrowed.append(group)
-                self._busy[group] = ge
-            occupied.add(env_id)
-            ge.backed_up.add(eid)
+        """Play the backups of the slow episodes that get one now (roll_rollout.backups)."""
+        for ge, episode_id, env_id in plan_backups(slow, self._owner, self._busy, self.layout):
             self._metrics.count("rollout/backup_episodes")
-            self._dispatch([(ge, env_id)])
-
-    def _free_slot(self, ge: GroupEpisode, occupied: set[int]) -> tuple[int, int] | None:
-        """(layout group, env slot) for a backup of `ge`: an idle slot of its own or lent groups first, then
-        of a layout group of its tag that nothing runs on."""
-        own = [ge.layout_group, *ge.borrowed]
-        idle = [g for g in self.layout.groups_of_tag(ge.tag) if g not in self._busy]
-        for group in (*own, *idle):
-            for env_id in self.layout.env_ids_of_group(group):
-                if env_id not in occupied:
-                    return group, env_id
-        return None
+            self._dispatch([(ge, env_id, ge.attempts[episode_id])], backup=True)
 
     def _on_cancelled(self, w: int, episode_id: int) -> None:
         ge = self._owner.pop(episode_id, None)
@@ -335,7 +305,8 @@ class RolloutScheduler:
         if kind is not None:
             self.ledger.add("failed")
             self._metrics.note_failure(traj, kind)
-        if ge.closed:
+        attempts = ge.attempts.get(traj.episode_id)
+        if ge.closed or attempts is None:  # its group, or its place, is settled
             if kind is None:
                 self.ledger.add("straggler")
             return
@@ -343,9 +314,35 @@ class RolloutScheduler:
             ge.failures += 1
             if ge.failures > self.settings.max_failures_per_group:
                 self._give_up(ge)
+                return
+        self._ended(ge, attempts, traj.episode_id, traj.env_id, traj if kind is None else None)
+
+    def _ended(
+        self, ge: GroupEpisode, attempts: Attempts, episode_id: int, env_id: int, traj: Trajectory | None
+    ) -> None:
+        """An attempt at a place of open `ge` ended on `env_id`: healthy (`traj`), or failed or lost (None).
+        Validation keeps whatever finishes first and replays a failure; training keeps the attempt the place
+        trains (`Attempts.trained`) once known, cancelling the others, and replays when every attempt failed."""
+        if self.settings.race_backups:
+            if traj is None:
+                self._dispatch([(ge, env_id, attempts)])
             else:
-                self._dispatch([(ge, traj.env_id)])
+                self._keep(ge, traj)
             return
+        attempts.ended[episode_id] = traj
+        kept = attempts.trained()
+        if kept is None:
+            if attempts.all_failed:
+                self._dispatch([(ge, env_id, attempts)])
+            return
+        running, healthy = attempts.unused(kept)
+        for attempt in attempts.order:
+            del ge.attempts[attempt]  # the place is settled: what ends of it later is a straggler
+        self.ledger.add("straggler", healthy)  # backups that ended healthy before the attempt kept did
+        self._cancel(ge, running)
+        self._keep(ge, kept)
+
+    def _keep(self, ge: GroupEpisode, traj: Trajectory) -> None:
         ge.finished.append(traj)
         if len(ge.finished) == self.layout.group_size:
             self._complete(ge)
@@ -379,9 +376,13 @@ class RolloutScheduler:
         for group in (ge.layout_group, *ge.borrowed):
             if self._busy.get(group) is ge:
                 del self._busy[group]
+        self._cancel(ge, list(ge.running))
+
+    def _cancel(self, ge: GroupEpisode, episode_ids: Sequence[int]) -> None:
+        """Cancel these running episodes of `ge` (their workers acknowledge it)."""
         by_worker: dict[int, list[int]] = {}
-        for episode_id, env_id in ge.running.items():
-            by_worker.setdefault(self.layout.worker_of_env(env_id), []).append(episode_id)
+        for episode_id in episode_ids:
+            by_worker.setdefault(self.layout.worker_of_env(ge.running[episode_id]), []).append(episode_id)
         for w, ids in by_worker.items():
             self._pool.cancel(w, ids)
 
@@ -407,16 +408,15 @@ class RolloutScheduler:
             )
             self._notify()
             return
-        replay: list[tuple[GroupEpisode, int]] = []
         for episode_id in lost:
             ge = self._owner.pop(episode_id, None)
             if ge is None:
                 continue
             env_id = ge.running.pop(episode_id)
             self.ledger.add("lost")
-            if not ge.closed:
-                replay.append((ge, env_id))
-        self._dispatch(replay)
+            attempts = ge.attempts.get(episode_id)
+            if not ge.closed and attempts is not None:
+                self._ended(ge, attempts, episode_id, env_id, None)
 
     # ------------------------------------------------------------------ stop
     async def stop(self) -> None:

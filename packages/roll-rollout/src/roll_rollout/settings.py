@@ -25,6 +25,11 @@ class SchedulerSettings:
     """StarPO-S: collect need / f groups per tag and keep `need` of them with `group_filter`."""
     poll_wait_s: float = 0.05
     """Longest wait of one `poll` call on a worker."""
+    race_backups: bool = False
+    """True (validation, whose episodes train nothing and whose pass needs every seed): a backup races the
+    episode it backs up, and the first episodes of a group episode to finish complete it. False (training): an
+    episode that ends is trained whatever its time; its backup replaces it only when it fails (an env error, or
+    its call timed out), so call durations never choose which episodes train (see `roll_rollout.scheduler`)."""
 
     def __post_init__(self) -> None:
         if self.async_generation_ratio < 0 or self.max_failures_per_group < 0:

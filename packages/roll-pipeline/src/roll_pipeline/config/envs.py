@@ -47,10 +47,12 @@ class EnvManagerConfig(StrictModel):
     env_step_backup_after_s: float = Field(
         2.0,
         ge=0,
-        description="a reset or step running longer than this (or 50x the 99th percentile of its worker's recent "
-        "ones, if more) has its episode backed up: the same seed plays on a free env slot and the first "
-        "episodes to finish count, so a hung call holds a batch for about this long instead of "
-        "env_step_timeout_s; 0 turns backups off",
+        description="a reset or step running longer than this (or 200x the median of its worker's recent ones, "
+        "if more) has its episode backed up: the same seed plays on a free env slot. In training the episode "
+        "still trains whenever it ends, whatever its time, and the backup replaces it only if it fails or hits "
+        "env_step_timeout_s (a hung call holds its group until that timeout, but no replay follows it); in "
+        "validation the first episodes to finish count, so a hung call holds a pass for about this long; 0 turns "
+        "backups off",
     )
     max_hung_env_calls: int = Field(
         4,

@@ -150,11 +150,15 @@ def build_scheduler(
             kill=lambda: cluster.kill(handle),
         )
 
-    if validation:  # never replayed: a failed episode fails its seed, and no failure stops validation
+    if (
+        validation
+    ):  # never replayed: a failed episode fails its seed, and no failure stops validation; nothing
+        # trains on it, so a backup races its original (roll_rollout.backups)
         scheduling = SchedulerSettings(
             max_failures_per_group=0,
             batch_timeout_s=settings.batch_timeout_s,
             max_consecutive_given_up=1 << 62,
+            race_backups=True,
         )
         group_filter = None
     elif demonstration:
