@@ -12,7 +12,8 @@ import time
 import pytest
 from roll_envs import EnvRandomState
 from roll_rollout import EnvCallError, EnvCalls, EnvCallTimeout
-from roll_rollout.env_calls import INLINE_OPT_IN_S, DaemonThreadPool
+from roll_rollout.call_pace import INLINE_OPT_IN_S, INLINE_REVOKE_S
+from roll_rollout.env_calls import DaemonThreadPool
 
 
 def test_a_call_returns_its_value_and_an_error_keeps_its_cause():
@@ -202,14 +203,14 @@ def test_isolated_calls_are_timed_from_the_lock_and_a_hung_one_gives_it_back():
 
 
 def test_paced_calls_run_inline_while_fast_and_go_back_to_the_pool_after_a_slow_one():
-    calls = EnvCalls(max_concurrent=2, timeout_s=5, inline_below_s=0.05)
+    calls = EnvCalls(max_concurrent=2, timeout_s=5, inline_below_s=0.002)
     pace = calls.pace()
 
     async def scenario():
         loop_thread = threading.get_ident()
         where = [await calls.run_paced(pace, threading.get_ident) for _ in range(3)]
         assert where[0] != loop_thread and where[1:] == [loop_thread] * 2  # first call timed in the pool
-        await calls.run_paced(pace, time.sleep, 0.1)  # inline, but too slow: the next call hops
+        await calls.run_paced(pace, time.sleep, 0.005)  # inline, too slow (not INLINE_REVOKE_S): it hops
         assert await calls.run_paced(pace, threading.get_ident) != loop_thread
         assert await calls.run_paced(pace, threading.get_ident) == loop_thread
         with pytest.raises(EnvCallError, match="step raised KeyError") as raised:
@@ -244,11 +245,38 @@ def test_an_inline_call_past_the_timeout_fails_and_zero_never_inlines():
         never.shutdown()
 
 
-class _Declares:
-    """An env stand-in: its class declares (or not) that its calls never block."""
+def _Declares(never_blocks: object) -> object:
+    """An env stand-in whose class declares (or not) that its calls never block."""
+    return type("Declares", (), {"never_blocks": never_blocks})()
 
-    def __init__(self, never_blocks: object) -> None:
-        self.never_blocks = never_blocks
+
+def test_an_inline_call_that_holds_the_loop_sends_every_env_of_its_class_to_the_pool(caplog):
+    """An env class declaring `never_blocks` falsely: its first slow inline call revokes inline calls for
+    every env of the class in this worker, with one warning naming it; another class keeps them."""
+    calls = EnvCalls(max_concurrent=2, timeout_s=5)
+    liar_cls = type("LyingEnv", (), {"never_blocks": True})
+    liars, honest = [calls.pace(liar_cls()) for _ in range(2)], calls.pace(_Declares(True))
+
+    async def scenario():
+        loop_thread = threading.get_ident()
+        for pace in (*liars, honest):
+            await calls.run_paced(pace, int)  # timed in the pool: fast, so the next call runs inline
+        assert await calls.run_paced(liars[0], threading.get_ident) == loop_thread
+        await calls.run_paced(liars[0], time.sleep, INLINE_REVOKE_S * 1.5, what="env 'wait' step")
+        where = [await calls.run_paced(pace, threading.get_ident) for pace in liars for _ in range(3)]
+        assert loop_thread not in where  # both liars, the other one's fast pace included
+        await calls.run_paced(liars[1], time.sleep, INLINE_REVOKE_S * 1.5)  # in the pool: no second warning
+        assert await calls.run_paced(honest, threading.get_ident) == loop_thread
+
+    with caplog.at_level("WARNING", logger="roll_rollout.call_pace"):
+        try:
+            asyncio.run(scenario())
+        finally:
+            calls.shutdown()
+    assert len(caplog.records) == 1, [r.getMessage() for r in caplog.records]
+    message = caplog.records[0].getMessage()
+    assert "env 'wait' step ran inline" in message and "env class LyingEnv blocks" in message
+    assert "set never_blocks = False" in message
 
 
 def test_by_default_only_envs_declaring_never_blocks_run_inline():
