@@ -8,8 +8,8 @@ defines code roll may run in a hosted call: any method, property or other descri
 `NOT_HOSTED`. A subclass of FrozenLake whose `step` waits on a web call inherits `never_blocks = True` but
 overrides `step`: the hint is dropped for it, and its calls run in the thread pool under their timeout. A
 subclass that only sets class attributes (`config_cls`, `metric_aggregation`) keeps the hints; one whose code
-keeps them true declares them again on its own class. `check_env` says which hints an env carries and why
-(`hint_report`).
+keeps them true declares them again on its own class. `roll-envs check` prints which hints an env carries
+and why (`hint_report`); `check_env`, and roll when it builds such an env, log a dropped one as a note.
 """
 
 from __future__ import annotations
