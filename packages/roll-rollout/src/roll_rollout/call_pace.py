@@ -10,9 +10,10 @@ returns (the timeout can only fail the call afterwards). So inline calls are for
 default (`inline_below_s` None) those get `INLINE_OPT_IN_S`, every other env runs every call in the pool, under
 its timeout; a number instead applies to every env owning its random state (0: none inline). The hint is read
 by `roll_envs.hints`: a subclass that adds code of its own (a FrozenLake whose `step` calls a judge) does not
-inherit it. And an inline call that held the loop for `INLINE_REVOKE_S` shows that its class blocks whatever
-it declares: the worker's `InlineGrant` of that class is revoked, with one warning naming it, and the calls of
-every env of the class run in the pool from then on.
+inherit it. And inline calls that keep holding the loop for `INLINE_REVOKE_S` (`REVOKE_AFTER` of them, at least
+`REVOKE_SHARE` of the class's inline calls) show that their class blocks whatever it declares: the worker's
+`InlineGrant` of that class is revoked, with one warning naming it, and the calls of every env of the class run
+in the pool from then on.
 """
 
 from __future__ import annotations
@@ -36,31 +37,50 @@ INLINE_OPT_IN_S = 0.001
 
 INLINE_REVOKE_S = 0.02
 """An inline call that held the event loop this long (twenty times `INLINE_OPT_IN_S`; a built-in game's step
-takes microseconds) shows its env class blocks: the worker runs that class's calls in the pool from then on."""
+takes microseconds) counts as blocking (`InlineGrant.record`)."""
+
+REVOKE_AFTER = 3
+"""Blocking inline calls of one env class before its grant is revoked: one could be the machine (a
+preempted thread, a garbage collection), not the env."""
+
+REVOKE_SHARE = 0.01
+"""...and the least share of the class's inline calls they must be: a built-in on a loaded machine has a
+stray slow call in thousands, an env whose step waits has one in every few."""
 
 
 class InlineGrant:
-    """Whether the calls of one env class may run inline in this worker: `open` until one of them held the
-    event loop for `INLINE_REVOKE_S` (`revoke`, which says so once)."""
+    """Whether the calls of one env class may run inline in this worker: `open` until `REVOKE_AFTER` of its
+    inline calls, and at least `REVOKE_SHARE` of them, held the event loop for `INLINE_REVOKE_S` (`record`),
+    which says so once."""
 
-    __slots__ = ("env_class", "open")
+    __slots__ = ("calls", "env_class", "open", "slow")
 
     def __init__(self, env_class: str) -> None:
         self.env_class = env_class
         self.open = True
+        self.calls = self.slow = 0
 
-    def revoke(self, what: str, took: float) -> None:
-        """Send the class's calls to the pool for good, with one warning naming it."""
-        self.open = False
-        _log.warning(
-            "%s ran inline on the env worker's event loop for %.0f ms (every other env of the worker waited): "
-            "env class %s blocks, though it declares or inherits never_blocks = True. Its calls run in the "
-            "thread pool from now on, under their timeout. Fix: set never_blocks = False on the class "
-            "(`roll-envs check` says where the hint comes from).",
-            what,
-            took * 1000,
-            self.env_class,
-        )
+    def record(self, what: str, took: float, bound: float) -> None:
+        """Count one inline call that took `took` seconds; revoke the grant when they block (above)."""
+        self.calls += 1
+        if took < bound:
+            return
+        self.slow += 1
+        if self.open and self.slow >= REVOKE_AFTER and self.slow >= REVOKE_SHARE * self.calls:
+            self.open = False  # every env of the class goes to the pool from its next call
+            _log.warning(
+                "%s ran inline on the env worker's event loop for %.0f ms; %d of the %d inline calls of env class "
+                "%s so far took over %.0f ms, and every other env of the worker waited: the class blocks, though "
+                "it declares or inherits never_blocks = True. Its calls run in the thread pool from now on, under "
+                "their timeout. Fix: set never_blocks = False on the class (`roll-envs check` says where the "
+                "hint comes from).",
+                what,
+                took * 1000,
+                self.slow,
+                self.calls,
+                self.env_class,
+                bound * 1000,
+            )
 
 
 class CallPace:

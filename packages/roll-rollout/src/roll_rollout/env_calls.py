@@ -308,8 +308,7 @@ class EnvCalls:
             raise EnvCallError(f"{what} raised {type(exc).__name__}: {exc}") from exc
         took = time.perf_counter() - began
         pace.fast = took < pace.inline_below_s
-        if took >= max(INLINE_REVOKE_S, pace.inline_below_s) and pace.grant.open:
-            pace.grant.revoke(what, took)  # it held the loop: its class blocks, whatever it declares
+        pace.grant.record(what, took, max(INLINE_REVOKE_S, pace.inline_below_s))  # held the loop? (revokes)
         if took > self.timeout_s:
             raise EnvCallTimeout(
                 f"{what} did not return within env_step_timeout_s={self.timeout_s:g} s (it took {took:.3g} s); "
