@@ -7,7 +7,10 @@ defaults; a FrozenLake step takes microseconds); `--small` takes the end-to-end 
 is `faulty_frozen_lake` (`roll_rollout.testing.faulty_registry_env`: FrozenLake in a `FaultyEnv`, whose
 hangs never end), which does not declare `owns_random_state`: its envs are isolated, each in a process of
 its own. Runs: `clean` (`p_raise=0, p_hang=0`), `faulty` (5% / 1%), `faulty_in_process` (5% / 1%, the
-isolated envs in the worker's process behind the random-state lock: `EnvCallLimits(env_processes=False)`).
+isolated envs in the worker's process behind the random-state lock: `EnvCallLimits(env_processes=False)`),
+`clean_subclass` and `faulty_subclass` (0 and 5% / 1%, env type `faulty_lake`: `roll_rollout.testing.FaultyFrozenLake`, a FrozenLake
+subclass whose own `step` injects the faults; it inherits `never_blocks` and `owns_random_state`, which do not
+hold for it, `roll_envs.hints`: before they were read that way, its first hang froze the worker for good).
 
     uv run python benchmarks/faulty_env_train.py --runs clean faulty faulty_in_process [--timeout-s S]
     uv run python benchmarks/faulty_env_train.py --backup-after-s 0   # no backup episodes
@@ -32,9 +35,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
 
 roll_envs.register("faulty_frozen_lake", "roll_rollout.testing:faulty_registry_env")
+roll_envs.register("faulty_lake", "roll_rollout.testing:FaultyFrozenLake")
 
-RUNS = {"clean": (0.0, 0.0, True), "faulty": (0.05, 0.01, True), "faulty_in_process": (0.05, 0.01, False)}
-"""name -> (p_raise, p_hang, env processes)."""
+RUNS = {
+    "clean": ("faulty_frozen_lake", 0.0, 0.0, True),
+    "faulty": ("faulty_frozen_lake", 0.05, 0.01, True),
+    "faulty_in_process": ("faulty_frozen_lake", 0.05, 0.01, False),
+    "clean_subclass": ("faulty_lake", 0.0, 0.0, True),
+    "faulty_subclass": ("faulty_lake", 0.05, 0.01, True),
+}
+"""name -> (env type, p_raise, p_hang, env processes)."""
 SMALL = [*SMALL_FROZEN_LAKE, *FEW_WORKERS]
 """The end-to-end tests' small run (tests/small_runs.py); without --small, `roll train`'s own config."""
 
@@ -46,7 +56,7 @@ def run(
     from roll_pipeline import AgenticPipeline
     from roll_pipeline.config.compose import compose
 
-    p_raise, p_hang, processes = RUNS[name]
+    env_type, p_raise, p_hang, processes = RUNS[name]
     if not processes:
         in_process_limits()
     overrides = [
@@ -55,7 +65,7 @@ def run(
         "cluster.backend=local",
         f"output_dir={out}",
         f"exp_name={name}",
-        "custom_envs.FrozenLake.env_type=faulty_frozen_lake",
+        f"custom_envs.FrozenLake.env_type={env_type}",
         f"+custom_envs.FrozenLake.env_config.p_raise={p_raise}",
         f"+custom_envs.FrozenLake.env_config.p_hang={p_hang}",
         f"train_env_manager.env_step_timeout_s={timeout_s}",

@@ -18,7 +18,11 @@ SMALL = [*SMALL_FROZEN_LAKE, "cluster.backend=local", "save_steps=100", "track_w
 
 
 class HalfBrokenLake(FrozenLakeEnv):
-    """FrozenLake whose every even seed raises at the first step."""
+    """FrozenLake whose every even seed raises at the first step (its code neither waits nor draws: it keeps
+    both hosting hints, declared again since it overrides `reset` and `step`)."""
+
+    owns_random_state = True
+    never_blocks = True
 
     def reset(self, seed=None, options=None):
         self.broken = seed is not None and seed % 2 == 0

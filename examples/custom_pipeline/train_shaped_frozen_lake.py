@@ -29,6 +29,10 @@ class StepCostFrozenLake(FrozenLakeEnv):
     """FrozenLake whose every turn costs `step_cost`: a reward-shaped variant."""
 
     config_cls = StepCostConfig
+    # its own `step` subtracts a constant: still in-memory and drawing nothing, so it declares again the hosting
+    # hints it would otherwise lose by overriding `step` (roll_envs.hints; `roll-envs check` shows them)
+    owns_random_state = True
+    never_blocks = True
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)

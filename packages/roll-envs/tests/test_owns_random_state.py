@@ -17,7 +17,8 @@ from roll_envs.adapters.gym import GymAdapterEnv
 from roll_envs.adapters.reasoning_gym import ReasoningGymEnv
 from roll_envs.adapters.textarena import TextArenaEnv
 from roll_envs.base import ActionOutcome, BaseEnv
-from roll_envs.random_state import EnvRandomState, declares_own_random_state
+from roll_envs.hints import declares_own_random_state
+from roll_envs.random_state import EnvRandomState
 
 NOTE = "declare `owns_random_state = True`"
 BUILTIN_IDS = ["four_choice", "tictactoe", "frozen_lake", "sokoban", "webshop_lite"]

@@ -12,7 +12,8 @@ import time
 import pytest
 from roll_envs import EnvRandomState
 from roll_rollout import EnvCallError, EnvCalls, EnvCallTimeout
-from roll_rollout.env_calls import INLINE_OPT_IN_S, DaemonThreadPool
+from roll_rollout.call_pace import INLINE_OPT_IN_S, INLINE_REVOKE_S, REVOKE_AFTER, REVOKE_SHARE, InlineGrant
+from roll_rollout.env_calls import DaemonThreadPool
 
 
 def test_a_call_returns_its_value_and_an_error_keeps_its_cause():
@@ -202,14 +203,14 @@ def test_isolated_calls_are_timed_from_the_lock_and_a_hung_one_gives_it_back():
 
 
 def test_paced_calls_run_inline_while_fast_and_go_back_to_the_pool_after_a_slow_one():
-    calls = EnvCalls(max_concurrent=2, timeout_s=5, inline_below_s=0.05)
+    calls = EnvCalls(max_concurrent=2, timeout_s=5, inline_below_s=0.002)
     pace = calls.pace()
 
     async def scenario():
         loop_thread = threading.get_ident()
         where = [await calls.run_paced(pace, threading.get_ident) for _ in range(3)]
         assert where[0] != loop_thread and where[1:] == [loop_thread] * 2  # first call timed in the pool
-        await calls.run_paced(pace, time.sleep, 0.1)  # inline, but too slow: the next call hops
+        await calls.run_paced(pace, time.sleep, 0.005)  # inline, too slow (not INLINE_REVOKE_S): it hops
         assert await calls.run_paced(pace, threading.get_ident) != loop_thread
         assert await calls.run_paced(pace, threading.get_ident) == loop_thread
         with pytest.raises(EnvCallError, match="step raised KeyError") as raised:
@@ -244,11 +245,56 @@ def test_an_inline_call_past_the_timeout_fails_and_zero_never_inlines():
         never.shutdown()
 
 
-class _Declares:
-    """An env stand-in: its class declares (or not) that its calls never block."""
+def _Declares(never_blocks: object) -> object:
+    """An env stand-in whose class declares (or not) that its calls never block."""
+    return type("Declares", (), {"never_blocks": never_blocks})()
 
-    def __init__(self, never_blocks: object) -> None:
-        self.never_blocks = never_blocks
+
+def test_inline_calls_that_hold_the_loop_send_every_env_of_their_class_to_the_pool(caplog):
+    """An env class declaring `never_blocks` falsely: once `REVOKE_AFTER` of its inline calls held the loop
+    for `INLINE_REVOKE_S` (not one: that could be the machine), inline calls are revoked for every env of the
+    class in this worker, with one warning naming it; another class keeps them."""
+    calls = EnvCalls(max_concurrent=2, timeout_s=5)
+    liar_cls = type("LyingEnv", (), {"never_blocks": True})
+    liars, honest = [calls.pace(liar_cls()) for _ in range(2)], calls.pace(_Declares(True))
+    wait = INLINE_REVOKE_S * 1.5
+
+    async def scenario():
+        loop_thread = threading.get_ident()
+        for pace in (liars[1], honest):
+            await calls.run_paced(pace, int)  # timed in the pool: fast, so the next call runs inline
+        for blocked in range(REVOKE_AFTER):
+            await calls.run_paced(liars[0], int)  # in the pool (after a slow call): fast again
+            assert await calls.run_paced(liars[0], threading.get_ident) == loop_thread, blocked
+            await calls.run_paced(liars[0], time.sleep, wait, what="env 'wait' step")  # inline: blocks
+            assert not caplog.records or blocked == REVOKE_AFTER - 1
+        where = [await calls.run_paced(pace, threading.get_ident) for pace in liars for _ in range(3)]
+        assert loop_thread not in where  # both liars, the other one's fast pace included
+        assert await calls.run_paced(honest, threading.get_ident) == loop_thread
+
+    with caplog.at_level("WARNING", logger="roll_rollout.call_pace"):
+        try:
+            asyncio.run(scenario())
+        finally:
+            calls.shutdown()
+    assert len(caplog.records) == 1, [r.getMessage() for r in caplog.records]
+    message = caplog.records[0].getMessage()
+    assert "env 'wait' step ran inline" in message and f"{REVOKE_AFTER} of the" in message
+    assert "env class LyingEnv so far took over 20 ms" in message and "set never_blocks = False" in message
+
+
+def test_a_stray_slow_inline_call_of_a_built_in_keeps_its_grant():
+    """A built-in preempted once in a while (a slow call in twice `1 / REVOKE_SHARE`) keeps running inline;
+    when its calls start blocking, the grant is revoked within a few of them."""
+    grant, period = InlineGrant("FrozenLakeEnv"), int(2 / REVOKE_SHARE)
+    for call in range(REVOKE_AFTER * period):
+        grant.record("step", INLINE_REVOKE_S if call % period == 0 else 1e-5, INLINE_REVOKE_S)
+    assert (grant.slow, grant.open) == (REVOKE_AFTER, True)
+    blocked = 0
+    while grant.open and blocked < 100:
+        grant.record("step", INLINE_REVOKE_S, INLINE_REVOKE_S)
+        blocked += 1
+    assert blocked <= REVOKE_AFTER + 1  # 1% of 600 calls: the fourth blocking one
 
 
 def test_by_default_only_envs_declaring_never_blocks_run_inline():

@@ -117,6 +117,9 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     roll's env manager then runs those calls concurrently, without swapping a per-env state of the global
     generators in (which serialises every undeclared env's calls of a worker behind one lock). Leave it
     False for an env that (or whose library) uses the global generators; `check_env` tells which is right.
+
+    Hosting hints (`owns_random_state`, `never_blocks`) are promises about code, so a subclass that defines
+    methods of its own does not inherit them (`roll_envs.hints`): it declares each again that its code keeps.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": list(RENDER_MODES), "render_fps": 4}
@@ -125,12 +128,14 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     max_observation_chars: ClassVar[int] = 20_000
     owns_random_state: ClassVar[bool] = False
     """True: reset/step/render/close never touch `random` or `np.random`, so roll runs them concurrently
-    without isolating the global generators (see the class docstring; `check_env` verifies it)."""
+    without isolating the global generators (see the class docstring; `check_env` verifies it). Holds only
+    for the declaring class and subclasses adding no methods (`roll_envs.hints`)."""
     never_blocks: ClassVar[bool] = False
     """True: reset/step are bounded computations on in-memory state (no I/O, no subprocess, no sleep, no
     unbounded loop), so roll may run a fast one directly on its env worker's event loop, saving a thread hop
-    (`roll_rollout.env_calls`). A call that blocked there could not be timed out: declare it only when that
-    cannot happen. roll's built-in games declare it; the sandbox does not."""
+    (`roll_rollout.call_pace`). A call that blocked there could not be timed out: declare it only when that
+    cannot happen. roll's built-in games declare it; the sandbox does not. Holds only for the declaring class
+    and subclasses adding no methods (`roll_envs.hints`): a subclass whose step waits does not inherit it."""
     process_preload: ClassVar[tuple[str, ...]] = ()
     """Modules the env imports when it is built (a library imported lazily, such as `reasoning_gym`): roll
     imports them, with the env's own module, once in the parent its env processes are forked from, so that

@@ -406,7 +406,8 @@ def check_env(
     The env is called as roll calls it: with its own state of `random` and `np.random`, reseeded by each
     `reset(seed=...)`. `check_interleaved` steps two more instances alternately: `make_env()` when given
     (a function that builds the env), else copies of `env`. `check_random_state_declaration` checks the
-    env's `owns_random_state` (a declared env is also interleaved without isolation).
+    env's `owns_random_state` (a declared env is also interleaved without isolation) and logs a note for each
+    hosting hint its class inherits but does not keep (`roll_envs.hints`).
 
     A multi-player env (`players`) is also played seat by seat (`check_players`): who moved, who moves
     next, every player's reward, and each fixed policy's answer in every state. An env with a

@@ -1,4 +1,5 @@
-"""`check_random_state_declaration`: the part of `check_env` that checks `BaseEnv.owns_random_state`.
+"""`check_random_state_declaration`: the part of `check_env` that checks `BaseEnv.owns_random_state` (and
+notes every hosting hint the env's class inherits but does not keep, `roll_envs.hints.dropped_hints`).
 
 An env declaring `owns_random_state = True` has its calls run by roll without isolating `random` and
 `np.random` (concurrently with other envs'), so it must never draw from them: a wrong declaration would
@@ -13,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from roll_envs.random_state import declares_own_random_state
+from roll_envs.hints import declares_own_random_state, dropped_hints
 
 _log = logging.getLogger(__name__)
 
@@ -26,9 +27,12 @@ def check_random_state_declaration(
     interleaving check without isolation (`check_interleaved(..., isolate=False)`).
 
     Declared: a draw from the globals, or an unisolated interleaving that differs, is a problem. Not
-    declared: when neither happens, a logged note (not a problem) says it may declare.
+    declared: when neither happens, a logged note (not a problem) says it may declare. A hint inherited but
+    dropped (the class adds code of its own) is noted too, with where it came from.
     """
     name = type(env).__name__
+    for status in dropped_hints(env):
+        _log.warning("%s", status.describe())
     if declares_own_random_state(env):
         if drew_from_globals:
             return [

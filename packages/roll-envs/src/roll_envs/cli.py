@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from roll_envs.errors import RollEnvsError
+from roll_envs.hints import hint_report
 
 
 def parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
@@ -119,6 +120,9 @@ def _run(args: argparse.Namespace) -> int:
         play(env, args.seed)
         return 0
     problems = roll_envs.check_env(env, raise_on_error=False, make_env=lambda: build_env(target, settings))
+    print("Hosting hints (how roll runs its calls; roll_envs.hints):")
+    for line in hint_report(env):
+        print(f"  {line}")
     if problems:
         print(f"{type(env).__name__} fails {len(problems)} check(s):")
         for problem in problems:

@@ -12,7 +12,8 @@ process's `random` state is put back once the last of them ends: half the copyin
 are process-wide, so these calls are serialised by one process-wide lock while they run (nested calls in
 the thread that holds it do not wait). `IsolatedEnv` runs an env's `reset`/`step`/`render`/`close` this way.
 An env that never touches the global generators declares `owns_random_state = True` (`BaseEnv`; roll's
-built-in games do); `declares_own_random_state(env)` reads it, and roll's env manager then calls the env
+built-in games do); `roll_envs.hints.declares_own_random_state(env)` reads it (a subclass adding code of
+its own must declare it again), and roll's env manager then calls the env
 without isolation, concurrently with the others.
 
 Seeding: `reseed(seed)` gives the state `random.seed(seed)` gives Python's `random` and the generator
@@ -103,12 +104,6 @@ class EnvRandomState:
     def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` under this state, in this thread (waits for the process-wide lock)."""
         return IsolatedCall(self, functools.partial(fn, **kwargs) if kwargs else fn, args)()
-
-
-def declares_own_random_state(env: Any) -> bool:
-    """Whether `env` declares `owns_random_state = True` (`BaseEnv.owns_random_state`): its calls draw
-    only from its own generators, so they need no isolation (and no process-wide lock)."""
-    return getattr(env, "owns_random_state", False) is True
 
 
 class IsolatedCall(Generic[T]):

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from roll_envs.random_state import DEFAULT_SEED, EnvRandomState, declares_own_random_state
+from roll_envs.hints import declares_own_random_state
+from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
 from roll_rollout.agent_proxy import AgentProxy, AgentSession
 from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout

@@ -23,15 +23,8 @@ child process, see `roll_rollout.env_manager` and `roll_rollout.env_process`) ta
 `max_concurrent` of them run at once. `run(..., abandon=...)` ends a call that timed out or was cancelled
 (an env process is killed), so its thread comes back instead of counting as hung.
 
-A call made by `run_paced` (with a `CallPace`, one per env that owns its random state) runs on the event loop
-itself, with no thread hop, while that env's previous call took under `pace.inline_below_s`: a hop costs
-tens of microseconds and a GIL hand-over, more than a cheap step. A call that takes longer sends the env's
-next calls back to the pool. The first call of an env, and every call after a slow one, runs in the pool,
-so a slow env stalls the loop at most once; but an env that is fast and then hangs stalls it until it
-returns (the timeout can only fail the call afterwards). So inline calls are for envs that declare
-`never_blocks = True` (roll's built-in games: pure computations on in-memory state, no I/O, no waiting): by
-default (`inline_below_s` None) those get `INLINE_OPT_IN_S`, every other env runs every call in the pool, under
-its timeout; a number instead applies to every env owning its random state (0: none inline).
+A call made by `run_paced` (with a `CallPace`, one per env that owns its random state) may run on the event loop
+itself, with no thread hop: which, and when, is `roll_rollout.call_pace`'s rule.
 
 Slow calls (`EnvCalls.slow_after_s`): a reset or step that has run longer than `max(backup_after_s,
 SLOW_CALL_FACTOR x the median of this worker's recent resets and steps)` is *slow*; the worker reports its
@@ -57,23 +50,10 @@ from typing import Any, TypeVar
 
 from roll_envs.random_state import EnvRandomState, IsolatedCall
 
+from roll_rollout.call_pace import INLINE_BELOW_S, INLINE_REVOKE_S, CallPace, InlineGrant, pace_for
 from roll_rollout.errors import RolloutError
 
 T = TypeVar("T")
-
-
-INLINE_BELOW_S: float | None = None
-"""The default: calls of envs declaring `never_blocks` run inline under `INLINE_OPT_IN_S`; every other env's
-calls run in the pool, under their timeout (see the module docstring)."""
-
-INLINE_OPT_IN_S = 0.001
-"""A threshold for envs known never to block: a call of one that took under 1 ms runs its next call inline."""
-
-
-def declares_never_blocks(env: Any) -> bool:
-    """Whether `env` declares `never_blocks = True` (`roll_envs.BaseEnv.never_blocks`): its calls are bounded
-    computations, so a fast one may run inline on the worker's event loop."""
-    return getattr(env, "never_blocks", False) is True
 
 
 BACKUP_AFTER_S = 2.0
@@ -148,28 +128,6 @@ class DaemonThreadPool:
                 self._work.put(_STOP)
 
 
-class CallPace:
-    """How long one env's last call took: whether its next call may run inline (see the module docstring)."""
-
-    __slots__ = ("fast", "inline_below_s")
-
-    def __init__(self, inline_below_s: float) -> None:
-        self.inline_below_s = inline_below_s
-        self.fast = False  # unknown until a call has been timed in the pool
-
-    def timed(self, fn: Callable[..., T]) -> Callable[..., T]:
-        """`fn`, recording whether it returned within `inline_below_s` (run in a pool thread)."""
-
-        def call(*args: Any) -> T:
-            began = time.perf_counter()
-            try:
-                return fn(*args)
-            finally:
-                self.fast = time.perf_counter() - began < self.inline_below_s
-
-        return call
-
-
 class CallTimer:
     """When the running call of one env began, once it held a permit of `EnvCalls` (None between calls), and
     how it gives that permit back early: what the worker reads and calls for a slow call
@@ -224,6 +182,7 @@ class EnvCalls:
         self._slots: asyncio.Semaphore | None = None
         self._lock = threading.Lock()
         self._hung = 0
+        self._grants: dict[type, InlineGrant] = {}  # per env class: may its calls still run inline?
 
     def note_duration(self, seconds: float) -> None:
         """Record how long a reset or step took (what `slow_after_s` reads)."""
@@ -248,11 +207,9 @@ class EnvCalls:
         return threshold if threshold < self.timeout_s else None
 
     def pace(self, env: Any = None) -> CallPace:
-        """A fresh `CallPace` for `env` (one owning its random state: its calls may then run inline; see the
-        module docstring for which)."""
-        if self.inline_below_s is not None:
-            return CallPace(self.inline_below_s)
-        return CallPace(INLINE_OPT_IN_S if declares_never_blocks(env) else 0.0)
+        """A fresh `CallPace` for `env` (one owning its random state: its calls may then run inline), sharing
+        its class's `InlineGrant` of this worker (`roll_rollout.call_pace.pace_for`)."""
+        return pace_for(env, self.inline_below_s, self._grants)
 
     @property
     def hung(self) -> int:
@@ -337,7 +294,7 @@ class EnvCalls:
     ) -> T:
         """`fn(*args)` of an env owning its random state: inline while `pace` says its calls are fast, else
         as `run` does (timed, for the next call's choice). See the module docstring."""
-        if pace.fast:
+        if pace.fast and pace.grant.open:
             return self._run_inline(fn, args, what, pace)
         return await self.run(pace.timed(fn), *args, what=what, timer=timer)
 
@@ -352,6 +309,7 @@ class EnvCalls:
             raise EnvCallError(f"{what} raised {type(exc).__name__}: {exc}") from exc
         took = time.perf_counter() - began
         pace.fast = took < pace.inline_below_s
+        pace.grant.record(what, took, max(INLINE_REVOKE_S, pace.inline_below_s))  # held the loop? (revokes)
         if took > self.timeout_s:
             raise EnvCallTimeout(
                 f"{what} did not return within env_step_timeout_s={self.timeout_s:g} s (it took {took:.3g} s); "

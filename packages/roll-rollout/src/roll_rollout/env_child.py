@@ -78,7 +78,7 @@ class _Host:
         self.env: Any = None
 
     def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from roll_envs.random_state import declares_own_random_state
+        from roll_envs.hints import declares_own_random_state
 
         if declares_own_random_state(self.env):
             return fn(*args, **kwargs)

@@ -38,9 +38,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roll_envs.random_state import DEFAULT_SEED, EnvRandomState, declares_own_random_state
+from roll_envs.hints import declares_own_random_state
+from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
-from roll_rollout.env_calls import CallPace, CallTimer, EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.call_pace import CallPace
+from roll_rollout.env_calls import CallTimer, EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.env_process import EnvProcess, EnvProcessError
 from roll_rollout.players import Seats, manager_metrics, move_rewards, player_success
 from roll_rollout.policy import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
@@ -115,6 +117,7 @@ class TrajEnvManager:
         """When the running reset or step began (None between them): the worker reports an episode whose
         call has run past `EnvCalls.slow_after_s` (a backup is played)."""
         self._pace: CallPace = calls.pace(env)  # set anew with each new env
+        self._hinted: tuple[Any, bool] = (None, False)  # (env, whether it owns its random state)
 
     async def run_episode(self, job: EpisodeJob, policy: PolicyClient) -> Trajectory:
         """Play one episode from `env.reset(seed=job.seed)`; never raises (but can be cancelled)."""
@@ -134,8 +137,10 @@ class TrajEnvManager:
 
     def _state_for(self, env: Any) -> EnvRandomState | None:
         """The slot's random state to run `env`'s calls under; None (no isolation) for an env that declares
-        it owns its random state (`roll_envs.random_state.declares_own_random_state`)."""
-        return None if declares_own_random_state(env) else self.random_state
+        it owns its random state (`roll_envs.hints.declares_own_random_state`, read once per env)."""
+        if env is not self._hinted[0]:
+            self._hinted = (env, declares_own_random_state(env))
+        return None if self._hinted[1] else self.random_state
 
     async def _env_call(self, fn: Callable[..., Any], *args: Any, what: str) -> Any:
         self._in_env_call = True
@@ -173,7 +178,7 @@ class TrajEnvManager:
             self.random_state.reseed(DEFAULT_SEED)
             self.env = await self._env_call(self._make_env, what="constructor")
             self._pace = self.calls.pace(self.env)
-        if not declares_own_random_state(self.env):  # a declared env's calls never read this state
+        if self._state_for(self.env) is not None:  # a declared env's calls never read this state
             self.random_state.reseed(job.seed)
         obs, info = await self._env_call(functools.partial(self.env.reset, seed=job.seed), what="reset")
         _check_observation(obs, "reset")

@@ -19,12 +19,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from roll_envs import FrozenLakeConfig, FrozenLakeEnv
+
 from roll_rollout.policy import GenerateRequest, GenerateResult
 
 __all__ = [
     "CountdownEnv",
     "FaultyCountdownFactory",
     "FaultyEnv",
+    "FaultyFrozenLake",
     "GlobalDrawsEnv",
     "ScriptedPolicy",
     "SimulatedLLMServer",
@@ -301,3 +304,36 @@ def faulty_registry_env(
     faulty = FaultyEnv(env, p_raise, p_hang, seed + 7919 * os.getpid())
     faulty.instruction = getattr(env, "instruction", "")
     return faulty
+
+
+class FaultyFrozenLakeConfig(FrozenLakeConfig):
+    """FrozenLake's config and `FaultyFrozenLake`'s fault rates (the salt of its stream: `fault_seed`)."""
+
+    p_raise: float = 0.05
+    p_hang: float = 0.01
+    fault_seed: int = 0
+
+
+class FaultyFrozenLake(FrozenLakeEnv):
+    """A subclass of a built-in game whose `step` raises with probability `p_raise` or hangs for good with
+    probability `p_hang`: it inherits `never_blocks` and `owns_random_state`, and overrides `step`, so
+    neither holds for it (`roll_envs.hints`). Its fault stream is salted with the process id and instance
+    number. Registered for instance as `roll_envs.register("faulty_lake", "roll_rollout.testing:FaultyFrozenLake")`.
+    """
+
+    config_cls = FaultyFrozenLakeConfig
+    _instances = itertools.count()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self.config
+        self._faults = random.Random(cfg.fault_seed + 7919 * os.getpid() + 1_000_003 * next(self._instances))
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """FrozenLake's step, or an injected fault: an error, or a wait that never ends."""
+        draw, cfg = self._faults.random(), self.config
+        if draw < cfg.p_raise:
+            raise RuntimeError("injected env fault")
+        if draw < cfg.p_raise + cfg.p_hang:
+            threading.Event().wait()
+        return super().step(action)

@@ -27,11 +27,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgpack
-from roll_envs.random_state import EnvRandomState, declares_own_random_state
+from roll_envs.hints import declares_own_random_state, note_dropped_hints
+from roll_envs.random_state import EnvRandomState
 
 from roll_rollout.agent_manager import AGENT_ENV_TYPE, AgentConfig, AgentEnvManager
 from roll_rollout.agent_proxy import AgentProxy
-from roll_rollout.env_calls import BACKUP_AFTER_S, INLINE_BELOW_S, EnvCalls
+from roll_rollout.call_pace import INLINE_BELOW_S
+from roll_rollout.env_calls import BACKUP_AFTER_S, EnvCalls
 from roll_rollout.env_manager import EpisodeJob, TrajEnvManager, failure_kind
 from roll_rollout.env_process import EnvProcess, EnvRecipe
 from roll_rollout.errors import PayloadError
@@ -64,9 +66,10 @@ class EnvCallLimits:
     undeclared envs built from the registry run each in a child process of its own (`env_processes`, see
     `roll_rollout.env_process`; an `env_factory` given to `EnvWorker` keeps its envs in this process), and
     below which duration a call of an env owning its random state runs its next call on the event loop
-    (`inline_env_call_s`, see `roll_rollout.env_calls`; None, the default: `env_calls.INLINE_OPT_IN_S` for envs
-    declaring `never_blocks`, every other env's calls in a thread under the timeout; a number: that threshold for
-    every env owning its random state, 0 for none: a hang inline holds the worker's event loop), and
+    (`inline_env_call_s`, see `roll_rollout.call_pace`; None, the default: `call_pace.INLINE_OPT_IN_S` for
+    envs whose `never_blocks` holds (`roll_envs.hints`), every other env's calls in a thread under the
+    timeout; a number: that threshold for every env owning its random state, 0 for none: a hang inline holds
+    the worker's event loop), and
     the floor of the slow-call threshold past which a reset or step has its episode backed up
     (`backup_after_s`, see `roll_rollout.env_calls`; 0 turns backups off)."""
 
@@ -164,6 +167,9 @@ class EnvWorker:
             # the slot's own `random` and `np.random`; building here fails fast on a bad env config
             random_state = EnvRandomState()
             env = random_state.run(env_factory, spec.env_type, dict(spec.env_config))
+            note_dropped_hints(
+                env
+            )  # a hint it inherits but does not keep: say why roll hosts it as undeclared
             check_fixed_players(env, spec.fixed_players, f"env tag {spec.tag!r}")
             instruction = instruction_for(env, spec.instruction)
             key = (instruction, spec.max_history_turns, spec.response_prefix)
