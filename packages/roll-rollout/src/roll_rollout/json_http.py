@@ -52,6 +52,16 @@ class JsonRequestHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def send_events(self, body: str) -> None:
+        """A whole server-sent-events body (`text/event-stream`), sent at once with its length."""
+        data = body.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def send_http_error(self, exc: HttpError) -> None:
         """The OpenAI-style error body of `exc` (a client error below 500, a server error from 500)."""
         kind = "invalid_request_error" if exc.status < 500 else "server_error"
