@@ -136,11 +136,12 @@ def call_options(
                 f"{name}={value!r} is not supported: {rule.why}; send null or {rule.value!r}, or omit it"
             )
     stream_options = body.get("stream_options") or {}
+    include = _include(body.get("include"))
     return CallOptions(
         max_tokens=_max_tokens(body, sampling),
         stop=_stop(body.get("stop")),
         offer_tools=_offer_tools(body.get("tool_choice")),
-        logprobs=bool(body.get("logprobs")) or INCLUDE_LOGPROBS in _include(body.get("include")),
+        logprobs=bool(body.get("logprobs")) or INCLUDE_LOGPROBS in include,
         stream=_flag(body, "stream"),
         include_usage=isinstance(stream_options, Mapping) and bool(stream_options.get("include_usage")),
     )
