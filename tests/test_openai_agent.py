@@ -30,8 +30,17 @@ FRAMEWORK_AGENTS = {  # tag of examples/openai_agent/agent_frameworks.yaml -> (a
 SUBMIT_B = '<tool_call>{"name": "submit_answer", "arguments": {"answer": "B"}}</tool_call>'
 
 
-def test_the_example_agent_is_short_and_imports_nothing_of_roll() -> None:
-    source = (EXAMPLE / "agent.py").read_text()
+@pytest.mark.parametrize(
+    ("file", "imports"),
+    [
+        ("agent.py", {"openai"}),
+        ("langchain_agent.py", {"langchain_core", "langchain_openai"}),
+        ("agents_sdk_agent.py", {"agents", "openai"}),
+        ("streaming_agent.py", {"openai"}),
+    ],
+)
+def test_each_example_agent_is_short_and_imports_nothing_of_roll(file: str, imports: set[str]) -> None:
+    source = (EXAMPLE / file).read_text()
     assert len(source.splitlines()) <= 80
     imported = set()
     for node in ast.walk(ast.parse(source)):
@@ -39,7 +48,7 @@ def test_the_example_agent_is_short_and_imports_nothing_of_roll() -> None:
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
-    assert imported - set(sys.stdlib_module_names) == {"openai"}
+    assert imported - set(sys.stdlib_module_names) == imports
 
 
 def test_a_completion_that_re_tokenises_differently_trains_on_its_sampled_ids() -> None:

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from roll_rollout import SamplingSettings
 from roll_rollout.agent_proxy import AgentProxy, AgentSession
-from roll_rollout.openai_responses import response_object
 from roll_rollout.testing import ScriptedPolicy
 
 TOOLS = [
@@ -189,6 +188,8 @@ def test_a_responses_call_is_the_prompt_of_the_same_chat(proxy, chat_tokenizer) 
 
 
 def test_tool_calls_are_function_call_output_items() -> None:
+    from roll_rollout.openai_responses import response_object
+
     call = {"id": "call_1", "type": "function", "function": {"name": "submit", "arguments": '{"x": 1}'}}
     message = {"role": "assistant", "content": "Sure.", "tool_calls": [call]}
     response = response_object({}, "m", message, "tool_calls", 7, ["a", "b"], None)
