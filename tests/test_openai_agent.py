@@ -196,6 +196,16 @@ def test_the_openai_client_parses_streamed_chat_and_responses() -> None:
     assert len(session.ordered_calls()) == 4
 
 
+def test_the_docs_say_what_the_proxy_does_with_every_field() -> None:
+    from roll_rollout.openai_fields import CHAT_FIELDS, RESPONSES_FIELDS
+
+    doc = (ROOT / "docs" / "openai_agent.md").read_text()
+    tables = doc[doc.index("## What the proxy serves") :]
+    chat, responses = tables.split("| field (responses)", 1)
+    assert [f for f in CHAT_FIELDS if f"`{f}`" not in chat] == []
+    assert [f for f in RESPONSES_FIELDS if f"`{f}`" not in chat + responses] == []
+
+
 @pytest.mark.parametrize(
     ("override", "says"),
     [
