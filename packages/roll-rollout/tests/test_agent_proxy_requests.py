@@ -88,6 +88,7 @@ def post(url: str, body: dict[str, Any]) -> tuple[int, str]:
         ({"n": 2}, "n=2 is not supported: each call trains as one row"),
         ({"tool_choice": "required"}, "tool_choice='required' cannot be guaranteed"),
         ({"max_tokens": 100}, "max_tokens=100 is more than the run's 16 new tokens a call"),
+        ({"max_completion_tokens": 0}, "max_completion_tokens must be a positive integer, got 0"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop must be"),
         ({"frobnicate": 1}, "does not know the field(s) ['frobnicate']"),
     ],

@@ -108,7 +108,9 @@ class CallOptions:
     """What a request asks of its call that the proxy honours."""
 
     max_tokens: int | None = None  # lowers the run's per-call budget
-    stop: tuple[str, ...] = ()  # the reply ends before the first of them; the trained ids just after it
+    stop: tuple[
+        str, ...
+    ] = ()  # the reply ends before the first; the recorded ids with the token completing it
     offer_tools: bool = True  # False for tool_choice "none": the tools are left out of the prompt
     logprobs: bool = False
     stream: bool = False
@@ -158,7 +160,8 @@ def _check_run_value(name: str, value: Any, sampling: SamplingSettings) -> None:
 
 def _max_tokens(body: Mapping[str, Any], sampling: SamplingSettings) -> int | None:
     name = next(
-        (n for n in ("max_completion_tokens", "max_tokens", "max_output_tokens") if body.get(n)), None
+        (n for n in ("max_completion_tokens", "max_tokens", "max_output_tokens") if body.get(n) is not None),
+        None,
     )
     if name is None:
         return None
