@@ -1,6 +1,7 @@
-"""An unmodified OpenAI-client agent (examples/openai_agent/agent.py) trained by roll: every call it makes
-through the training proxy trains on the ids the policy was given and sampled, never re-tokenised, and
-the example trains 2 steps with the tiny model in process."""
+"""Unmodified OpenAI-client agents trained by roll: the example agent (examples/openai_agent/agent.py) and agents
+written with LangChain, the OpenAI Agents SDK on its defaults (the Responses API) and a streaming `openai`
+client. Every call they make through the training proxy trains on the ids the policy was given and sampled,
+never re-tokenised; the four train 2 steps side by side with the tiny model in process."""
 
 from __future__ import annotations
 
@@ -21,10 +22,25 @@ pytest.importorskip("openai")
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "openai_agent"
 AGENT = f"{EXAMPLE / 'agent.py'}:run"
+FRAMEWORK_AGENTS = {  # tag of examples/openai_agent/agent_frameworks.yaml -> (agent file, what it imports)
+    "LangChain": ("langchain_agent.py", "langchain_openai"),
+    "AgentsSDK": ("agents_sdk_agent.py", "agents"),
+    "Streaming": ("streaming_agent.py", "openai"),
+}
+SUBMIT_B = '<tool_call>{"name": "submit_answer", "arguments": {"answer": "B"}}</tool_call>'
 
 
-def test_the_example_agent_is_short_and_imports_nothing_of_roll() -> None:
-    source = (EXAMPLE / "agent.py").read_text()
+@pytest.mark.parametrize(
+    ("file", "imports"),
+    [
+        ("agent.py", {"openai"}),
+        ("langchain_agent.py", {"langchain_core", "langchain_openai"}),
+        ("agents_sdk_agent.py", {"agents", "openai"}),
+        ("streaming_agent.py", {"openai"}),
+    ],
+)
+def test_each_example_agent_is_short_and_imports_nothing_of_roll(file: str, imports: set[str]) -> None:
+    source = (EXAMPLE / file).read_text()
     assert len(source.splitlines()) <= 80
     imported = set()
     for node in ast.walk(ast.parse(source)):
@@ -32,7 +48,7 @@ def test_the_example_agent_is_short_and_imports_nothing_of_roll() -> None:
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
-    assert imported - set(sys.stdlib_module_names) == {"openai"}
+    assert imported - set(sys.stdlib_module_names) == imports
 
 
 def test_a_completion_that_re_tokenises_differently_trains_on_its_sampled_ids() -> None:
@@ -81,6 +97,113 @@ def test_a_completion_that_re_tokenises_differently_trains_on_its_sampled_ids() 
         ids = samples.input_ids[row]
         assert ids[: len(turn.prompt_ids)].tolist() == turn.prompt_ids
         assert ids[samples.response_mask[row]].tolist() == sampled
+
+
+def _play_one(agent: str, policy: Any, tokenizer: Any, max_turns: int = 3) -> Any:
+    """One four_choice episode (seed 0: yellow, B is right) of an openai_agent slot playing `agent`."""
+    from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
+    from roll_rollout.worker import encode_jobs
+
+    config = {"agent": agent, "task_env": "four_choice", "agent_timeout_s": 60}
+    spec = EnvSlotSpec(0, "Agent", "openai_agent", config, max_turns=max_turns, max_context_tokens=4096)
+
+    async def play() -> Any:
+        worker = EnvWorker([spec], tokenizer, policy)
+        await worker.submit(encode_jobs([EpisodeJob(0, 0, 0, 0, SamplingSettings(max_new_tokens=96))]))
+        try:
+            for _ in range(120):
+                out = msgpack.unpackb(await worker.poll(0.5))
+                if out["done"]:
+                    return decode_trajectory(out["done"][0])
+            raise AssertionError("no episode finished")
+        finally:
+            worker.close()
+
+    return asyncio.run(play())
+
+
+@pytest.mark.parametrize("tag", sorted(FRAMEWORK_AGENTS))
+def test_each_framework_agent_is_served_and_trains_on_what_was_sampled(tag: str) -> None:
+    """The framework's own client parses the proxy's replies (a tool call, or a streamed answer cut at its
+    stop string), so the agent answers B and succeeds; each call's turn is what the policy was given and
+    sampled, up to the stop string and not after it."""
+    from roll_rollout.testing import ScriptedPolicy
+    from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
+
+    file, module = FRAMEWORK_AGENTS[tag]
+    pytest.importorskip(module)
+    tokenizer = build_tiny_tokenizer(["Left"])
+    text = "<answer>B</answer>" if tag == "Streaming" else SUBMIT_B
+    sampled = tokenizer.encode(text, add_special_tokens=False)
+    tail = tokenizer.encode(" and more", add_special_tokens=False)
+    seen: list[list[int]] = []
+
+    class Recording(ScriptedPolicy):
+        async def generate(self, request: Any) -> Any:
+            seen.append(list(request.prompt_ids))
+            return await super().generate(request)
+
+    traj = _play_one(f"{EXAMPLE / file}:run", Recording(sampled + tail), tokenizer)
+    assert traj.error is None and traj.success, traj.error
+    assert [t.prompt_ids for t in traj.turns] == seen and len(seen) == 1
+    # the streaming agent's stop string (</answer>) cut the ids after it; the others send no stop
+    trained = sampled if tag == "Streaming" else sampled + tail
+    assert all(t.response_ids == trained for t in traj.turns)
+
+
+def test_the_openai_client_parses_streamed_chat_and_responses() -> None:
+    """The `openai` client's own stream parsers read the proxy's server-sent events into the same reply as
+    the non-streamed call, usage included."""
+    import threading
+
+    from openai import OpenAI
+    from roll_rollout import SamplingSettings
+    from roll_rollout.agent_proxy import AgentProxy, AgentSession
+    from roll_rollout.testing import ScriptedPolicy
+    from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(["Left"])
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    proxy = AgentProxy(tokenizer)
+    policy = ScriptedPolicy(tokenizer.encode(SUBMIT_B, add_special_tokens=False))
+    session = AgentSession(policy, loop, SamplingSettings(max_new_tokens=96), 8, 4096, lambda i: i)
+    client = OpenAI(base_url=proxy.open(session), api_key="x", max_retries=0)
+    tools = [{"type": "function", "function": {"name": "submit_answer", "parameters": {"type": "object"}}}]
+    try:
+        ask = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": tools}
+        whole = client.chat.completions.create(**ask)
+        chunks = list(
+            client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True})
+        )
+        flat = [{"type": "function", "name": "submit_answer", "parameters": {"type": "object"}}]
+        response = client.responses.create(model="m", input="go", tools=flat)
+        with client.responses.stream(model="m", input="go", tools=flat) as stream:
+            streamed = stream.get_final_response()
+        assert [m.id for m in client.models.list().data] == ["roll-policy"]
+    finally:
+        proxy.stop()
+        loop.call_soon_threadsafe(loop.stop)
+    (call,) = whole.choices[0].message.tool_calls
+    assert (call.function.name, call.function.arguments) == ("submit_answer", '{"answer": "B"}')
+    (delta,) = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+    assert (delta.function.name, delta.function.arguments) == ("submit_answer", '{"answer": "B"}')
+    assert chunks[-1].usage == whole.usage and chunks[-2].choices[0].finish_reason == "tool_calls"
+    for r in (response, streamed):
+        (item,) = r.output
+        assert (item.type, item.name, item.arguments) == ("function_call", "submit_answer", '{"answer": "B"}')
+        assert r.usage.output_tokens == whole.usage.completion_tokens
+    assert len(session.ordered_calls()) == 4
+
+
+def test_the_docs_say_what_the_proxy_does_with_every_field() -> None:
+    from roll_rollout.openai_fields import CHAT_FIELDS, RESPONSES_FIELDS
+
+    doc = (ROOT / "docs" / "openai_agent.md").read_text()
+    tables = doc[doc.index("## What the proxy serves") :]
+    chat, responses = tables.split("| field (responses)", 1)
+    assert [f for f in CHAT_FIELDS if f"`{f}`" not in chat] == []
+    assert [f for f in RESPONSES_FIELDS if f"`{f}`" not in chat + responses] == []
 
 
 @pytest.mark.parametrize(
@@ -133,21 +256,26 @@ def _close(a: list[float], b: list[float]) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_the_example_trains_two_steps_with_the_tiny_model(tmp_path: Path, monkeypatch: Any) -> None:
-    """Trained rows checked against the policy server's own record of what it was given and sampled (a
-    recording or re-tokenising bug in the proxy shows here), not against the turns the proxy built."""
+def test_four_agents_train_two_steps_with_the_tiny_model(tmp_path: Path, monkeypatch: Any) -> None:
+    """The example agent and the three framework agents (agent_frameworks.yaml, a tag each) in one run. Trained
+    rows checked against the policy server's own record of what it was given and sampled (a recording or
+    re-tokenising bug in the proxy shows here), not against the turns the proxy built."""
+    for _, module in FRAMEWORK_AGENTS.values():
+        pytest.importorskip(module)
     from roll_pipeline import AgenticPipeline
     from roll_pipeline.preflight import compose
     from roll_pipeline.runtime import policy_server
     from roll_pipeline.trainer import experience
 
     trained: list[Any] = []
+    tags: set[str] = set()
     policy_record: list[tuple[list[int], Any]] = []
     build, generate = experience.build_samples, policy_server.PolicyServer._generate_batch
 
     def recording_build(trajs: Any, pad_id: int, shape: Any) -> Any:
         samples = build(trajs, pad_id, shape)
         trained.append(samples)
+        tags.update(t.tag for t in trajs)
         return samples
 
     def recording_generate(self: Any, requests: Any) -> Any:
@@ -161,11 +289,16 @@ def test_the_example_trains_two_steps_with_the_tiny_model(tmp_path: Path, monkey
         *steps(2),
         "cluster.backend=local",
         f"output_dir={tmp_path}",
-        "train_env_manager.num_env_groups=2",
+        "train_env_manager.num_env_groups=4",
+        "train_env_manager.group_size=2",
         "val_env_manager.num_env_groups=4",
         f"custom_envs.Agent.env_config.agent={AGENT}",
+        *(
+            f"custom_envs.{tag}.env_config.agent={EXAMPLE / f}:run"
+            for tag, (f, _) in FRAMEWORK_AGENTS.items()
+        ),
     ]
-    config = compose(str(EXAMPLE), "agent_four_choice", overrides, preflight=True)
+    config = compose(str(EXAMPLE), "agent_frameworks", overrides, preflight=True)
     pipeline = AgenticPipeline(config, progress=False)
     try:
         summary = pipeline.run()
@@ -174,7 +307,8 @@ def test_the_example_trains_two_steps_with_the_tiny_model(tmp_path: Path, monkey
     assert summary.steps == 2
     rows = [json.loads(x) for x in (summary.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["step"] > 0 and "critic/score/mean" in r] == [1, 2]
-    assert all(r.get("val/failed_episodes", 0) == 0 for r in rows)
+    assert all(r.get("val/failed_episodes", 0) == 0 == r.get("rollout/failed_episodes", 0) for r in rows)
+    assert tags == {"Agent", *FRAMEWORK_AGENTS}
     assert len(trained) == 2 and all(s.num_rows > 0 for s in trained)
     sampled = _sampled(policy_record)
     for samples in trained:

@@ -21,8 +21,9 @@ What the agent returns is its episode's outcome:
   as it is, as a model's turn would be;
 - a dict with `"reward"` (and optionally `"success"`): those.
 
-Each chat.completions call the agent made becomes one `Turn` (in call order): its prompt ids exactly as the
-policy was given them, the sampled ids and log-probs; the episode's reward goes on the last turn. Calls are
+Each call the agent made through the proxy (chat.completions or responses) becomes one `Turn` (in call
+order): its prompt ids exactly as the policy was given them, the sampled ids and log-probs (up to a
+request's stop string); the episode's reward goes on the last turn. Calls are
 not chained into one conversation (an agent re-sends the history as text), so such a tag trains with
 `sample_shape: step`. An agent that raises ends the episode as `env_error`, one that outlives
 `agent_timeout_s` as `env_timeout` (its thread is left to finish: Python cannot stop it), a failed

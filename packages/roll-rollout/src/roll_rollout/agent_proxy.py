@@ -8,12 +8,18 @@ settings) and recorded in the episode's `AgentSession`: the prompt ids exactly a
 and their log-probs. Those records are what trains (`roll_rollout.agent_manager`); the text the agent
 sees is only ever decoded from them, never encoded back.
 
+It serves what agent frameworks send: `POST .../chat/completions` and `POST .../responses` (the Responses
+API, `roll_rollout.openai_responses`: rendered to the same prompt as the same conversation in chat form),
+either with `stream: true` (server-sent events, `roll_rollout.openai_stream`: the reply is sampled whole,
+then sent as the events a streaming server sends), and `GET .../models`. Every request field is honoured,
+inert, or refused with HTTP 400 naming it (`roll_rollout.openai_fields`): sampling is the run's, so that the
+agent samples what training assumes. A request's `stop` cuts the reply at the first stop string; the ids
+after the token that completed it are neither answered nor recorded (`cut_at_stop`).
+
 One proxy serves every slot of an env worker (stdlib `ThreadingHTTPServer`, loopback only). Requests to
 an unknown or closed key get HTTP 404; a call beyond the episode's call budget or context gets HTTP 400
 (`context_length_exceeded`) and marks the session `refused`; a failed generation gets HTTP 500 and marks
-it `policy_error`. From the request body only `messages`, `tools`, `max_tokens` /
-`max_completion_tokens` (which can only lower the run's per-turn budget) and `logprobs` are read:
-temperature, top_p and the like are the run's, so the agent samples what training assumes.
+it `policy_error`.
 """
 
 from __future__ import annotations
@@ -29,11 +35,15 @@ from typing import Any
 
 from roll_rollout.json_http import HttpError, JsonRequestHandler
 from roll_rollout.openai_chat import ChatRequestError, assistant_message, chat_completion, chat_prompt_ids
+from roll_rollout.openai_fields import CHAT_FIELDS, RESPONSES_FIELDS, CallOptions, call_options
+from roll_rollout.openai_responses import response_object, responses_chat
+from roll_rollout.openai_stream import chat_stream, response_stream
 from roll_rollout.policy import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
 from roll_rollout.prompts import ChatTokenizer
 
 MODEL_NAME = "roll-policy"
 """The model id the proxy lists and answers with (any `model` in a request is accepted)."""
+_MODEL = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "roll"}
 
 
 @dataclass(frozen=True)
@@ -128,20 +138,41 @@ class AgentProxy:
             )
         return found
 
-    def chat(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
-        """The chat.completion reply to `body`, recorded in the session of `key`."""
+    def chat(self, key: str, body: dict[str, Any]) -> dict[str, Any] | str:
+        """The chat.completion reply to `body` (an SSE body when it streams), recorded in the session of `key`."""
         session = self.session(key)
-        if int(body.get("n") or 1) != 1 or body.get("stream"):
-            raise HttpError(400, "only n=1 without streaming is supported by roll's training proxy")
-        tools = body.get("tools")
+        options = _options(body, CHAT_FIELDS, session.sampling)
+        reply = self._sample(session, body.get("messages"), body.get("tools"), options)
+        completion = chat_completion(
+            MODEL_NAME, reply.message, reply.finish, reply.prompt_len, reply.tokens, reply.log_probs
+        )
+        return chat_stream(completion, options.include_usage) if options.stream else completion
+
+    def responses(self, key: str, body: dict[str, Any]) -> dict[str, Any] | str:
+        """The Responses API reply to `body` (an SSE body when it streams), recorded in the session of `key`."""
+        session = self.session(key)
+        options = _options(body, RESPONSES_FIELDS, session.sampling)
+        try:
+            messages, tools = responses_chat(body)
+        except ChatRequestError as exc:
+            raise HttpError(400, str(exc)) from exc
+        reply = self._sample(session, messages, tools, options)
+        response = response_object(
+            body, MODEL_NAME, reply.message, reply.finish, reply.prompt_len, reply.tokens, reply.log_probs
+        )
+        return response_stream(response) if options.stream else response
+
+    def _sample(self, session: AgentSession, messages: Any, tools: Any, options: CallOptions) -> _Reply:
+        """Render, sample and record one call; the reply's assistant message (tool calls read back)."""
+        tools = tools if options.offer_tools else None
         try:
             with self._tokenizer_lock:
-                prompt_ids = chat_prompt_ids(self.tokenizer, body.get("messages"), tools)
+                prompt_ids = chat_prompt_ids(self.tokenizer, messages, tools)
         except ChatRequestError as exc:
             raise HttpError(400, str(exc)) from exc
         index = session.reserve()
         request = GenerateRequest(
-            prompt_ids, _sampling(session, body, len(prompt_ids)), None, session.sample_key(index)
+            prompt_ids, _sampling(session, options, len(prompt_ids)), None, session.sample_key(index)
         )
         future = asyncio.run_coroutine_threadsafe(session.policy.generate(request), session.loop)
         try:
@@ -154,20 +185,59 @@ class AgentProxy:
             session.policy_error = f"{type(exc).__name__}: {exc}"
             raise HttpError(500, session.policy_error) from exc
         with self._tokenizer_lock:
-            text = self.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+            result, text = cut_at_stop(self.tokenizer, result, options.stop)
             tokens = [self.tokenizer.decode([t], skip_special_tokens=False) for t in result.output_ids]
-        messages = body["messages"]
-        last = messages[-1].get("content") if isinstance(messages[-1].get("content"), str) else ""
-        session.record(index, RecordedCall(prompt_ids, result, text, last or ""))
+        last = messages[-1].get("content")
+        session.record(index, RecordedCall(prompt_ids, result, text, last if isinstance(last, str) else ""))
         message, called = assistant_message(text, tools)
         finish = "tool_calls" if called else result.finish_reason
-        wants = body.get("logprobs") not in (None, False, 0)
-        return chat_completion(
-            MODEL_NAME, message, finish, len(prompt_ids), tokens, result.log_probs if wants else None
+        return _Reply(
+            message, finish, len(prompt_ids), tokens, result.log_probs if options.logprobs else None
         )
 
 
-def _sampling(session: AgentSession, body: dict[str, Any], prompt_len: int) -> SamplingSettings:
+@dataclass(frozen=True)
+class _Reply:
+    """A sampled call as both endpoints answer it."""
+
+    message: dict[str, Any]
+    finish: str
+    prompt_len: int
+    tokens: list[str]  # each sampled id decoded
+    log_probs: list[float] | None  # when the request asked for them
+
+
+def _options(body: dict[str, Any], fields: dict[str, Any], sampling: SamplingSettings) -> CallOptions:
+    try:
+        return call_options(body, fields, sampling)
+    except ChatRequestError as exc:
+        raise HttpError(400, str(exc)) from exc
+
+
+def cut_at_stop(
+    tokenizer: ChatTokenizer, result: GenerateResult, stops: tuple[str, ...]
+) -> tuple[GenerateResult, str]:
+    """(the result up to the token that completes the first stop string, the text before that string).
+
+    Sampling runs on under the run's settings; what the request's `stop` cut off is neither answered nor
+    recorded, so it never trains: a token sampled after the stop was never part of the reply. The kept
+    ids' log-probs are the sampled ones (a token's probability does not depend on what followed it).
+    """
+    text = tokenizer.decode(result.output_ids, skip_special_tokens=True)
+    found = [(at, s) for s in stops if (at := text.find(s)) >= 0]
+    if not found:
+        return result, text
+    at = min(found)[0]
+    end = next(
+        n
+        for n in range(1, len(result.output_ids) + 1)
+        if any(s in tokenizer.decode(result.output_ids[:n], skip_special_tokens=True) for s in stops)
+    )
+    kept = GenerateResult(result.output_ids[:end], result.log_probs[:end], "stop", result.policy_version)
+    return kept, text[:at]
+
+
+def _sampling(session: AgentSession, options: CallOptions, prompt_len: int) -> SamplingSettings:
     """The run's sampling, its token budget lowered by the request's and by the room left in the context."""
     budget = session.max_context_tokens - prompt_len
     if budget <= 0:
@@ -175,10 +245,7 @@ def _sampling(session: AgentSession, body: dict[str, Any], prompt_len: int) -> S
             f"a prompt of {prompt_len} tokens leaves no room in sequence_length={session.max_context_tokens}"
         )
         raise HttpError(400, session.refused, "context_length_exceeded")
-    asked = body.get("max_completion_tokens") or body.get("max_tokens")
-    limit = min(session.sampling.max_new_tokens, budget)
-    if isinstance(asked, int) and asked > 0:
-        limit = min(limit, asked)
+    limit = min(session.sampling.max_new_tokens, budget, options.max_tokens or budget)
     return replace(session.sampling, max_new_tokens=limit)
 
 
@@ -194,21 +261,31 @@ def _handler_class(proxy: AgentProxy) -> type[JsonRequestHandler]:
         def do_GET(self) -> None:
             key, rest = self._route()
             try:
-                if rest != "models":
-                    raise HttpError(404, f"no route GET {self.path}")
                 proxy.session(key)
-                self.send_json(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
+                if rest == "models":
+                    self.send_json(200, {"object": "list", "data": [_MODEL]})
+                elif rest == f"models/{MODEL_NAME}":
+                    self.send_json(200, _MODEL)
+                else:
+                    raise HttpError(404, f"no route GET {self.path}; the proxy serves <base_url>/models")
             except HttpError as exc:
                 self.send_http_error(exc)
 
         def do_POST(self) -> None:
             key, rest = self._route()
             try:
-                if rest != "chat/completions":
+                serve = {"chat/completions": proxy.chat, "responses": proxy.responses}.get(rest)
+                if serve is None:
                     raise HttpError(
-                        404, f"no route POST {self.path}; the proxy serves <base_url>/chat/completions"
+                        404,
+                        f"no route POST {self.path}; the proxy serves <base_url>/chat/completions and "
+                        "<base_url>/responses",
                     )
-                self.send_json(200, proxy.chat(key, self.read_json_object()))
+                answer = serve(key, self.read_json_object())
+                if isinstance(answer, str):
+                    self.send_events(answer)
+                else:
+                    self.send_json(200, answer)
             except HttpError as exc:
                 self.send_http_error(exc)
             except Exception as exc:  # a bug must answer the agent, not hang it

@@ -3,7 +3,8 @@ tags (`agent_proxy.py`) and `roll serve` (roll-pipeline's `serving/openai_server
 
 A request body is one JSON object of at most `MAX_BODY_BYTES`; every failure is an `HttpError`, answered with
 an OpenAI-style error body (`{"error": {"message", "type", "code"}}`), so a client's OpenAI library raises
-its own exception with the message instead of hanging or failing to parse. Standard library only.
+its own exception with the message instead of hanging or failing to parse. A streamed reply goes out as one
+whole server-sent-events body (`send_events`). Standard library only.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class HttpError(Exception):
 
 
 class JsonRequestHandler(BaseHTTPRequestHandler):
-    """A quiet HTTP/1.1 handler that reads one JSON object per request and answers JSON."""
+    """A quiet HTTP/1.1 handler that reads one JSON object per request and answers JSON (or events)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -48,6 +49,16 @@ class JsonRequestHandler(BaseHTTPRequestHandler):
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_events(self, body: str) -> None:
+        """A whole server-sent-events body (`text/event-stream`), sent at once with its length."""
+        data = body.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
