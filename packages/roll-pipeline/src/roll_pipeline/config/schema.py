@@ -294,8 +294,9 @@ class AgenticConfig(StrictModel):
         " tokens, each at its own position, attending only to its own row's earlier tokens), so log-probs,"
         " values and gradients equal the per-row forward's; in every role: actor_train's train step and old"
         " log-probs, the reference, the critic, and hf_infer generation (each distinct prompt encoded once;"
-        " vllm: its prefix caching). The trained roles' batching keeps a group's rows in one mini-batch, one"
-        " data-parallel rank and one micro-batch where they fit. roll config refuses a model whose attention"
+        " vllm: its prefix caching). The trained roles' batching keeps a group's rows in one data-parallel rank"
+        " and one micro-batch where they fit (mini-batches hold whole groups on or off: the switch changes the"
+        " arithmetic, never which rows an optimiser step trains). roll config refuses a model whose attention"
         " cannot take the tree; false: every row is its own sequence everywhere",
     )
     train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig, description="training envs")

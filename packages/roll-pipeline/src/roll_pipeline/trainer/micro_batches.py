@@ -18,15 +18,16 @@ backward). Each micro-batch's loss is weighted by its share of the whole mini-ba
 together (response tokens for `token-mean`, rows otherwise), so the accumulated gradient does not depend on how
 rows were split, nor over how many ranks.
 
-With `share_prefix` (the strategies then run each micro-batch as one prefix tree, computing the tokens its rows
-share once) the cuts keep each group's rows (`groups`: one id per row; a group's rows share their prompt)
-together: mini-batches shuffle whole groups (`group_mini_batches`), the ranks are balanced with groups as units
+Mini-batches shuffle whole groups (`groups`: one id per row; a group's rows share their prompt) wherever the
+groups are known (`group_mini_batches`), `share_prefix` or not, so the switch never changes which rows an optimiser
+step trains. With `share_prefix` (the strategies then run each micro-batch as one prefix tree, computing the tokens
+its rows share once) the later cuts keep each group's rows together too: the ranks are balanced with groups as units
 (a group larger than a rank's share of rows is cut into consecutive pieces), and each rank fills its micro-batches
 group by group under the same budget, a group that does not fit in the room left opening the next micro-batch
 and one larger than a micro-batch filling consecutive ones. Within a mini-batch the groups are first sorted by
 their tokens, and each group's rows too (`prefix_order`), so rows that start alike share micro-batches and
 their common start. The weights are the same shares as above, so the
-gradient is the same whatever the cuts. Without it (or without `groups`) the cuts are the ones above.
+gradient is the same whatever the cuts. Without it (or without `groups`) the micro-batch cuts are the ones above.
 """
 
 from __future__ import annotations
