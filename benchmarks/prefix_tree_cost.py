@@ -2,6 +2,7 @@
 of `roll_strategies.compute.layout_cost` choosing), side by side, and the fit of the rule's constant.
 
     OMP_NUM_THREADS=1 uv run python benchmarks/prefix_tree_cost.py [--rounds 5] [--shapes tiny smollm2]
+    OMP_NUM_THREADS=1 uv run python benchmarks/prefix_tree_cost.py --match 480 --rounds 21   # one case, no fit
 
 Each case is one micro-batch of random token rows (a shared start, each row's own rest, the last tokens of each
 row its response, where the log-probs are read) on a Qwen2 of random weights built offline: `tiny` (the builtin
@@ -111,7 +112,7 @@ def fit(points: list[tuple[Work, int, float]]) -> torch.Tensor:
     return torch.linalg.lstsq(x / scale, y).solution.flatten() / scale
 
 
-def run_shape(name: str, rounds: int) -> None:
+def run_shape(name: str, rounds: int, match: str) -> None:
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=512, num_key_value_heads=KV_HEADS[name], max_position_embeddings=4096, **SHAPES[name]
@@ -119,7 +120,7 @@ def run_shape(name: str, rounds: int) -> None:
     config._attn_implementation = "sdpa"
     model = Qwen2ForCausalLM(config).train()
     weight = model_pair_weight(model)
-    batches = {k: batch(v) for k, v in cases(torch.Generator().manual_seed(1)).items()}
+    batches = {k: batch(v) for k, v in cases(torch.Generator().manual_seed(1)).items() if match in k}
 
     def step(ids: torch.Tensor, mask: torch.Tensor, needed: torch.Tensor, share: bool, forced: bool) -> None:
         model._roll_pair_weight = 0.0 if forced else weight  # 0: the tree wherever rows share a token
@@ -147,15 +148,17 @@ def run_shape(name: str, rounds: int) -> None:
         points += [(dense, k, med["dense"]), (tree, k, med["tree"])]
         picks = "tree" if tree.cost(weight) < dense.cost(weight) else "dense"
         rows_out.append((case, dense, tree, med, picks))
-    per_token, per_pair, _, _ = fit(points).tolist()
     flop_ratio = weight / PAIR_FLOP_COST
     print(
         f"\n{name}: pair weight {weight:.2e} tokens (FLOP ratio {flop_ratio:.2e} x PAIR_FLOP_COST {PAIR_FLOP_COST})"
     )
-    print(
-        f"fit: {per_token * 1e3:.3f} us a token, {per_pair * 1e6:.3f} ns a pair: pair / token {per_pair / per_token:.2e}"
-        f" = {per_pair / per_token / flop_ratio:.2f} x the FLOP ratio (the measured PAIR_FLOP_COST)"
-    )
+    if len(points) >= 8:  # four coefficients: fewer cases leave the fit underdetermined or all noise
+        per_token, per_pair, _, _ = fit(points).tolist()
+        print(
+            f"fit: {per_token * 1e3:.3f} us a token, {per_pair * 1e6:.3f} ns a pair: pair / token"
+            f" {per_pair / per_token:.2e} = {per_pair / per_token / flop_ratio:.2f} x the FLOP ratio (the measured"
+            " PAIR_FLOP_COST)"
+        )
     print(
         "| case | rows | dense tokens / pairs | tree nodes / pairs | dense ms | tree ms | tree / dense | rule picks"
         " (cost tree / dense) | share_prefix ms | share_prefix / dense |"
@@ -174,11 +177,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--match", default="", help="only the cases whose name holds this text")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, 1 thread, float32, sdpa, medians of {args.rounds} rounds")
     for name in args.shapes:
-        run_shape(name, args.rounds)
+        run_shape(name, args.rounds, args.match)
 
 
 if __name__ == "__main__":

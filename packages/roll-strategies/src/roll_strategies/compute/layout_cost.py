@@ -42,9 +42,9 @@ __all__ = [
 
 PAIR_FLOP_COST = 1.0
 """What one FLOP of the masked attention kernel (sdpa, forward and backward) costs in FLOPs of the per-token layers:
-least-squares fits of forward+backward times on a 2-core AMD EPYC (Zen 3), float32, 1 thread, read 0.91 at
-SmolLM2's width and 1.09-1.20 at the tiny Qwen2's (`benchmarks/prefix_tree_cost.py`, docs/benchmarks.md). Measured
-on that CPU only: a GPU's kernels weigh pairs otherwise (the issue's H200 gains of 0.93-1.31x at a 384-token
+least-squares fits of forward+backward times on a loaded 2-core AMD EPYC (Zen 3), float32, 1 thread, read 0.91-1.56
+at SmolLM2's width and 0.99-2.84 at the tiny Qwen2's (`benchmarks/prefix_tree_cost.py`, docs/benchmarks.md); the
+benchmark's picks are the same anywhere in that range. Measured on that CPU only: a GPU's kernels weigh pairs otherwise (the issue's H200 gains of 0.93-1.31x at a 384-token
 prompt were not re-measured)."""
 
 
