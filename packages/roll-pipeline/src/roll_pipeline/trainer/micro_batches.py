@@ -23,9 +23,8 @@ groups are known (`group_mini_batches`), `share_prefix` or not, so the switch ne
 step trains. With `share_prefix` (the strategies then run each micro-batch as one prefix tree where it pays,
 computing the tokens its rows share once) the later cuts keep each group's rows together too: the ranks are
 balanced with groups as units (a group larger than a rank's share of rows is cut into consecutive pieces), and
-each rank fills its micro-batches
-group by group under the same budget, a group that does not fit in the room left opening the next micro-batch
-and one larger than a micro-batch filling consecutive ones. Within a mini-batch the groups are first sorted by
+each rank fills its micro-batches group by group under the same budget, a group that does not fit in the room
+left opening the next micro-batch and one larger than a micro-batch filling consecutive ones. Within a mini-batch the groups are first sorted by
 their tokens, and each group's rows too (`prefix_order`), so rows that start alike share micro-batches and
 their common start. The weights are the same shares as above, so the
 gradient is the same whatever the cuts. Without it (or without `groups`) the micro-batch cuts are the ones above.
@@ -70,8 +69,8 @@ class TrainLayout:
     max_tokens: int
     round_to: int
     share_prefix: bool = False  # keep each group's rows together (the strategy runs them as a prefix tree)
-    # one attention pair's cost in tokens on the role's model (the strategy's `model_pair_weight`): a micro-batch
-    # runs as a tree where `layout_cost.tree_pays`, and its computed tokens are counted so
+    # one attention pair's cost in tokens on the role's model (its workers' `attention_pair_weight`): a micro-batch
+    # runs as a tree where `layout_cost.tree_pays`, and its computed tokens are counted so (0: wherever rows share)
     pair_weight: float = 0.0
 
     @classmethod
