@@ -413,16 +413,18 @@ def test_roll_config_refuses_an_architecture_that_cannot_take_the_tree(
     assert "share_prefix: true" in capsys.readouterr().out
 
 
-def test_the_step_counts_the_distinct_tokens_its_prefix_trees_compute():
+def test_the_step_counts_the_tokens_its_forwards_compute_trees_where_they_pay():
     prompt = list(range(10, 20))
-    rows = [[*prompt, 1, 2], [*prompt, 1, 3], [*prompt, 4, 5], list(range(30, 42))]  # 3 share the prompt
+    # 3 share the prompt, the fourth only its first token: one root, so the tree is one row of 26 nodes
+    rows = [[*prompt, 1, 2], [*prompt, 1, 3], [*prompt, 4, 5], [10, *range(30, 41)]]
     fields = {
         "input_ids": torch.tensor(rows),
         "attention_mask": torch.ones(4, 12, dtype=torch.long),
         "response_mask": torch.tensor([[0] * 10 + [1, 1]] * 4),
     }
-    for share, expected in ((True, 10 + 1 + 2 + 2 + 12), (False, 48)):
-        layout = TrainLayout("fixed", 4, 4, 8192, 1, share_prefix=share)
+    # the tree: 26 nodes, 676 pairs against 48 tokens, 576 pairs: it pays below a pair weight of 22 / 100
+    for share, weight, expected in ((True, 0.21, 10 + 1 + 2 + 2 + 11), (True, 0.23, 48), (False, 0.0, 48)):
+        layout = TrainLayout("fixed", 4, 4, 8192, 1, share_prefix=share, pair_weight=weight)
         _, stats = build_micro_batches(
             fields, torch.arange(4), layout, "token-mean", groups=torch.tensor([0, 0, 0, 1])
         )

@@ -115,12 +115,20 @@ def test_every_position_maps_to_its_own_prefix(left):
 
 
 def outputs_and_grads(model, b, share, *, reference=None, value=False):
-    """(outputs, loss, {param: grad}) of one forward + backward of a weighted loss over the outputs."""
+    """(outputs, loss, {param: grad}) of one forward + backward of a weighted loss over the outputs; `share`
+    runs the tree whatever it would cost (`pair_weight=0`: the rule would pick the rows on some shapes)."""
     model.zero_grad(set_to_none=True)
     adv = torch.randn(b["input_ids"].shape, generator=torch.Generator().manual_seed(1))
     m = b["response_mask"].float()
     if value:
-        v = value_outputs(model, b["input_ids"], b["attention_mask"], b["response_mask"], share_prefix=share)
+        v = value_outputs(
+            model,
+            b["input_ids"],
+            b["attention_mask"],
+            b["response_mask"],
+            share_prefix=share,
+            pair_weight=0.0,
+        )
         outs = {"values": v}
         loss = ((v - adv).square() * m).sum() / m.sum()
     else:
@@ -132,6 +140,7 @@ def outputs_and_grads(model, b, share, *, reference=None, value=False):
             with_entropy=True,
             reference=reference,
             share_prefix=share,
+            pair_weight=0.0,
         )
         outs = {k: v for k, v in out._asdict().items() if v is not None}
         loss, _ = rows.weighted_nll(out.log_probs, out.entropy, {**b, "adv": adv, **_kl(out)})
@@ -150,6 +159,10 @@ def max_grad_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> flo
 
 
 def assert_same(model, b, **kwargs):
+    ids, mask, needed = b["input_ids"], b["attention_mask"], b["response_mask"]
+    assert (
+        _layout(ids, mask, needed, None, 0, True, model)[0].tree is not None
+    )  # the tree runs: no vacuous test
     dense = outputs_and_grads(model, b, False, **kwargs)
     shared = outputs_and_grads(model, b, True, **kwargs)
     assert dense[0].keys() == shared[0].keys()

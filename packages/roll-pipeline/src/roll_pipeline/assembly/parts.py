@@ -223,7 +223,9 @@ async def build_updaters(
                     " (its attention does not honour restarting position ids), so use_sequence_packing falls"
                     " back to dynamic batching (actor/sequence_packing = 0 in the metrics)"
                 )
-        layouts[name] = TrainLayout.of(role, packing_ok=ok, share_prefix=cfg.share_prefix)
+        # the strategy's cost of an attention pair, so the counts of the tokens computed follow its tree choice
+        weight = float(await group.call_main("attention_pair_weight")) if cfg.share_prefix else 0.0
+        layouts[name] = TrainLayout.of(role, packing_ok=ok, share_prefix=cfg.share_prefix, pair_weight=weight)
     schedule, loss = settings.update_schedule(cfg, "actor_train"), settings.actor_loss_template(cfg)
     update_actor = ActorUpdater(
         workers.actor_train,

@@ -293,11 +293,14 @@ class AgenticConfig(StrictModel):
         description="compute the tokens that rows share from their start (a group's prompt, an episode's"
         " earlier turns) once: each micro-batch's rows run as a prefix tree (a batch row per set of rows sharing"
         " a first token, each distinct token once at its own position, attending only to its own row's earlier"
-        " tokens, within its window on a sliding-window layer), so log-probs,"
-        " values and gradients equal the per-row forward's; in every role: actor_train's train step and old"
-        " log-probs, the reference, the critic, and hf_infer generation (each distinct prompt encoded once;"
-        " vllm: its prefix caching). The trained roles' batching keeps a group's rows in one mini-batch, one"
-        " data-parallel rank and one micro-batch where they fit. roll config refuses a model whose attention"
+        " tokens, within its window on a sliding-window layer), so log-probs, values and gradients equal the"
+        " per-row forward's, wherever the tree costs less than the rows (its tokens plus its rows' masks'"
+        " attention pairs at their cost measured on the CPU, against the padded or packed rows'; elsewhere the"
+        " micro-batch runs as with false); in every role: actor_train's train step"
+        " and old log-probs, the reference, the critic, and hf_infer generation (each distinct prompt encoded once;"
+        " vllm: its prefix caching). The trained roles' batching keeps a group's rows in one data-parallel rank"
+        " and one micro-batch where they fit (mini-batches hold whole groups on or off: the switch changes the"
+        " arithmetic, never which rows an optimiser step trains). roll config refuses a model whose attention"
         " cannot take the tree; false: every row is its own sequence everywhere",
     )
     train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig, description="training envs")

@@ -1,6 +1,7 @@
 """The update loop of a trained role (actor and critic alike): `ppo_epochs` passes over the step's rows, each
-shuffled into mini-batches (`micro_batches.mini_batches`; whole groups under `share_prefix`:
-`group_mini_batches`), each mini-batch cut into micro-batches, one list per data-parallel rank
+shuffled into mini-batches of whole groups where the rows' groups are known (`micro_batches.group_mini_batches`,
+`share_prefix` or not: the switch changes only how a micro-batch is computed, never which rows an optimiser step
+trains), else of rows (`mini_batches`), each mini-batch cut into micro-batches, one list per data-parallel rank
 (`micro_batches.build_micro_batches`), and run as one optimiser step by the ranks'
 `train_step` (`RankGroup.train_step`); then the steps' metrics merged into one value per key and the padding
 counts of the micro-batches run.
@@ -129,7 +130,8 @@ async def train_epochs(
     (`merge_metrics` and `PaddingStats.metrics` under `prefix`) and the seconds of the loop.
 
     `agg_mode` weights the micro-batches (`build_micro_batches`); `groups` ([R] the group id of each row) keeps
-    each group's rows together under `layout.share_prefix` (`group_mini_batches`); `step_kwargs` go to every
+    each group's rows in one mini-batch (`group_mini_batches`), and under `layout.share_prefix` in one
+    micro-batch where it fits; `step_kwargs` go to every
     `train_step` (e.g. `with_entropy`). Raises `NonFiniteStepsError` after too many non-finite steps
     (`check_nonfinite`)."""
     lr_scale = schedule.lr_scale(step)
@@ -138,14 +140,13 @@ async def train_epochs(
     stats = PaddingStats()
     rows = int(fields["input_ids"].shape[0])
     t0 = time.perf_counter()
-    by_group = groups if layout.share_prefix else None
     for _ in range(schedule.ppo_epochs):
-        if by_group is not None:
-            batches = group_mini_batches(by_group, layout.rows_per_mini_batch, generator)
+        if groups is not None:
+            batches = group_mini_batches(groups, layout.rows_per_mini_batch, generator)
         else:
             batches = mini_batches(torch.randperm(rows, generator=generator), layout.rows_per_mini_batch)
         for idx in batches:
-            per_rank, mb_stats = build_micro_batches(fields, idx, layout, agg_mode, group.size, by_group)
+            per_rank, mb_stats = build_micro_batches(fields, idx, layout, agg_mode, group.size, groups)
             t = time.perf_counter()
             collected.append(await group.train_step(per_rank, loss_fn, **step_kwargs, lr_scale=lr_scale))
             check_nonfinite(

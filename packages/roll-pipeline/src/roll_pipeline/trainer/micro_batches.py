@@ -18,15 +18,16 @@ backward). Each micro-batch's loss is weighted by its share of the whole mini-ba
 together (response tokens for `token-mean`, rows otherwise), so the accumulated gradient does not depend on how
 rows were split, nor over how many ranks.
 
-With `share_prefix` (the strategies then run each micro-batch as one prefix tree, computing the tokens its rows
-share once) the cuts keep each group's rows (`groups`: one id per row; a group's rows share their prompt)
-together: mini-batches shuffle whole groups (`group_mini_batches`), the ranks are balanced with groups as units
-(a group larger than a rank's share of rows is cut into consecutive pieces), and each rank fills its micro-batches
-group by group under the same budget, a group that does not fit in the room left opening the next micro-batch
-and one larger than a micro-batch filling consecutive ones. Within a mini-batch the groups are first sorted by
+Mini-batches shuffle whole groups (`groups`: one id per row; a group's rows share their prompt) wherever the
+groups are known (`group_mini_batches`), `share_prefix` or not, so the switch never changes which rows an optimiser
+step trains. With `share_prefix` (the strategies then run each micro-batch as one prefix tree where it pays,
+computing the tokens its rows share once) the later cuts keep each group's rows together too: the ranks are
+balanced with groups as units (a group larger than a rank's share of rows is cut into consecutive pieces), and
+each rank fills its micro-batches group by group under the same budget, a group that does not fit in the room
+left opening the next micro-batch and one larger than a micro-batch filling consecutive ones. Within a mini-batch the groups are first sorted by
 their tokens, and each group's rows too (`prefix_order`), so rows that start alike share micro-batches and
 their common start. The weights are the same shares as above, so the
-gradient is the same whatever the cuts. Without it (or without `groups`) the cuts are the ones above.
+gradient is the same whatever the cuts. Without it (or without `groups`) the micro-batch cuts are the ones above.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Literal
 import torch
 from roll_algos import balance_partitions, dynamic_micro_batches
 from roll_algos.packing import pack_lengths
-from roll_strategies.compute.prefix_tree import build_prefix_tree
+from roll_strategies.compute.layout_cost import trie_pays
 
 from roll_pipeline.config.roles import WorkerConfig
 
@@ -67,11 +68,16 @@ class TrainLayout:
     max_tokens: int
     round_to: int
     share_prefix: bool = False  # keep each group's rows together (the strategy runs them as a prefix tree)
+    # one attention pair's cost in tokens on the role's model (its workers' `attention_pair_weight`): a micro-batch
+    # runs as a tree where `layout_cost.tree_pays`, and its computed tokens are counted so (0: wherever rows share)
+    pair_weight: float = 0.0
 
     @classmethod
-    def of(cls, role: WorkerConfig, packing_ok: bool = True, share_prefix: bool = False) -> TrainLayout:
+    def of(
+        cls, role: WorkerConfig, packing_ok: bool = True, share_prefix: bool = False, pair_weight: float = 0.0
+    ) -> TrainLayout:
         """The layout of a role's config; packing falls back to dynamic batching when the model cannot pack;
-        `share_prefix` (the run's) keeps each group's rows together."""
+        `share_prefix` (the run's) keeps each group's rows together; `pair_weight` as the field."""
         targs = role.training_args
         if role.use_sequence_packing and packing_ok:
             mode: BatchingMode = "packed"
@@ -86,6 +92,7 @@ class TrainLayout:
             max_tokens=role.max_tokens_per_microbatch_in_train,
             round_to=role.sequence_length_round_in_train,
             share_prefix=share_prefix,
+            pair_weight=pair_weight,
         )
 
 
@@ -97,7 +104,8 @@ class PaddingStats:
     padded_tokens: int = 0
     naive_tokens: int = 0
     distinct_tokens: int = 0
-    """The tokens the forwards compute: under share_prefix each micro-batch's prefix-tree nodes, else real_tokens."""
+    """The tokens the forwards compute: the prefix-tree nodes of each micro-batch that runs as a tree (under
+    share_prefix, where it pays), the real tokens of the others."""
     seconds: float = 0.0
     micro_batches: int = 0
 
@@ -311,12 +319,17 @@ def _slots(lengths: list[int], layout: TrainLayout, capacity: int) -> int:
     return len(lengths) * width
 
 
-def _distinct_tokens(fields: dict[str, torch.Tensor], rows: torch.Tensor, layout: TrainLayout) -> int:
-    """Tokens one micro-batch's forward computes: its prefix tree's nodes under share_prefix (the trie the
-    strategy builds from the same rows), else every real token."""
+def _distinct_tokens(
+    fields: dict[str, torch.Tensor], rows: torch.Tensor, layout: TrainLayout, capacity: int
+) -> int:
+    """Tokens one micro-batch's forward computes: its prefix tree's nodes (the trie the strategy builds from the
+    same rows) where the strategy runs the tree (under share_prefix, where `trie_pays`), else every real token."""
+    lengths = fields["attention_mask"][rows].sum(dim=1).tolist()
     if not layout.share_prefix:
-        return int(fields["attention_mask"][rows].sum())
-    return int(build_prefix_tree(_real_tokens(fields, rows)).tokens.numel())
+        return int(sum(lengths))
+    packed = capacity if layout.mode == "packed" else None
+    pays, nodes = trie_pays(_real_tokens(fields, rows), packed, layout.pair_weight)
+    return nodes if pays else int(sum(lengths))
 
 
 def _real_tokens(fields: dict[str, torch.Tensor], rows: torch.Tensor) -> list[list[int]]:
@@ -384,6 +397,8 @@ def build_micro_batches(
         stats.padded_tokens += sum(
             _slots([lengths[i] for i in members], layout, capacity) for members in plan
         )
-        stats.distinct_tokens += sum(_distinct_tokens(fields, rows[members], layout) for members in plan)
+        stats.distinct_tokens += sum(
+            _distinct_tokens(fields, rows[members], layout, capacity) for members in plan
+        )
         out.append(mbs + [micro_batch([0], 0.0) for _ in range(target - len(plan))])
     return out, stats

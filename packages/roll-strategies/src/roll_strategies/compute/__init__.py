@@ -4,6 +4,7 @@
   exact KL, values.
 - `prefix_tree.py`: the trie of a micro-batch's rows, a batch row per root's subtree, with 4D ancestor masks
   (one per attention window).
+- `layout_cost.py`: whether that tree costs less than the padded or packed rows (tokens and attention pairs).
 - `attention_windows.py`: how far back each layer type of a model attends (its sliding windows), from its config.
 - `probes.py`: whether a model honours the packed and the prefix-tree layouts (`packing_supported`,
   `prefix_sharing_supported`).

@@ -23,6 +23,7 @@ __all__ = [
     "TreeForward",
     "ancestor_mask",
     "build_prefix_tree",
+    "root_sizes",
     "tree_forward",
     "tree_masks",
 ]
@@ -116,11 +117,21 @@ class TreeForward(NamedTuple):
     """The node count of each row: what the forward costs (G rows of max(sizes) columns)."""
 
 
+def root_sizes(tree: PrefixTree) -> list[int]:
+    """The node count of each root's subtree, in pre-order: the rows the tree forward runs (`tree_forward`).
+
+    >>> root_sizes(build_prefix_tree([[5, 6, 7], [5, 6, 8], [9]]))
+    [4, 1]
+    """
+    roots = (tree.depth == 0).nonzero().flatten().tolist()
+    return [int(tree.end[r]) - r for r in roots]
+
+
 def _batched(tree: PrefixTree) -> tuple[torch.Tensor, list[int]]:
     """[G, M] the trie's node in each column when every root's subtree is a row of its own, right-padded
     with -1 (pre-order makes a subtree the interval [root, end[root])), and each row's node count."""
     roots = (tree.depth == 0).nonzero().flatten().tolist()
-    sizes = [int(tree.end[r]) - r for r in roots]
+    sizes = root_sizes(tree)
     width = max(sizes, default=0)
     nodes = torch.full((len(roots), width), -1, dtype=torch.long)
     for g, (root, size) in enumerate(zip(roots, sizes, strict=True)):

@@ -82,4 +82,5 @@ def prefix_sharing_supported(model: nn.Module, value_model: bool = False) -> boo
     ids = depth) equals per-sequence forwards. Probes once per model object with rows sharing a prefix and
     longer than the model's shortest window (`_probe_length`); cached on the model.
     """
-    return _probe(model, value_model, "_roll_prefix_sharing_supported", 3, share_prefix=True)
+    # pair_weight 0: the tree runs whatever it would cost (the rule must not turn the probe into a dense run)
+    return _probe(model, value_model, "_roll_prefix_sharing_supported", 3, share_prefix=True, pair_weight=0.0)

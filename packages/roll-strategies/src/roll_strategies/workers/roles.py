@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from roll_strategies.compute.forward import REFERENCE_KEY, ReferenceKL, reference_kl
+from roll_strategies.compute.layout_cost import model_pair_weight
 from roll_strategies.compute.probes import packing_supported
 from roll_strategies.errors import StrategyError
 from roll_strategies.infer.hf_infer import GenerationOutput, GenerationParams
@@ -168,6 +169,11 @@ class ActorTrainWorker:
         """Whether packed micro-batches (`forward.PACK_CAPACITY_KEY`) give the padded results on this model
         (False for backends whose train step has no packed forward: the pipeline then batches dynamically)."""
         return isinstance(self.strategy, HFTrainStrategy) and packing_supported(self.strategy.model)
+
+    def attention_pair_weight(self) -> float:
+        """One attention pair's cost in tokens on the trained model (`layout_cost.model_pair_weight`): with it the
+        pipeline counts the tokens each micro-batch computes as the strategy's choice of tree or rows does."""
+        return model_pair_weight(_policy_model(self.strategy))
 
     def compute_reference_kl(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> ReferenceKL:
         """The exact KL(pi || ref) and KL(ref || pi) per response token of the current (old) policy against the
@@ -393,6 +399,10 @@ class CriticWorker:
     def packing_supported(self) -> bool:
         """Whether packed micro-batches give the padded values on this model."""
         return self.strategy.packing_supported()
+
+    def attention_pair_weight(self) -> float:
+        """One attention pair's cost in tokens on the value model (`layout_cost.model_pair_weight`)."""
+        return model_pair_weight(self.strategy.model)
 
     def save_checkpoint(self, path: str | Path) -> None:
         """See the strategy's `save_checkpoint`."""
