@@ -53,9 +53,7 @@ def test_each_example_agent_is_short_and_imports_nothing_of_roll(file: str, impo
 
 def test_a_completion_that_re_tokenises_differently_trains_on_its_sampled_ids() -> None:
     from roll_pipeline.trainer.samples import build_samples
-    from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
     from roll_rollout.testing import ScriptedPolicy
-    from roll_rollout.worker import encode_jobs
     from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer(["Left"])
@@ -71,22 +69,7 @@ def test_a_completion_that_re_tokenises_differently_trains_on_its_sampled_ids() 
             seen.append(list(request.prompt_ids))
             return await super().generate(request)
 
-    config = {"agent": AGENT, "task_env": "four_choice", "agent_timeout_s": 60}
-    spec = EnvSlotSpec(0, "Agent", "openai_agent", config, max_turns=3, max_context_tokens=2048)
-
-    async def play() -> Any:
-        worker = EnvWorker([spec], tokenizer, Recording(sampled))
-        await worker.submit(encode_jobs([EpisodeJob(0, 0, 0, 0, SamplingSettings(max_new_tokens=8))]))
-        try:
-            for _ in range(120):
-                out = msgpack.unpackb(await worker.poll(0.5))
-                if out["done"]:
-                    return decode_trajectory(out["done"][0])
-            raise AssertionError("no episode finished")
-        finally:
-            worker.close()
-
-    traj = asyncio.run(play())
+    traj = _play_one(AGENT, Recording(sampled), tokenizer, max_new_tokens=8)
     assert traj.error is None and len(traj.turns) == 3  # no tool call: the agent asks again, 3 rounds
     assert [t.prompt_ids for t in traj.turns] == seen
     assert all(t.response_ids == sampled for t in traj.turns)
@@ -99,7 +82,7 @@ def test_a_completion_that_re_tokenises_differently_trains_on_its_sampled_ids() 
         assert ids[samples.response_mask[row]].tolist() == sampled
 
 
-def _play_one(agent: str, policy: Any, tokenizer: Any, max_turns: int = 3) -> Any:
+def _play_one(agent: str, policy: Any, tokenizer: Any, max_turns: int = 3, max_new_tokens: int = 96) -> Any:
     """One four_choice episode (seed 0: yellow, B is right) of an openai_agent slot playing `agent`."""
     from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
     from roll_rollout.worker import encode_jobs
@@ -109,7 +92,9 @@ def _play_one(agent: str, policy: Any, tokenizer: Any, max_turns: int = 3) -> An
 
     async def play() -> Any:
         worker = EnvWorker([spec], tokenizer, policy)
-        await worker.submit(encode_jobs([EpisodeJob(0, 0, 0, 0, SamplingSettings(max_new_tokens=96))]))
+        await worker.submit(
+            encode_jobs([EpisodeJob(0, 0, 0, 0, SamplingSettings(max_new_tokens=max_new_tokens))])
+        )
         try:
             for _ in range(120):
                 out = msgpack.unpackb(await worker.poll(0.5))
