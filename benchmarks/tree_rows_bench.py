@@ -1,5 +1,5 @@
 """A micro-batch of unrelated groups as a prefix tree: one row per root's subtree (`tree_forward`) against all
-subtrees in one sequence with one N x N mask (the layout before issue 52), forward + backward of a tiny random
+subtrees in one sequence with one N x N mask (the layout it replaced), forward + backward of a tiny random
 Qwen2 in float32 on the CPU, side by side in one process (alternating, the median of `--repeats`).
 
     uv run python benchmarks/tree_rows_bench.py --groups 4 --rows 4 --prompt 200 --response 50
