@@ -6,8 +6,9 @@
   whole history), so the row is the last turn's prompt + response, every turn's response sits at the
   column where its own prompt ends, and the observations in between are masked. The row is built from
   the exact sampled ids: nothing is re-tokenised, and a trajectory whose prompts do not chain is an error,
-  except an `openai_agent` episode whose calls the agent re-rendered (`UNCHAINED_METRIC` is 1): its calls
-  train as one step row each in the same batch, the one honest layout of calls that share no sequence.
+  except an `openai_agent` episode whose calls do not chain (`UNCHAINED_METRIC` is 1: its template or agent
+  re-rendered the history): its calls train as one step row each in the same batch, as no one sequence
+  holds them.
 
 Advantages are computed on the *turn view*: one compact row per turn holding only its response tokens,
 the row model of every estimator in roll_algos (a turn's token sequence, step rewards, anchors). Both
@@ -152,21 +153,14 @@ def _layout(
     rows: list[list[int]] = []
     row_traj, tags, place = [], [], []
     for ti, traj in enumerate(trajectories):
-        if not traj.turns:
-            continue
-        if shape == "trajectory" and not traj.metrics.get(UNCHAINED_METRIC):
+        one_row = shape == "trajectory" and bool(traj.turns) and not traj.metrics.get(UNCHAINED_METRIC)
+        if one_row:
             _check_chain(traj, ti)
-            place += [(len(rows), len(turn.prompt_ids)) for turn in traj.turns]
-            last = traj.turns[-1]
-            rows.append(last.prompt_ids + last.response_ids)
-            row_traj.append(ti)
-            tags.append(traj.tag)
-            continue
-        for turn in traj.turns:  # step rows; an agent's calls that do not chain, in either shape
-            place.append((len(rows), len(turn.prompt_ids)))
-            rows.append(turn.prompt_ids + turn.response_ids)
-            row_traj.append(ti)
-            tags.append(traj.tag)
+        ends = traj.turns[-1:] if one_row else traj.turns  # the turns whose prompt + response is a row
+        place += [(len(rows) + (0 if one_row else k), len(t.prompt_ids)) for k, t in enumerate(traj.turns)]
+        rows += [t.prompt_ids + t.response_ids for t in ends]
+        row_traj += [ti] * len(ends)
+        tags += [traj.tag] * len(ends)
     return rows, row_traj, tags, place
 
 
