@@ -54,7 +54,7 @@ from roll_envs.hints import declares_own_random_state
 from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
 from roll_rollout.agent_proxy import AgentProxy, AgentSession
-from roll_rollout.agent_turns import UNCHAINED_METRIC, agent_turns
+from roll_rollout.agent_turns import UNCHAINED_METRIC, calls_to_turns
 from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.env_manager import EpisodeJob
 from roll_rollout.errors import RolloutError
@@ -220,7 +220,7 @@ class AgentEnvManager:
                 "train on (the agent must send its requests to the base_url it is given)"
             )
         reward, success = (0.0, False) if session.refused else await self._outcome(outcome)
-        traj.turns, chained = agent_turns(recorded, reward, self.tag)
+        traj.turns, chained = calls_to_turns(recorded, reward, self.tag)
         traj.success, traj.terminated, traj.truncated = (
             success,
             session.refused is None,

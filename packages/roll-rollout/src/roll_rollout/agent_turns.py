@@ -45,7 +45,7 @@ def chain_break(calls: Sequence[RecordedCall]) -> str | None:
     return None
 
 
-def agent_turns(calls: Sequence[RecordedCall], reward: float, tag: str) -> tuple[list[Turn], bool]:
+def calls_to_turns(calls: Sequence[RecordedCall], reward: float, tag: str) -> tuple[list[Turn], bool]:
     """(the calls as turns, the episode's reward on the last one; whether they chain)."""
     broken = chain_break(calls)
     if broken is not None and tag not in _told:
