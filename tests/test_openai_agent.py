@@ -28,6 +28,7 @@ FRAMEWORK_AGENTS = {  # tag of examples/openai_agent/agent_frameworks.yaml -> (a
     "Streaming": ("streaming_agent.py", "openai"),
 }
 SUBMIT_B = '<tool_call>{"name": "submit_answer", "arguments": {"answer": "B"}}</tool_call>'
+READ_TASK = '<tool_call>{"name": "read_task", "arguments": {}}</tool_call>'
 
 
 @pytest.mark.parametrize(
@@ -80,6 +81,59 @@ def test_a_completion_that_re_tokenises_differently_trains_on_its_sampled_ids() 
         ids = samples.input_ids[row]
         assert ids[: len(turn.prompt_ids)].tolist() == turn.prompt_ids
         assert ids[samples.response_mask[row]].tolist() == sampled
+
+
+def test_an_agent_whose_calls_extend_each_other_trains_as_one_trajectory_row() -> None:
+    """The example agent calls read_task three times; the tiny template re-renders each earlier reply as it
+    was sampled, so every prompt extends the previous prompt + response: one conversation, one row."""
+    from roll_pipeline.trainer.samples import build_samples
+    from roll_rollout.testing import ScriptedPolicy
+    from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(["Left"])
+    sampled = tokenizer.encode(READ_TASK, add_special_tokens=False)
+    traj = _play_one(AGENT, ScriptedPolicy(sampled), tokenizer, max_new_tokens=64)
+    assert traj.error is None and len(traj.turns) == 3
+    samples = build_samples([traj], pad_id=0, shape="trajectory")
+    last = traj.turns[-1]
+    assert samples.num_rows == 1 and samples.input_ids[0].tolist() == last.prompt_ids + last.response_ids
+    for k, turn in enumerate(traj.turns):  # each call's response at the column where its own prompt ends
+        at = (samples.segment_ids[0] == k + 1).nonzero().flatten().tolist()
+        assert at == list(range(len(turn.prompt_ids), len(turn.prompt_ids) + len(sampled)))
+    assert samples.input_ids[0][samples.response_mask[0]].tolist() == sampled * 3
+    # calls 1 and 2 acted on the same tool result: one GiGPO anchor, whatever history came before
+    assert traj.turns[1].anchor_id == traj.turns[2].anchor_id != traj.turns[0].anchor_id
+    assert [t.reward for t in traj.turns[:2]] == [0.0, 0.0] and traj.metrics["agent_unchained"] == 0.0
+
+
+def test_an_agent_whose_history_re_tokenises_trains_one_row_per_call_and_says_why(caplog: Any) -> None:
+    """The sampled ` Left` (two ids) comes back as text and re-tokenises to one id: the calls do not chain,
+    so even `sample_shape: trajectory` trains each call as its own row; the episode is counted and logged."""
+    import logging
+
+    from roll_pipeline.trainer.samples import build_samples
+    from roll_rollout import agent_turns
+    from roll_rollout.testing import ScriptedPolicy
+    from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(["Left"])
+    sampled = tokenizer.encode(" ", add_special_tokens=False) + tokenizer.encode(
+        "Left", add_special_tokens=False
+    )
+    agent_turns._told.discard("Agent")
+    with caplog.at_level(logging.WARNING, logger="roll_rollout.agent_turns"):
+        traj = _play_one(AGENT, ScriptedPolicy(sampled), tokenizer, max_new_tokens=8)
+    assert traj.error is None and len(traj.turns) == 3
+    samples = build_samples([traj], pad_id=0, shape="trajectory")
+    assert samples.num_rows == 3
+    for row, turn in enumerate(traj.turns):
+        assert (
+            samples.input_ids[row][samples.attention_mask[row].bool()].tolist() == turn.prompt_ids + sampled
+        )
+    assert traj.metrics["agent_unchained"] == 1.0
+    (record,) = caplog.records
+    head = len(traj.turns[0].prompt_ids)
+    assert "call 1's prompt" in record.message and f"first difference at position {head}," in record.message
 
 
 def _play_one(agent: str, policy: Any, tokenizer: Any, max_turns: int = 3, max_new_tokens: int = 96) -> Any:
@@ -196,7 +250,6 @@ def test_the_docs_say_what_the_proxy_does_with_every_field() -> None:
     [
         ("custom_envs.Agent.env_config.agent=no_such_module:run", "does not load"),
         ("custom_envs.Agent.env_config.task_env=no_such_env", "task_env_type='no_such_env'"),
-        ("sample_shape=trajectory", "set sample_shape=step"),
     ],
 )
 def test_the_config_check_says_what_is_wrong_with_an_agent_tag(override: str, says: str) -> None:
@@ -207,6 +260,20 @@ def test_the_config_check_says_what_is_wrong_with_an_agent_tag(override: str, sa
     compose(str(EXAMPLE), "agent_four_choice", base, preflight=True)  # the example as it is passes
     with pytest.raises(ConfigError, match=re.escape(says)):
         compose(str(EXAMPLE), "agent_four_choice", [*base, override], preflight=True)
+
+
+def test_an_agent_tag_may_train_trajectory_rows_with_step_wise_gigpo() -> None:
+    """Its calls chain where that is exact and train one row per call where not, so neither is refused."""
+    from roll_pipeline.preflight import compose
+
+    overrides = [
+        "cluster.backend=local",
+        f"custom_envs.Agent.env_config.agent={AGENT}",
+        "sample_shape=trajectory",
+        "adv_estimator=gigpo",
+    ]
+    config = compose(str(EXAMPLE), "agent_four_choice", overrides, preflight=True)
+    assert (config.train_sample_shape, config.adv_estimator) == ("trajectory", "gigpo")
 
 
 def _sampled(

@@ -17,6 +17,7 @@ from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.models.recipes import TINY_FROZEN_LAKE_INSTRUCTION
 from roll_pipeline.trainer.samples import SampleError, build_samples
 from roll_rollout import PromptBuilder, Trajectory, Turn
+from roll_rollout.agent_turns import UNCHAINED_METRIC
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,27 @@ def test_step_rows_and_the_view_round_trip(tokenizer):
 def test_prompts_that_drop_history_cannot_be_trajectory_rows(tokenizer):
     with pytest.raises(SampleError, match="max_history_turns: null"):
         build_samples(batch(tokenizer, history=0), pad_id=0, shape="trajectory")
+
+
+def test_an_agents_unchained_episode_trains_its_calls_as_step_rows_among_trajectory_rows(tokenizer):
+    """An agent episode whose calls do not chain (`agent_unchained` 1) is one row per call in a trajectory
+    batch; the chained episodes stay one row each, and the turn view is the step batch's turn for turn."""
+    chained, cut = batch(tokenizer, history=None)[:3], batch(tokenizer, history=0)[3:6]
+    for t in cut:
+        t.metrics[UNCHAINED_METRIC] = 1.0
+    trajs = [chained[0], cut[0], chained[1], cut[1], chained[2], cut[2]]
+    s, step = build_samples(trajs, 0, "trajectory"), build_samples(trajs, 0, "step")
+    assert s.num_rows == 3 + sum(len(t.turns) for t in cut)
+    rows = [s.input_ids[r, : int(s.lengths[r])].tolist() for r in range(s.num_rows)]
+    expected = []
+    for t in trajs:
+        ends = [t.turns[-1]] if t in chained else t.turns
+        expected += [turn.prompt_ids + turn.response_ids for turn in ends]
+    assert rows == expected
+    for name in ("response_mask", "token_rewards", "trajectory_ids", "step_ids", "anchor_ids"):
+        assert torch.equal(getattr(s.turns, name), getattr(step.turns, name)), name
+    x = torch.randn(s.turns.response_mask.shape) * s.turns.response_mask
+    assert torch.equal(s.to_train(x)[s.response_mask], step.to_train(x)[step.response_mask])
 
 
 def direct_inputs(s, values=None) -> AdvantageInputs:

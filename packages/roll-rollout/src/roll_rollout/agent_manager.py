@@ -23,12 +23,15 @@ What the agent returns is its episode's outcome:
 
 Each call the agent made through the proxy (chat.completions or responses) becomes one `Turn` (in call
 order): its prompt ids exactly as the policy was given them, the sampled ids and log-probs (up to a
-request's stop string); the episode's reward goes on the last turn. Calls are
-not chained into one conversation (an agent re-sends the history as text), so such a tag trains with
-`sample_shape: step`. An agent that raises ends the episode as `env_error`, one that outlives
-`agent_timeout_s` as `env_timeout` (its thread is left to finish: Python cannot stop it), a failed
-generation as `policy_error`; an episode whose calls outran `max_actions_per_traj` or `sequence_length`
-ends truncated with the calls made so far and reward 0.
+request's stop string); the episode's reward goes on the last turn. Where each call's prompt starts with
+the previous call's prompt + sampled ids, the calls are one conversation (`sample_shape: trajectory`
+trains it as one row, GiGPO anchors each call on what it added); where not, each call trains as its own
+row and the episode counts in `agent_unchained` (roll_rollout.agent_turns).
+
+An agent that raises ends the episode as `env_error`, one that outlives `agent_timeout_s` as
+`env_timeout` (its thread is left to finish: Python cannot stop it), a failed generation as
+`policy_error`; an episode whose calls outran `max_actions_per_traj` or `sequence_length` ends truncated
+with the calls made so far and reward 0.
 """
 
 from __future__ import annotations
@@ -51,14 +54,14 @@ from roll_envs.hints import declares_own_random_state
 from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
 from roll_rollout.agent_proxy import AgentProxy, AgentSession
+from roll_rollout.agent_turns import UNCHAINED_METRIC, calls_to_turns
 from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.env_manager import EpisodeJob
 from roll_rollout.errors import RolloutError
 from roll_rollout.players import manager_metrics
 from roll_rollout.policy import PolicyClient
-from roll_rollout.schema import Trajectory, Turn
+from roll_rollout.schema import Trajectory
 from roll_rollout.seeds import sample_key
-from roll_rollout.wire import MAX_TEXT_CHARS
 
 AGENT_ENV_TYPE = "openai_agent"
 """The `env_type` of a tag whose episodes an OpenAI-client agent plays."""
@@ -217,13 +220,13 @@ class AgentEnvManager:
                 "train on (the agent must send its requests to the base_url it is given)"
             )
         reward, success = (0.0, False) if session.refused else await self._outcome(outcome)
-        traj.turns = [_turn(c, i, reward if i == len(recorded) - 1 else 0.0) for i, c in enumerate(recorded)]
+        traj.turns, chained = calls_to_turns(recorded, reward, self.tag)
         traj.success, traj.terminated, traj.truncated = (
             success,
             session.refused is None,
             session.refused is not None,
         )
-        traj.metrics = manager_metrics(traj.turns, traj.success)
+        traj.metrics = {**manager_metrics(traj.turns, traj.success), UNCHAINED_METRIC: float(not chained)}
 
     async def _run_agent(self, base_url: str, task: dict[str, Any]) -> Any:
         """The agent's return value, or the exception it raised; `EnvCallTimeout` after `agent_timeout_s`."""
@@ -292,21 +295,3 @@ def _finite(value: Any, who: str) -> float:
     if not math.isfinite(x):
         raise AgentFailed(f"{who} gave a non-finite reward ({x})")
     return x
-
-
-def _turn(call: Any, index: int, reward: float) -> Turn:
-    """A recorded call as a trained turn: the ids as sent and sampled, never re-encoded."""
-    digest = hashlib.blake2b(str(call.prompt_ids).encode(), digest_size=16).hexdigest()
-    return Turn(
-        prompt_ids=list(call.prompt_ids),
-        response_ids=list(call.result.output_ids),
-        log_probs=list(call.result.log_probs),
-        reward=reward,
-        action_is_valid=True,
-        action_is_effective=True,
-        state_key=f"call {index} {digest}",
-        policy_version=call.result.policy_version,
-        finish_reason=call.result.finish_reason,
-        response_text=call.text[:MAX_TEXT_CHARS],
-        observation=call.last_message[:MAX_TEXT_CHARS],
-    )

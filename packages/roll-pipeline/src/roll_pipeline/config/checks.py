@@ -292,14 +292,13 @@ def _estimator_problems(cfg: AgenticConfig) -> list[str]:
             "gigpo_anchor_similarity set with gigpo_anchor_threshold=1 (exact anchors): no similarity is"
             " computed; set gigpo_anchor_threshold < 1 (e.g. 0.9) or drop gigpo_anchor_similarity"
         )
-    agents = [t for t in cfg.train_env_manager.tags if cfg.custom_envs[t].env_type == AGENT_ENV_TYPE]
-    if agents and cfg.train_sample_shape == "trajectory":
-        problems.append(
-            f"custom_envs {agents} are openai_agent tags, whose calls do not chain into one conversation (the"
-            " agent sends its history as text); set sample_shape=step"
-        )
-    if cfg.sample_shape == "trajectory":
-        cut = [t for t in cfg.train_env_manager.tags if cfg.custom_envs[t].max_history_turns is not None]
+    if cfg.sample_shape == "trajectory":  # an agent's history is its own: its calls chain or train as steps
+        cut = [
+            t
+            for t in cfg.train_env_manager.tags
+            if cfg.custom_envs[t].max_history_turns is not None
+            and cfg.custom_envs[t].env_type != AGENT_ENV_TYPE
+        ]
         if cut:
             problems.append(
                 f"sample_shape=trajectory trains each episode as one conversation, but custom_envs {cut} cut the"

@@ -285,8 +285,9 @@ class AgenticConfig(StrictModel):
         "auto",
         description="training rows: step = one per turn (its prompt + response); trajectory = one per episode"
         " (StarPO: the whole conversation, every turn's response trained, observations masked; needs prompts"
-        " that keep the whole history, max_history_turns: null); auto = trajectory when every training env"
-        " keeps the whole history, else step",
+        " that keep the whole history, max_history_turns: null; an openai_agent tag's episode trains as one"
+        " row where its calls chain, else one row per call: docs/openai_agent.md); auto = trajectory when"
+        " every training env keeps the whole history, else step",
     )
     share_prefix: bool = Field(
         True,

@@ -5,7 +5,10 @@
   prompt must extend the previous turn's prompt + response token for token (prompts that keep the
   whole history), so the row is the last turn's prompt + response, every turn's response sits at the
   column where its own prompt ends, and the observations in between are masked. The row is built from
-  the exact sampled ids: nothing is re-tokenised, and a trajectory whose prompts do not chain is an error.
+  the exact sampled ids: nothing is re-tokenised, and a trajectory whose prompts do not chain is an error,
+  except an `openai_agent` episode whose calls do not chain (`UNCHAINED_METRIC` is 1: its template or agent
+  re-rendered the history): its calls train as one step row each in the same batch, as no one sequence
+  holds them.
 
 Advantages are computed on the *turn view*: one compact row per turn holding only its response tokens,
 the row model of every estimator in roll_algos (a turn's token sequence, step rewards, anchors). Both
@@ -23,6 +26,7 @@ from typing import Literal
 import torch
 from roll_algos import AdvantageInputs
 from roll_rollout import Trajectory
+from roll_rollout.agent_turns import UNCHAINED_METRIC
 
 SampleShape = Literal["step", "trajectory"]
 
@@ -142,6 +146,24 @@ def _check_chain(traj: Trajectory, index: int) -> None:
             )
 
 
+def _layout(
+    trajectories: Sequence[Trajectory], shape: SampleShape
+) -> tuple[list[list[int]], list[int], list[str], list[tuple[int, int]]]:
+    """(training rows, each row's trajectory, each row's tag, (row, first response column) of every turn)."""
+    rows: list[list[int]] = []
+    row_traj, tags, place = [], [], []
+    for ti, traj in enumerate(trajectories):
+        one_row = shape == "trajectory" and bool(traj.turns) and not traj.metrics.get(UNCHAINED_METRIC)
+        if one_row:
+            _check_chain(traj, ti)
+        ends = traj.turns[-1:] if one_row else traj.turns  # the turns whose prompt + response is a row
+        place += [(len(rows) + (0 if one_row else k), len(t.prompt_ids)) for k, t in enumerate(traj.turns)]
+        rows += [t.prompt_ids + t.response_ids for t in ends]
+        row_traj += [ti] * len(ends)
+        tags += [traj.tag] * len(ends)
+    return rows, row_traj, tags, place
+
+
 def build_samples(trajectories: Sequence[Trajectory], pad_id: int, shape: SampleShape = "step") -> Samples:
     """Samples of `shape` from whole trajectories (trajectories without turns contribute nothing)."""
     if shape not in ("step", "trajectory"):
@@ -149,21 +171,7 @@ def build_samples(trajectories: Sequence[Trajectory], pad_id: int, shape: Sample
     turns = [(ti, t, k, turn) for ti, t in enumerate(trajectories) for k, turn in enumerate(t.turns)]
     if not turns:
         raise SampleError("no turns to train on: every trajectory is empty")
-    # (row of each turn, column of its first response token) in the training rows
-    if shape == "step":
-        rows = [turn.prompt_ids + turn.response_ids for *_, turn in turns]
-        row_traj = [ti for ti, *_ in turns]
-        tags = [t.tag for _, t, _, _ in turns]
-        place = [(r, len(turn.prompt_ids)) for r, (*_, turn) in enumerate(turns)]
-    else:
-        kept = [(ti, t) for ti, t in enumerate(trajectories) if t.turns]
-        row_of = {ti: r for r, (ti, _) in enumerate(kept)}
-        for ti, t in kept:
-            _check_chain(t, ti)
-        rows = [t.turns[-1].prompt_ids + t.turns[-1].response_ids for _, t in kept]
-        row_traj = [ti for ti, _ in kept]
-        tags = [t.tag for _, t in kept]
-        place = [(row_of[ti], len(turn.prompt_ids)) for ti, _, _, turn in turns]
+    rows, row_traj, tags, place = _layout(trajectories, shape)
     width = max(len(r) for r in rows)
     n_rows, n_turns = len(rows), len(turns)
     q_max = max(1, max(len(turn.response_ids) for *_, turn in turns))
