@@ -85,7 +85,7 @@ _moved.install()
 
 
 def __getattr__(name: str) -> ModuleType:
-    """An old flat module path read as an attribute (`roll_rollout.scheduling.scheduler`): the moved module, with a warning."""
+    """An old flat module path read as an attribute (`roll_rollout.scheduler`): the moved module, warning."""
     if f"{__name__}.{name}" in _moved.MOVED:
         return _moved.load_moved(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
