@@ -93,7 +93,7 @@ def run(
 def in_process_limits() -> None:
     """The pipeline's env workers get `env_processes=False` (the isolated envs stay behind the lock)."""
     from roll_pipeline.runtime import rollout
-    from roll_rollout.worker import EnvCallLimits
+    from roll_rollout.hosting.worker import EnvCallLimits
 
     def limits(*args: Any, **kwargs: Any) -> EnvCallLimits:
         return dataclasses.replace(EnvCallLimits(*args, **kwargs), env_processes=False)

@@ -20,8 +20,8 @@ import msgpack
 import pytest
 import rollout_bench as rb
 from roll_rollout import EnvCallLimits, EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings
+from roll_rollout.hosting.worker import encode_jobs
 from roll_rollout.testing import CountdownEnv, ScriptedPolicy
-from roll_rollout.worker import encode_jobs
 
 ENVS = 64
 STEP_S = 0.05

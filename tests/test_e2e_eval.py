@@ -13,7 +13,7 @@ from roll_pipeline.config.compose import compose
 from roll_pipeline.runtime.policy_server import PolicyServer
 from roll_pipeline.serving.evaluate import checkpoint_model_dir, run_eval
 from roll_pipeline.serving.openai_server import OpenAICompatibleServer
-from roll_rollout.openai_policy import OpenAIPolicy, OpenAISettings
+from roll_rollout.policies.openai_policy import OpenAIPolicy, OpenAISettings
 
 RUN = [
     "max_steps=2",

@@ -111,12 +111,12 @@ def _is_type_checking(node: ast.If) -> bool:
     return isinstance(node.test, ast.Name | ast.Attribute) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
-def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
-    """The modules of `modules` that `name` imports when it runs: at module level or inside functions, but not
-    under `if TYPE_CHECKING:` (never executed). A module's parent packages, which Python initialises first
-    anyway, are no edge of their own."""
+def _import_statements(path: Path, name: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Each import the module `name` runs, at module level or inside a function but not under
+    `if TYPE_CHECKING:` (never executed), as (absolute module, names taken from it): `import a.b` is
+    ("a.b", ()), `from .c import d` in package `p` is ("p.c", ("d",))."""
     is_package = path.name == "__init__.py"
-    found: set[str] = set()
+    found: list[tuple[str, tuple[str, ...]]] = []
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node):
@@ -124,19 +124,66 @@ def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
                 visit(child)
             return
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.extend((alias.name, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
                 base = ".".join([*anchor, *([base] if base else [])])
-            for alias in node.names:  # `from pkg import module` needs only the module (pkg is its parent)
-                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+            found.append((base, tuple(alias.name for alias in node.names)))
         for child in ast.iter_child_nodes(node):
             visit(child)
 
     visit(ast.parse(path.read_text(), str(path)))
+    return found
+
+
+def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """The modules of `modules` that `name` imports when it runs (`_import_statements`). A module's parent
+    packages, which Python initialises first anyway, are no edge of their own."""
+    found: set[str] = set()
+    for base, names in _import_statements(path, name):
+        if not names:
+            found.add(base)
+        for alias in names:  # `from pkg import module` needs only the module (pkg is its parent)
+            found.add(f"{base}.{alias}" if f"{base}.{alias}" in modules else base)
     return {m for m in found if m in modules and m != name}
+
+
+LAZY_EXTRAS = {"roll_strategies": {"vllm", "deepspeed"}}
+"""Layers a package imports only inside the code that needs them: roll_strategies' vLLM and DeepSpeed backends
+import their extra when they start."""
+
+
+def _heavier_imports(modules: dict[str, Path], blocked: set[str]) -> list[str]:
+    """Each import of a module of `modules`, at module level or inside a function, of a package in `blocked`."""
+    return sorted(
+        f"{name} imports {base}"
+        for name, path in modules.items()
+        for base, _ in _import_statements(path, name)
+        if base.split(".")[0] in blocked
+    )
+
+
+def test_heavier_import_scan_reads_function_level_imports(tmp_path):
+    (tmp_path / "light.py").write_text("import json\ndef f():\n    import torch.nn\n")
+    (tmp_path / "typed.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
+    )
+    modules = {p.stem: p for p in tmp_path.glob("*.py")}
+    assert _heavier_imports(modules, {"torch"}) == ["light imports torch.nn"]
+
+
+@pytest.mark.parametrize("package", sorted(CASES))
+def test_no_module_imports_a_heavier_layer_even_inside_a_function(package):
+    """`test_package_imports_without_heavier_layers` runs what a module imports when it loads; this scan reads
+    every import of every module, inside functions too, so a lazy `import torch` in roll_envs fails here."""
+    modules = {name: path for name, path in _module_files().items() if name.split(".")[0] == package}
+    assert len(modules) > 10
+    blocked = set(CASES[package]) - LAZY_EXTRAS.get(package, set())
+    assert _heavier_imports(modules, blocked) == [], (
+        f"{package} imports a layer it must not (docs/architecture.md), inside a function too"
+    )
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -267,6 +314,32 @@ PIPELINE_FLOORS: tuple[tuple[str, ...], ...] = (
 """roll_pipeline's rooms, top floor first (docs/architecture.md draws them): a module imports only from its own
 room or from a floor below, never up and never sideways. The package's `__init__` is the face above them all."""
 
+ROLLOUT_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("scheduling", "testing", "_moved"),
+    ("hosting",),
+    ("policies", "plan", "schema"),
+    ("prompts", "wire"),
+    ("errors",),
+)
+"""roll_rollout's rooms, top floor first, as for roll_pipeline (docs/architecture.md draws them). `_moved` (the
+old flat paths, imported by name at run time) stands on the top floor beside the scheduler and the test doubles."""
+
+STRATEGIES_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("workers",),
+    ("protocols",),
+    ("infer", "train"),
+    ("sync", "compute"),
+    ("models", "registry"),
+    ("errors",),
+)
+"""roll_strategies' rooms, top floor first, as for roll_pipeline (docs/architecture.md draws them)."""
+
+FLOORS = {
+    "roll_pipeline": PIPELINE_FLOORS,
+    "roll_rollout": ROLLOUT_FLOORS,
+    "roll_strategies": STRATEGIES_FLOORS,
+}
+
 
 def _room(module: str, package: str) -> str | None:
     """The room of a module of `package` (its sub-package or top-level module); None for the package itself."""
@@ -323,10 +396,12 @@ def test_floor_check_finds_a_function_level_import_that_goes_up(tmp_path):
     ]
 
 
-def test_roll_pipeline_floors_run_one_way():
-    """No import of roll_pipeline, at module level or inside a function, goes up a floor or sideways."""
-    modules = {name: path for name, path in _module_files().items() if name.startswith("roll_pipeline")}
+@pytest.mark.parametrize("package", sorted(FLOORS))
+def test_floors_run_one_way(package):
+    """No import of the package, at module level or inside a function, goes up a floor or sideways."""
+    modules = {name: path for name, path in _module_files().items() if name.split(".")[0] == package}
     graph = {name: _imports(path, name, modules) for name, path in modules.items()}
-    rooms = {_room(name, "roll_pipeline") for name in modules} - {None}
-    assert rooms == {room for floor in PIPELINE_FLOORS for room in floor}, "a room is missing from the floors"
-    assert _floor_breaks(graph, "roll_pipeline", PIPELINE_FLOORS) == []
+    assert sum(map(len, graph.values())) > 50  # the scan sees the imports
+    rooms = {_room(name, package) for name in modules} - {None}
+    assert rooms == {room for floor in FLOORS[package] for room in floor}, "a room is missing from the floors"
+    assert _floor_breaks(graph, package, FLOORS[package]) == []

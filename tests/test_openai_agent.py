@@ -112,7 +112,7 @@ def test_an_agent_whose_history_re_tokenises_trains_one_row_per_call_and_says_wh
     import logging
 
     from roll_pipeline.trainer.samples import build_samples
-    from roll_rollout import agent_turns
+    from roll_rollout.hosting import agent_turns
     from roll_rollout.testing import ScriptedPolicy
     from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
 
@@ -121,7 +121,7 @@ def test_an_agent_whose_history_re_tokenises_trains_one_row_per_call_and_says_wh
         "Left", add_special_tokens=False
     )
     agent_turns._told.discard("Agent")
-    with caplog.at_level(logging.WARNING, logger="roll_rollout.agent_turns"):
+    with caplog.at_level(logging.WARNING, logger="roll_rollout.hosting.agent_turns"):
         traj = _play_one(AGENT, ScriptedPolicy(sampled), tokenizer, max_new_tokens=8)
     assert traj.error is None and len(traj.turns) == 3
     samples = build_samples([traj], pad_id=0, shape="trajectory")
@@ -139,7 +139,7 @@ def test_an_agent_whose_history_re_tokenises_trains_one_row_per_call_and_says_wh
 def _play_one(agent: str, policy: Any, tokenizer: Any, max_turns: int = 3, max_new_tokens: int = 96) -> Any:
     """One four_choice episode (seed 0: yellow, B is right) of an openai_agent slot playing `agent`."""
     from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
-    from roll_rollout.worker import encode_jobs
+    from roll_rollout.hosting.worker import encode_jobs
 
     config = {"agent": agent, "task_env": "four_choice", "agent_timeout_s": 60}
     spec = EnvSlotSpec(0, "Agent", "openai_agent", config, max_turns=max_turns, max_context_tokens=4096)
@@ -197,7 +197,7 @@ def test_the_openai_client_parses_streamed_chat_and_responses() -> None:
 
     from openai import OpenAI
     from roll_rollout import SamplingSettings
-    from roll_rollout.agent_proxy import AgentProxy, AgentSession
+    from roll_rollout.policies.agent_proxy import AgentProxy, AgentSession
     from roll_rollout.testing import ScriptedPolicy
     from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
 
@@ -236,7 +236,7 @@ def test_the_openai_client_parses_streamed_chat_and_responses() -> None:
 
 
 def test_the_docs_say_what_the_proxy_does_with_every_field() -> None:
-    from roll_rollout.openai_fields import CHAT_FIELDS, RESPONSES_FIELDS
+    from roll_rollout.policies.openai_fields import CHAT_FIELDS, RESPONSES_FIELDS
 
     doc = (ROOT / "docs" / "openai_agent.md").read_text()
     tables = doc[doc.index("## What the proxy serves") :]

@@ -31,8 +31,8 @@ from roll_pipeline.assembly.roles import config_model
 from roll_pipeline.cli.args import EXAMPLES_DIR
 from roll_pipeline.config.compose import compose
 from roll_pipeline.serving.evaluate import checkpoint_model_dir
+from roll_rollout.plan.seeds import VALIDATION_SEED_BASE
 from roll_rollout.prompts import PromptBuilder, instruction_for
-from roll_rollout.seeds import VALIDATION_SEED_BASE
 from roll_strategies.models._loading import load_model_and_tokenizer
 
 

@@ -28,7 +28,7 @@ from roll_rollout import (
     WorkerLink,
     failure_kind,
 )
-from roll_rollout.openai_policy import OpenAIPolicy, OpenAISettings, PolicyServerError
+from roll_rollout.policies.openai_policy import OpenAIPolicy, OpenAISettings, PolicyServerError
 
 GREEDY = SamplingSettings(max_new_tokens=12, greedy=True)
 INSTRUCTION = "You are solving FrozenLake."

@@ -17,7 +17,7 @@ from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.models.recipes import TINY_FROZEN_LAKE_INSTRUCTION
 from roll_pipeline.trainer.samples import SampleError, build_samples
 from roll_rollout import PromptBuilder, Trajectory, Turn
-from roll_rollout.agent_turns import UNCHAINED_METRIC
+from roll_rollout.hosting.agent_turns import UNCHAINED_METRIC
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """What `build_scheduler` sets per role: only validation's scheduler races its backups (its episodes train
-nothing); the training and demonstration schedulers keep every episode that ends (roll_rollout.backups)."""
+nothing); the training and demonstration schedulers keep every episode that ends (roll_rollout.scheduling.backups)."""
 
 from __future__ import annotations
 

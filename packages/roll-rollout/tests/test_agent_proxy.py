@@ -14,10 +14,10 @@ from typing import Any
 import msgpack
 import pytest
 from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory, sample_key
-from roll_rollout.agent_manager import AgentConfig, AgentConfigError, load_agent
-from roll_rollout.openai_chat import assistant_message, chat_prompt_ids
+from roll_rollout.hosting.agent_manager import AgentConfig, AgentConfigError, load_agent
+from roll_rollout.hosting.worker import encode_jobs
+from roll_rollout.policies.openai_chat import assistant_message, chat_prompt_ids
 from roll_rollout.testing import ScriptedPolicy
-from roll_rollout.worker import encode_jobs
 
 HERE = Path(__file__).resolve()
 TOOLS = [

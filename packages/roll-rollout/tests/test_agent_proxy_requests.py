@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from roll_rollout import SamplingSettings
-from roll_rollout.agent_proxy import AgentProxy, AgentSession
+from roll_rollout.policies.agent_proxy import AgentProxy, AgentSession
 from roll_rollout.testing import ScriptedPolicy
 
 TOOLS = [
@@ -189,7 +189,7 @@ def test_a_responses_call_is_the_prompt_of_the_same_chat(proxy, chat_tokenizer) 
 
 
 def test_tool_calls_are_function_call_output_items() -> None:
-    from roll_rollout.openai_responses import response_object
+    from roll_rollout.policies.openai_responses import response_object
 
     call = {"id": "call_1", "type": "function", "function": {"name": "submit", "arguments": '{"x": 1}'}}
     message = {"role": "assistant", "content": "Sure.", "tool_calls": [call]}

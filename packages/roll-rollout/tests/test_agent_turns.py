@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 
 import pytest
-from roll_rollout import agent_turns
-from roll_rollout.agent_proxy import RecordedCall
-from roll_rollout.agent_turns import calls_to_turns, chain_break
-from roll_rollout.policy import GenerateResult
+from roll_rollout.hosting import agent_turns
+from roll_rollout.hosting.agent_turns import calls_to_turns, chain_break
+from roll_rollout.policies.agent_proxy import RecordedCall
+from roll_rollout.policies.policy import GenerateResult
 
 
 def call(prompt: list[int], out: list[int]) -> RecordedCall:
@@ -48,7 +48,7 @@ def test_a_re_rendered_history_does_not_chain_and_says_where_once_per_tag(
 ) -> None:
     calls = chained_episode([4, 5])
     calls[2] = call([1, 2, 3, 7, 9, 4, 5, 7, 8, 4, 5], [7, 8])  # call 1's reply re-tokenised as [7, 9]
-    with caplog.at_level(logging.WARNING, logger="roll_rollout.agent_turns"):
+    with caplog.at_level(logging.WARNING, logger="roll_rollout.hosting.agent_turns"):
         turns, chained = calls_to_turns(calls, 1.0, "T")
         calls_to_turns(calls, 1.0, "T")
         calls_to_turns(calls, 1.0, "U")

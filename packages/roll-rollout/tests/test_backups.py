@@ -19,8 +19,13 @@ from roll_rollout import (
     SchedulerSettings,
     Trajectory,
 )
-from roll_rollout.backups import Attempts
-from roll_rollout.env_calls import RETHRESHOLD_EVERY, SLOW_CALL_FACTOR, SLOW_CALL_MIN_SAMPLES, EnvCalls
+from roll_rollout.hosting.env_calls import (
+    RETHRESHOLD_EVERY,
+    SLOW_CALL_FACTOR,
+    SLOW_CALL_MIN_SAMPLES,
+    EnvCalls,
+)
+from roll_rollout.scheduling.backups import Attempts
 from roll_rollout.testing import CountdownEnv, FaultyEnv, ScriptedPolicy
 
 TIMEOUT_S = 120.0

@@ -8,9 +8,9 @@ from typing import Any
 
 import msgpack
 from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
-from roll_rollout.policy import GenerateRequest, encode_request
+from roll_rollout.hosting.worker import encode_jobs
+from roll_rollout.policies.policy import GenerateRequest, encode_request
 from roll_rollout.testing import CountdownEnv, ScriptedPolicy
-from roll_rollout.worker import encode_jobs
 
 MOVES = {3: "Up", 2: "Down", 1: "Left"}
 

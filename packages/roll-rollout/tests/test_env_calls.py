@@ -12,8 +12,14 @@ import time
 import pytest
 from roll_envs import EnvRandomState
 from roll_rollout import EnvCallError, EnvCalls, EnvCallTimeout
-from roll_rollout.call_pace import INLINE_OPT_IN_S, INLINE_REVOKE_S, REVOKE_AFTER, REVOKE_SHARE, InlineGrant
-from roll_rollout.env_calls import DaemonThreadPool
+from roll_rollout.hosting.call_pace import (
+    INLINE_OPT_IN_S,
+    INLINE_REVOKE_S,
+    REVOKE_AFTER,
+    REVOKE_SHARE,
+    InlineGrant,
+)
+from roll_rollout.hosting.env_calls import DaemonThreadPool
 
 
 def test_a_call_returns_its_value_and_an_error_keeps_its_cause():
@@ -272,7 +278,7 @@ def test_inline_calls_that_hold_the_loop_send_every_env_of_their_class_to_the_po
         assert loop_thread not in where  # both liars, the other one's fast pace included
         assert await calls.run_paced(honest, threading.get_ident) == loop_thread
 
-    with caplog.at_level("WARNING", logger="roll_rollout.call_pace"):
+    with caplog.at_level("WARNING", logger="roll_rollout.hosting.call_pace"):
         try:
             asyncio.run(scenario())
         finally:

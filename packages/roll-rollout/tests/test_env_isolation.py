@@ -12,8 +12,8 @@ import msgpack
 import numpy as np
 import pytest
 from roll_rollout import EnvCalls, EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
+from roll_rollout.hosting.worker import EnvCallLimits, encode_jobs
 from roll_rollout.testing import ScriptedPolicy
-from roll_rollout.worker import EnvCallLimits, encode_jobs
 
 SLOTS = 8
 

@@ -1,4 +1,4 @@
-"""Undeclared envs in child processes of their own (`roll_rollout.env_process`): a hung call holds up only its
+"""Undeclared envs in child processes of their own (`roll_rollout.hosting.env_process`): a hung call holds up only its
 own slot, a timed-out or cancelled call kills its child, and one seed still gives one episode."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import msgpack
 import pytest
 import roll_envs
 from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
-from roll_rollout.env_process import EnvProcessError, EnvRecipe, EnvRecipeError
+from roll_rollout.hosting.env_process import EnvProcessError, EnvRecipe, EnvRecipeError
+from roll_rollout.hosting.worker import EnvCallLimits, encode_jobs
 from roll_rollout.testing import ScriptedPolicy
-from roll_rollout.worker import EnvCallLimits, encode_jobs
 
 roll_envs.register("roll_test_global_draws", "roll_rollout.testing:GlobalDrawsEnv")
 roll_envs.register("roll_test_preload_probe", "roll_rollout.testing:PreloadProbeEnv")
@@ -124,7 +124,7 @@ def test_an_env_defined_in_main_cannot_cross_and_the_error_says_what_to_do():
 
 def test_a_demonstration_crosses_from_the_child_as_the_in_process_env_gives_it():
     from roll_envs.random_state import IsolatedEnv
-    from roll_rollout.env_process import EnvProcess
+    from roll_rollout.hosting.env_process import EnvProcess
 
     process = EnvProcess(EnvRecipe.of("roll_test_global_draws", {}))
     local = IsolatedEnv.make(roll_envs.make, "roll_test_global_draws")
@@ -138,7 +138,7 @@ def test_a_demonstration_crosses_from_the_child_as_the_in_process_env_gives_it()
 
 
 def test_an_env_error_in_the_child_keeps_its_type_and_message():
-    from roll_rollout.env_process import EnvProcess
+    from roll_rollout.hosting.env_process import EnvProcess
 
     process = EnvProcess(EnvRecipe.of("roll_test_global_draws", {}))
     env = process.make()
@@ -153,7 +153,7 @@ def test_an_env_error_in_the_child_keeps_its_type_and_message():
 def test_the_env_process_is_forked_after_the_env_s_modules_are_imported(monkeypatch):
     """The zygote imports the env's module and the libraries it declares (`process_preload`) before forking
     its process, so that every slot shares them (reasoning-gym: about 100 MB a process otherwise)."""
-    from roll_rollout.env_process import EnvProcess, _Zygote
+    from roll_rollout.hosting.env_process import EnvProcess, _Zygote
 
     recipe = EnvRecipe.of("roll_test_preload_probe", {})
     assert recipe.preload == ("roll_rollout.testing", "colorsys")

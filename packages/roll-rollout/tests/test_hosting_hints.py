@@ -20,8 +20,8 @@ from roll_rollout import (
     Trajectory,
     decode_trajectory,
 )
+from roll_rollout.hosting.worker import encode_jobs
 from roll_rollout.testing import ScriptedPolicy
-from roll_rollout.worker import encode_jobs
 
 ENVS = 64
 STEP_S = 0.1

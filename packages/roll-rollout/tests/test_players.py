@@ -25,7 +25,7 @@ from roll_rollout import (
     decode_trajectory,
     split_players,
 )
-from roll_rollout.worker import EnvCallLimits, encode_jobs
+from roll_rollout.hosting.worker import EnvCallLimits, encode_jobs
 
 
 class CellPolicy:

@@ -12,7 +12,7 @@ from roll_rollout import (
     RemotePolicy,
     SamplingSettings,
 )
-from roll_rollout.policy import (
+from roll_rollout.policies.policy import (
     decode_request,
     decode_requests,
     decode_result,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from roll_rollout import GenerateRequest, GenerateResult, PayloadError, SamplingSettings
-from roll_rollout.policy import decode_request, decode_result, encode_request, encode_result
+from roll_rollout.policies.policy import decode_request, decode_result, encode_request, encode_result
 
 
 def _request() -> dict:

@@ -7,13 +7,13 @@ import random
 import pytest
 import roll_rollout
 from roll_rollout import EnvLayout, SchedulerError, Trajectory, Turn
-from roll_rollout.groups import Ledger
-from roll_rollout.rollout_metrics import COUNTED, RolloutMetrics
-from roll_rollout.seeds import VALIDATION_SEED_BASE, SeedStream
+from roll_rollout.plan.seeds import VALIDATION_SEED_BASE, SeedStream
+from roll_rollout.scheduling.groups import Ledger
+from roll_rollout.scheduling.rollout_metrics import COUNTED, RolloutMetrics
 
 
 def test_public_names_import_from_where_they_were():
-    from roll_rollout.scheduler import RolloutScheduler, SchedulerSettings
+    from roll_rollout.scheduling.scheduler import RolloutScheduler, SchedulerSettings
 
     assert RolloutScheduler is roll_rollout.RolloutScheduler
     assert SchedulerSettings is roll_rollout.SchedulerSettings

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 from roll_rollout import GenerateRequest, GenerateResult, PayloadError, SamplingSettings, StreamingPolicy
-from roll_rollout.policy import DrainLock, decode_results, encode_requests
+from roll_rollout.policies.policy import DrainLock, decode_results, encode_requests
 
 
 class GatedBackend:

@@ -7,8 +7,8 @@ import asyncio
 import msgpack
 import pytest
 from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, PayloadError, SamplingSettings, decode_trajectory
+from roll_rollout.hosting.worker import encode_jobs
 from roll_rollout.testing import CountdownEnv, ScriptedPolicy, countdown_factory
-from roll_rollout.worker import encode_jobs
 
 SAMPLING = SamplingSettings(max_new_tokens=4)
 

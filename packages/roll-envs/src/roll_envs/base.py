@@ -133,14 +133,14 @@ class BaseEnv(gym.Env[str, str], metaclass=ABCMeta):
     never_blocks: ClassVar[bool] = False
     """True: reset/step are bounded computations on in-memory state (no I/O, no subprocess, no sleep, no
     unbounded loop), so roll may run a fast one directly on its env worker's event loop, saving a thread hop
-    (`roll_rollout.call_pace`). A call that blocked there could not be timed out: declare it only when that
+    (`roll_rollout.hosting.call_pace`). A call that blocked there could not be timed out: declare it only when that
     cannot happen. roll's built-in games declare it; the sandbox does not. Holds only for the declaring class
     and subclasses adding no methods (`roll_envs.hints`): a subclass whose step waits does not inherit it."""
     process_preload: ClassVar[tuple[str, ...]] = ()
     """Modules the env imports when it is built (a library imported lazily, such as `reasoning_gym`): roll
     imports them, with the env's own module, once in the parent its env processes are forked from, so that
     each undeclared env's process shares their memory instead of importing its own copy (about 100 MB
-    each for reasoning-gym; `roll_rollout.env_process`). A module that fails to import there is skipped."""
+    each for reasoning-gym; `roll_rollout.hosting.env_process`). A module that fails to import there is skipped."""
 
     def __init__(
         self,

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from roll_rollout.agent_manager import AGENT_ENV_TYPE, AgentConfig, AgentConfigError, load_agent
+from roll_rollout.hosting.agent_manager import AGENT_ENV_TYPE, AgentConfig, AgentConfigError, load_agent
 
 from roll_pipeline.config.compose import compose_data, validate
 from roll_pipeline.config.schema import AgenticConfig, CustomEnvConfig

@@ -1,12 +1,22 @@
-"""roll-rollout: env managers, the rollout scheduler, policy clients and the msgpack trajectory schema."""
+"""roll-rollout: env managers, the rollout scheduler, policy clients and the msgpack trajectory schema.
 
-from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
-from roll_rollout.env_manager import FAILURE_KINDS, EpisodeJob, TrajEnvManager, failure_kind
+Its rooms: `scheduling/` (the driver's side), `hosting/` (env workers and their slots), `policies/` (policy
+clients and the `openai_agent` proxy), `plan/` (layout and seeds), on the low modules `schema.py`, `prompts.py`,
+`wire.py` and `errors.py`; `testing.py` holds test doubles. The flat paths of before (`roll_rollout.scheduler`,
+...) still import, as the moved modules, with a DeprecationWarning (`_moved.py`).
+"""
+
+from types import ModuleType
+
+from roll_rollout import _moved
 from roll_rollout.errors import PayloadError, RolloutError, SchedulerError
-from roll_rollout.groups import OUTCOMES, GroupFilter, RolloutBatch, SpawnWorker, WorkerLink
-from roll_rollout.layout import EnvLayout, TagMix, envs_per_worker
-from roll_rollout.players import SeatsError, check_fixed_players, split_group, split_players
-from roll_rollout.policy import (
+from roll_rollout.hosting.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.hosting.env_manager import FAILURE_KINDS, EpisodeJob, TrajEnvManager, failure_kind
+from roll_rollout.hosting.players import SeatsError, check_fixed_players, split_group, split_players
+from roll_rollout.hosting.worker import EnvCallLimits, EnvSlotSpec, EnvWorker
+from roll_rollout.plan.layout import EnvLayout, TagMix, envs_per_worker
+from roll_rollout.plan.seeds import first_training_seeds, sample_key, validation_seeds
+from roll_rollout.policies.policy import (
     BatchingPolicy,
     GenerateRequest,
     GenerateResult,
@@ -17,10 +27,9 @@ from roll_rollout.policy import (
     StreamingPolicy,
 )
 from roll_rollout.prompts import PromptBuilder
-from roll_rollout.scheduler import RolloutScheduler, SchedulerSettings
+from roll_rollout.scheduling.groups import OUTCOMES, GroupFilter, RolloutBatch, SpawnWorker, WorkerLink
+from roll_rollout.scheduling.scheduler import RolloutScheduler, SchedulerSettings
 from roll_rollout.schema import Trajectory, Turn, decode_trajectory, encode_trajectory, stable_hash
-from roll_rollout.seeds import first_training_seeds, sample_key, validation_seeds
-from roll_rollout.worker import EnvCallLimits, EnvSlotSpec, EnvWorker
 
 __version__ = "0.2.0"
 
@@ -71,3 +80,12 @@ __all__ = [
     "stable_hash",  # process-independent 64-bit hash (GiGPO anchors)
     "validation_seeds",  # fixed held-out seeds
 ]
+
+_moved.install()
+
+
+def __getattr__(name: str) -> ModuleType:
+    """An old flat module path read as an attribute (`roll_rollout.scheduler`): the moved module, warning."""
+    if f"{__name__}.{name}" in _moved.MOVED:
+        return _moved.load_moved(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from roll_envs import FrozenLakeConfig, FrozenLakeEnv
 
-from roll_rollout.policy import GenerateRequest, GenerateResult
+from roll_rollout.policies.policy import GenerateRequest, GenerateResult
 
 __all__ = [
     "CountdownEnv",

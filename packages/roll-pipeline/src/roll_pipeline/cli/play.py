@@ -109,7 +109,7 @@ def _openai_policy(args: argparse.Namespace, model_dir: Path | None, config: Any
     """The OpenAI-compatible policy the options ask for, or None (the HF model)."""
     if args.openai_base_url is None:
         return None
-    from roll_rollout.openai_policy import OpenAIPolicy, OpenAISettings
+    from roll_rollout.policies.openai_policy import OpenAIPolicy, OpenAISettings
     from transformers import AutoTokenizer
 
     from roll_pipeline.assembly.roles import config_model

@@ -21,7 +21,7 @@ from roll_algos import (
     registered_policy_losses,
     skipped_tokens_problem,
 )
-from roll_rollout.agent_manager import AGENT_ENV_TYPE
+from roll_rollout.hosting.agent_manager import AGENT_ENV_TYPE
 
 from roll_pipeline.config.colocation import SLEEP_LEVELS, infer_sleep, sleep_level_of
 from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from roll_algos import estimator_spec
-from roll_rollout.agent_manager import AGENT_ENV_TYPE
+from roll_rollout.hosting.agent_manager import AGENT_ENV_TYPE
 
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.observe.summary import RunSummary

@@ -153,7 +153,7 @@ def build_scheduler(
     if (
         validation
     ):  # never replayed: a failed episode fails its seed, and no failure stops validation; nothing
-        # trains on it, so a backup races its original (roll_rollout.backups)
+        # trains on it, so a backup races its original (roll_rollout.scheduling.backups)
         scheduling = SchedulerSettings(
             max_failures_per_group=0,
             batch_timeout_s=settings.batch_timeout_s,

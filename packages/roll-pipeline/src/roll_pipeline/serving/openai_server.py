@@ -4,7 +4,7 @@ It serves the run's own model (the HF inference worker, requests batched across 
 `BatchingPolicy`) so that anything speaking the OpenAI API can drive it, and so that `OpenAIPolicy` is
 tested against a live server rather than a mock. Endpoints: `GET /v1/models`, `POST /v1/completions`
 (prompt as text or token ids) and `POST /v1/chat/completions` (messages and tools through the model's chat
-template, tool calls read back from the reply: `roll_rollout.openai_chat`, the rendering the training proxy
+template, tool calls read back from the reply: `roll_rollout.policies.openai_chat`, the rendering the training proxy
 of `openai_agent` tags shares). With `return_tokens_as_token_ids` (as in vLLM) log-prob tokens are `token_id:N`.
 
 Standard library only: a `ThreadingHTTPServer` whose handler threads submit to one asyncio loop.
@@ -22,8 +22,13 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from roll_rollout import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
-from roll_rollout.json_http import HttpError, JsonRequestHandler
-from roll_rollout.openai_chat import ChatRequestError, assistant_message, chat_completion, chat_prompt_ids
+from roll_rollout.policies.json_http import HttpError, JsonRequestHandler
+from roll_rollout.policies.openai_chat import (
+    ChatRequestError,
+    assistant_message,
+    chat_completion,
+    chat_prompt_ids,
+)
 
 
 class BadRequest(HttpError):

@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 from roll_algos import AdvantageInputs
 from roll_rollout import Trajectory
-from roll_rollout.agent_turns import UNCHAINED_METRIC
+from roll_rollout.hosting.agent_turns import UNCHAINED_METRIC
 
 SampleShape = Literal["step", "trajectory"]
 

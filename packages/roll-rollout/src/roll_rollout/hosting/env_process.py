@@ -8,7 +8,7 @@ are the child's alone: no lock, and a call that times out or whose episode is ca
 (`EnvProcess.kill`), which ends the call, frees its thread and leaves the other slots alone; the slot's
 next episode starts a fresh child.
 
-Children are forked from one zygote per worker process (`roll_rollout.env_child.zygote`: a Python that
+Children are forked from one zygote per worker process (`roll_rollout.hosting.env_child.zygote`: a Python that
 has loaded numpy and roll_envs and runs no thread), so a child starts in milliseconds and shares the
 zygote's memory pages. Before forking a child the zygote imports the env's modules (`EnvRecipe.preload`:
 the env class's and its config's, and the libraries the class names in `process_preload`), so that 256
@@ -39,10 +39,10 @@ from typing import Any
 
 import msgpack
 
-from roll_rollout.env_child import FORK_REQUEST_BYTES, PID, PROFILE
 from roll_rollout.errors import RolloutError
+from roll_rollout.hosting.env_child import FORK_REQUEST_BYTES, PID, PROFILE
 
-_ZYGOTE = "import sys; from roll_rollout.env_child import zygote; zygote(int(sys.argv[1]))"
+_ZYGOTE = "import sys; from roll_rollout.hosting.env_child import zygote; zygote(int(sys.argv[1]))"
 """The zygote's program (not `-m`: the package's `__init__` imports the module first)."""
 _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 """The zygote forks: no BLAS thread pool may run in it (and an env's arrays are small)."""

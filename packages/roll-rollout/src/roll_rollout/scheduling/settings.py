@@ -29,7 +29,7 @@ class SchedulerSettings:
     """True (validation, whose episodes train nothing and whose pass needs every seed): a backup races the
     episode it backs up, and the first episodes of a group episode to finish complete it. False (training): an
     episode that ends is trained whatever its time; its backup replaces it only when it fails (an env error, or
-    its call timed out), so call durations never choose which episodes train (see `roll_rollout.scheduler`)."""
+    its call timed out), so call durations never choose which episodes train (see `roll_rollout.scheduling.scheduler`)."""
 
     def __post_init__(self) -> None:
         if self.async_generation_ratio < 0 or self.max_failures_per_group < 0:

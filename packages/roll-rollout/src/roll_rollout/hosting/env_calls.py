@@ -19,16 +19,16 @@ of `random` and `np.random`. Such calls are serialised by one process-wide lock;
 when a call holds it (waiting behind other envs' calls is not the env's fault), and a call that times out
 or is cancelled gives it back (`IsolatedCall.abandon`), so a hung env holds up the others of its process
 for at most `timeout_s`. A call without one (an env declaring `owns_random_state`, or an env living in a
-child process, see `roll_rollout.env_manager` and `roll_rollout.env_process`) takes no lock: up to
+child process, see `roll_rollout.hosting.env_manager` and `roll_rollout.hosting.env_process`) takes no lock: up to
 `max_concurrent` of them run at once. `run(..., abandon=...)` ends a call that timed out or was cancelled
 (an env process is killed), so its thread comes back instead of counting as hung.
 
 A call made by `run_paced` (with a `CallPace`, one per env that owns its random state) may run on the event loop
-itself, with no thread hop: which, and when, is `roll_rollout.call_pace`'s rule.
+itself, with no thread hop: which, and when, is `roll_rollout.hosting.call_pace`'s rule.
 
 Slow calls (`EnvCalls.slow_after_s`): a reset or step that has run longer than `max(backup_after_s,
 SLOW_CALL_FACTOR x the median of this worker's recent resets and steps)` is *slow*; the worker reports its
-episode and the scheduler plays a backup of it (see `roll_rollout.backups`: a validation pass then waits for
+episode and the scheduler plays a backup of it (see `roll_rollout.scheduling.backups`: a validation pass then waits for
 about `backup_after_s`, not the whole `timeout_s`; in training the backup takes the episode's place only if it
 fails or times out, so no replay follows a timeout). A slow call also hands its concurrency permit on
 (`CallTimer.hand_over`, called by the worker; it keeps its thread, one of the spares), so the worker's other
@@ -50,8 +50,8 @@ from typing import Any, TypeVar
 
 from roll_envs.random_state import EnvRandomState, IsolatedCall
 
-from roll_rollout.call_pace import INLINE_BELOW_S, INLINE_REVOKE_S, CallPace, InlineGrant, pace_for
 from roll_rollout.errors import RolloutError
+from roll_rollout.hosting.call_pace import INLINE_BELOW_S, INLINE_REVOKE_S, CallPace, InlineGrant, pace_for
 
 T = TypeVar("T")
 
@@ -208,7 +208,7 @@ class EnvCalls:
 
     def pace(self, env: Any = None) -> CallPace:
         """A fresh `CallPace` for `env` (one owning its random state: its calls may then run inline), sharing
-        its class's `InlineGrant` of this worker (`roll_rollout.call_pace.pace_for`)."""
+        its class's `InlineGrant` of this worker (`roll_rollout.hosting.call_pace.pace_for`)."""
         return pace_for(env, self.inline_below_s, self._grants)
 
     @property
@@ -238,7 +238,7 @@ class EnvCalls:
         Cancelling the awaiting task does not stop the thread: the call is counted as hung until it ends,
         and the caller must not use the env again (it may be mid-step). `abandon`, when given, is called
         then (after a timeout too) to end the call: for an env in a child process, it kills the child
-        (`roll_rollout.env_process`), so the thread returns at once.
+        (`roll_rollout.hosting.env_process`), so the thread returns at once.
         """
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_concurrent)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from roll_rollout.groups import Ledger
+from roll_rollout.scheduling.groups import Ledger
 from roll_rollout.schema import Trajectory
 
 COUNTED = (

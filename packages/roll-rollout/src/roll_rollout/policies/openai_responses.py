@@ -2,7 +2,7 @@
 
 `responses_chat(body)` turns `instructions` and `input` (text, or items: messages, `function_call`,
 `function_call_output`) and the flat function `tools` into the chat messages and tools the proxy renders
-(`roll_rollout.openai_chat`), so both endpoints give the policy the same prompt for the same conversation;
+(`roll_rollout.policies.openai_chat`), so both endpoints give the policy the same prompt for the same conversation;
 `response_object(...)` writes the reply's assistant message as `output` items (a `message` with
 `output_text`, then one `function_call` item per tool call).
 """
@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from roll_rollout.openai_chat import ChatRequestError
+from roll_rollout.policies.openai_chat import ChatRequestError
 
 _TEXT_PARTS = {"input_text", "output_text", "text"}
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}

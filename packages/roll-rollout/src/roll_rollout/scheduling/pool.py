@@ -16,11 +16,11 @@ from typing import Any
 
 import msgpack
 
-from roll_rollout.env_manager import EpisodeJob
 from roll_rollout.errors import PayloadError
-from roll_rollout.groups import SpawnWorker, WorkerLink
+from roll_rollout.hosting.env_manager import EpisodeJob
+from roll_rollout.hosting.worker import encode_jobs
+from roll_rollout.scheduling.groups import SpawnWorker, WorkerLink
 from roll_rollout.schema import Trajectory, decode_trajectory
-from roll_rollout.worker import encode_jobs
 
 OnResults = Callable[[int, list[Trajectory], list[int], dict[str, Any]], None]
 """(worker, finished trajectories, cancelled episode ids, worker stats) -> None."""

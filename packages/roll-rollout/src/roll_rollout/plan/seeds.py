@@ -14,7 +14,7 @@ from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 from roll_rollout.errors import SchedulerError
-from roll_rollout.layout import EnvLayout, TagMix
+from roll_rollout.plan.layout import EnvLayout, TagMix
 
 __all__ = [
     "VALIDATION_SEED_BASE",

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roll_rollout.openai_chat import ChatRequestError
-from roll_rollout.policy import SamplingSettings
+from roll_rollout.policies.openai_chat import ChatRequestError
+from roll_rollout.policies.policy import SamplingSettings
 
 READ, INERT, RUN = "read", "inert", "run"
 

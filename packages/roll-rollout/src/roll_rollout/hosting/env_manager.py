@@ -14,7 +14,7 @@ process-wide generators. An env that declares `owns_random_state = True` (`roll_
 built-in games do) draws only from its own generators: its reset, step and close run without the swap,
 concurrently with other envs' calls (the constructor, before the env exists to declare anything, runs
 isolated). An undeclared env built from the registry lives in a child process of its own instead
-(`process`, see `roll_rollout.env_process`): its calls take no lock, and one that times out or is cancelled
+(`process`, see `roll_rollout.hosting.env_process`): its calls take no lock, and one that times out or is cancelled
 kills the child. Each turn records the observation it acted on and the env's `state_key` of
 that state (`info["state_key"]` of the reset or step that led there; the observation when the env gives
 none), GiGPO's anchor.
@@ -23,7 +23,7 @@ A multi-player game (the env's `players`) is played move by move by whoever `inf
 a seat in `fixed_players` by the env's scripted policy of that name (not trained), every other seat by the
 policy, each seat with a prompt of its own observations and responses. A seat's turn is credited with the
 rewards that seat gets from its move until its next one (`info["rewards"]`), and the episode records each
-policy seat's success (`Trajectory.player_success`); `roll_rollout.players.split_players` makes one
+policy seat's success (`Trajectory.player_success`); `roll_rollout.hosting.players.split_players` makes one
 trajectory per seat of it.
 """
 
@@ -41,14 +41,14 @@ from typing import Any
 from roll_envs.hints import declares_own_random_state
 from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
-from roll_rollout.call_pace import CallPace
-from roll_rollout.env_calls import CallTimer, EnvCallError, EnvCalls, EnvCallTimeout
-from roll_rollout.env_process import EnvProcess, EnvProcessError
-from roll_rollout.players import Seats, manager_metrics, move_rewards, player_success
-from roll_rollout.policy import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
+from roll_rollout.hosting.call_pace import CallPace
+from roll_rollout.hosting.env_calls import CallTimer, EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.hosting.env_process import EnvProcess, EnvProcessError
+from roll_rollout.hosting.players import Seats, manager_metrics, move_rewards, player_success
+from roll_rollout.plan.seeds import sample_key
+from roll_rollout.policies.policy import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
 from roll_rollout.prompts import PromptBuilder
 from roll_rollout.schema import Trajectory, Turn
-from roll_rollout.seeds import sample_key
 from roll_rollout.wire import MAX_TEXT_CHARS
 
 FAILURE_KINDS = ("env_timeout", "env_error", "policy_error")
@@ -83,7 +83,7 @@ class TrajEnvManager:
     `make_env()` builds the env (called again after an env failure); `env` may pass a first, already
     built instance (built under `random_state`). Env calls go through `calls`, shared by the slots of a
     worker, each under the slot's `random_state` (a new one when not given). With `process`, the env lives
-    in that child process instead (`roll_rollout.env_process`): `process.make` builds it there (`make_env`
+    in that child process instead (`roll_rollout.hosting.env_process`): `process.make` builds it there (`make_env`
     is not used), its calls take no lock, and a call that times out or is cancelled kills the child rather
     than leaving a thread in the env. `fixed_players` maps the seats of a multi-player game that a scripted
     policy plays to its name (see the module docstring).

@@ -19,7 +19,7 @@ takes its place), and a group episode with more than
 group moves on to a new seed. A worker that dies, or whose hung env calls need a new process, is
 killed and respawned, and its running episodes are replayed. See docs/rollout.md.
 
-Backups (roll_rollout.backups): an episode whose env call runs past the slow-call threshold gets one more
+Backups (roll_rollout.scheduling.backups): an episode whose env call runs past the slow-call threshold gets one more
 episode of its group episode played on a free slot; in training the original still trains whenever it ends
 healthy (a backup replaces it only once it failed), in validation (`SchedulerSettings.race_backups`) the first
 to finish counts.
@@ -37,20 +37,20 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from roll_rollout.backups import BACKUP_EPISODE_IDS, Attempts, plan_backups
-from roll_rollout.env_manager import EpisodeJob, failure_kind
 from roll_rollout.errors import SchedulerError
-from roll_rollout.group_queue import GroupQueue
-from roll_rollout.groups import GroupEpisode, GroupFilter, Ledger, RolloutBatch, SpawnWorker
-from roll_rollout.heap import freeze_startup_heap
-from roll_rollout.layout import EnvLayout
-from roll_rollout.players import split_group
-from roll_rollout.policy import SamplingSettings
-from roll_rollout.pool import WorkerPool
-from roll_rollout.rollout_metrics import RolloutMetrics
+from roll_rollout.hosting.env_manager import EpisodeJob, failure_kind
+from roll_rollout.hosting.heap import freeze_startup_heap
+from roll_rollout.hosting.players import split_group
+from roll_rollout.plan.layout import EnvLayout
+from roll_rollout.plan.seeds import SeedStream
+from roll_rollout.policies.policy import SamplingSettings
+from roll_rollout.scheduling.backups import BACKUP_EPISODE_IDS, Attempts, plan_backups
+from roll_rollout.scheduling.group_queue import GroupQueue
+from roll_rollout.scheduling.groups import GroupEpisode, GroupFilter, Ledger, RolloutBatch, SpawnWorker
+from roll_rollout.scheduling.pool import WorkerPool
+from roll_rollout.scheduling.rollout_metrics import RolloutMetrics
+from roll_rollout.scheduling.settings import SchedulerSettings
 from roll_rollout.schema import Trajectory
-from roll_rollout.seeds import SeedStream
-from roll_rollout.settings import SchedulerSettings
 
 
 class RolloutScheduler:
@@ -280,7 +280,7 @@ class RolloutScheduler:
         self._back_up(stats.get("slow_episodes") or ())
 
     def _back_up(self, slow: Sequence[int]) -> None:
-        """Play the backups of the slow episodes that get one now (roll_rollout.backups)."""
+        """Play the backups of the slow episodes that get one now (roll_rollout.scheduling.backups)."""
         for ge, episode_id, env_id in plan_backups(slow, self._owner, self._busy, self.layout):
             self._metrics.count("rollout/backup_episodes")
             self._dispatch([(ge, env_id, ge.attempts[episode_id])], backup=True)

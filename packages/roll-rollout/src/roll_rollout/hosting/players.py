@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll_rollout.env_calls import EnvCallError
+from roll_rollout.hosting.env_calls import EnvCallError
 from roll_rollout.schema import Trajectory, Turn
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from roll_rollout.errors import RolloutError
-from roll_rollout.policy import GenerateRequest, GenerateResult
+from roll_rollout.policies.policy import GenerateRequest, GenerateResult
 from roll_rollout.prompts import ChatTokenizer
 
 RETRIED_HTTP_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})

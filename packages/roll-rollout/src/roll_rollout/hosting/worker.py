@@ -11,7 +11,7 @@ slots) or uses it in-process. The scheduler talks to it through three calls, all
 Each slot's loop runs until `close`: take the next job, play it, put the trajectory in the outbox, take
 the next. Nothing waits for a whole batch, so a slow episode holds up only its own slot.
 
-A slot of env type `openai_agent` is played by an `AgentEnvManager` (roll_rollout.agent_manager): an
+A slot of env type `openai_agent` is played by an `AgentEnvManager` (roll_rollout.hosting.agent_manager): an
 OpenAI-client agent against the worker's one `AgentProxy`, started with the first such slot.
 """
 
@@ -30,16 +30,16 @@ import msgpack
 from roll_envs.hints import declares_own_random_state, note_dropped_hints
 from roll_envs.random_state import EnvRandomState
 
-from roll_rollout.agent_manager import AGENT_ENV_TYPE, AgentConfig, AgentEnvManager
-from roll_rollout.agent_proxy import AgentProxy
-from roll_rollout.call_pace import INLINE_BELOW_S
-from roll_rollout.env_calls import BACKUP_AFTER_S, EnvCalls
-from roll_rollout.env_manager import EpisodeJob, TrajEnvManager, failure_kind
-from roll_rollout.env_process import EnvProcess, EnvRecipe
 from roll_rollout.errors import PayloadError
-from roll_rollout.heap import freeze_startup_heap
-from roll_rollout.players import check_fixed_players
-from roll_rollout.policy import PolicyClient, SamplingSettings
+from roll_rollout.hosting.agent_manager import AGENT_ENV_TYPE, AgentConfig, AgentEnvManager
+from roll_rollout.hosting.call_pace import INLINE_BELOW_S
+from roll_rollout.hosting.env_calls import BACKUP_AFTER_S, EnvCalls
+from roll_rollout.hosting.env_manager import EpisodeJob, TrajEnvManager, failure_kind
+from roll_rollout.hosting.env_process import EnvProcess, EnvRecipe
+from roll_rollout.hosting.heap import freeze_startup_heap
+from roll_rollout.hosting.players import check_fixed_players
+from roll_rollout.policies.agent_proxy import AgentProxy
+from roll_rollout.policies.policy import PolicyClient, SamplingSettings
 from roll_rollout.prompts import ChatTokenizer, PromptBuilder, instruction_for
 from roll_rollout.schema import Trajectory, encode_trajectory
 
@@ -64,14 +64,14 @@ class EnvSlotSpec:
 class EnvCallLimits:
     """How env calls run: threads, timeout per call, hung calls tolerated before a recycle, and whether
     undeclared envs built from the registry run each in a child process of its own (`env_processes`, see
-    `roll_rollout.env_process`; an `env_factory` given to `EnvWorker` keeps its envs in this process), and
+    `roll_rollout.hosting.env_process`; an `env_factory` given to `EnvWorker` keeps its envs in this process), and
     below which duration a call of an env owning its random state runs its next call on the event loop
-    (`inline_env_call_s`, see `roll_rollout.call_pace`; None, the default: `call_pace.INLINE_OPT_IN_S` for
+    (`inline_env_call_s`, see `roll_rollout.hosting.call_pace`; None, the default: `call_pace.INLINE_OPT_IN_S` for
     envs whose `never_blocks` holds (`roll_envs.hints`), every other env's calls in a thread under the
     timeout; a number: that threshold for every env owning its random state, 0 for none: a hang inline holds
     the worker's event loop), and
     the floor of the slow-call threshold past which a reset or step has its episode backed up
-    (`backup_after_s`, see `roll_rollout.env_calls`; 0 turns backups off)."""
+    (`backup_after_s`, see `roll_rollout.hosting.env_calls`; 0 turns backups off)."""
 
     max_env_step_concurrent: int = 8
     env_step_timeout_s: float = 60.0
@@ -212,7 +212,7 @@ class EnvWorker:
     def _agent_manager(
         self, spec: EnvSlotSpec, tokenizer: ChatTokenizer, env_factory: Callable[[str, dict[str, Any]], Any]
     ) -> AgentEnvManager:
-        """The manager of an `openai_agent` slot (roll_rollout.agent_manager), on the worker's one proxy."""
+        """The manager of an `openai_agent` slot (roll_rollout.hosting.agent_manager), on the worker's one proxy."""
         config = AgentConfig.from_env_config(spec.env_config)
         if self._proxy is None:
             self._proxy = AgentProxy(tokenizer)

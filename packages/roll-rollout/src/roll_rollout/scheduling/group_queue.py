@@ -11,8 +11,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from roll_rollout.errors import SchedulerError
-from roll_rollout.groups import GroupEpisode, GroupFilter, Ledger
-from roll_rollout.players import split_players
+from roll_rollout.hosting.players import split_players
+from roll_rollout.scheduling.groups import GroupEpisode, GroupFilter, Ledger
 
 
 class GroupQueue:

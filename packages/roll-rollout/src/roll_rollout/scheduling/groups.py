@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from roll_rollout.backups import Attempts
-from roll_rollout.policy import SamplingSettings
+from roll_rollout.policies.policy import SamplingSettings
+from roll_rollout.scheduling.backups import Attempts
 from roll_rollout.schema import Trajectory
 
 OUTCOMES = (

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 from roll_rollout.schema import Trajectory
 
 if TYPE_CHECKING:
-    from roll_rollout.groups import GroupEpisode
-    from roll_rollout.layout import EnvLayout
+    from roll_rollout.plan.layout import EnvLayout
+    from roll_rollout.scheduling.groups import GroupEpisode
 
 BACKUP_EPISODE_IDS = 1 << 62
 """Where backups' episode ids start: they count on from here, apart from the ids (and so the sampling keys,

@@ -1,4 +1,4 @@
-"""The child side of `roll_rollout.env_process`: the zygote that forks env processes, and the loop of one.
+"""The child side of `roll_rollout.hosting.env_process`: the zygote that forks env processes, and the loop of one.
 
 `zygote(fd)` runs in a fresh Python started by the worker: it loads numpy and roll_envs once, then forks
 a child for each socket the worker sends it (single-threaded, so forking is safe). A child runs

@@ -3,7 +3,7 @@
 `chat_prompt_ids(tokenizer, messages, tools)` is the prompt a chat.completions request stands for, as the
 policy is asked for it; `assistant_message(text, tools)` reads the sampled text back into the reply's
 message, tool calls included. `roll serve` (roll_pipeline.serving.openai_server) and the training proxy of
-`openai_agent` tags (roll_rollout.agent_proxy) both render through them.
+`openai_agent` tags (roll_rollout.policies.agent_proxy) both render through them.
 
 Tools reach the prompt in one of two ways:
 

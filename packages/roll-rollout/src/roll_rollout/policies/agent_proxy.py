@@ -2,17 +2,17 @@
 
 An `openai_agent` tag's agent is ordinary code speaking the OpenAI API. Each of its episodes gets a
 `base_url` of its own, `http://127.0.0.1:PORT/v1/<episode key>`; a `POST .../chat/completions` there is
-rendered to prompt ids (`roll_rollout.openai_chat.chat_prompt_ids`, tools included), sampled by the same
+rendered to prompt ids (`roll_rollout.policies.openai_chat.chat_prompt_ids`, tools included), sampled by the same
 `PolicyClient` the env slots use (token ids in, token ids and log-probs out, under the run's sampling
 settings) and recorded in the episode's `AgentSession`: the prompt ids exactly as sent, the sampled ids
-and their log-probs. Those records are what trains (`roll_rollout.agent_manager`); the text the agent
+and their log-probs. Those records are what trains (`roll_rollout.hosting.agent_manager`); the text the agent
 sees is only ever decoded from them, never encoded back.
 
 It serves what agent frameworks send: `POST .../chat/completions` and `POST .../responses` (the Responses
-API, `roll_rollout.openai_responses`: rendered to the same prompt as the same conversation in chat form),
-either with `stream: true` (server-sent events, `roll_rollout.openai_stream`: the reply is sampled whole,
+API, `roll_rollout.policies.openai_responses`: rendered to the same prompt as the same conversation in chat form),
+either with `stream: true` (server-sent events, `roll_rollout.policies.openai_stream`: the reply is sampled whole,
 then sent as the events a streaming server sends), and `GET .../models`. Every request field is honoured,
-inert, or refused with HTTP 400 naming it (`roll_rollout.openai_fields`): sampling is the run's, so that the
+inert, or refused with HTTP 400 naming it (`roll_rollout.policies.openai_fields`): sampling is the run's, so that the
 agent samples what training assumes. A request's `stop` cuts the reply at the first stop string; the ids
 after the token that completed it are neither answered nor recorded (`cut_at_stop`).
 
@@ -33,12 +33,17 @@ from dataclasses import dataclass, field, replace
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from roll_rollout.json_http import HttpError, JsonRequestHandler
-from roll_rollout.openai_chat import ChatRequestError, assistant_message, chat_completion, chat_prompt_ids
-from roll_rollout.openai_fields import CHAT_FIELDS, RESPONSES_FIELDS, CallOptions, call_options
-from roll_rollout.openai_responses import response_object, responses_chat
-from roll_rollout.openai_stream import chat_stream, response_stream
-from roll_rollout.policy import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
+from roll_rollout.policies.json_http import HttpError, JsonRequestHandler
+from roll_rollout.policies.openai_chat import (
+    ChatRequestError,
+    assistant_message,
+    chat_completion,
+    chat_prompt_ids,
+)
+from roll_rollout.policies.openai_fields import CHAT_FIELDS, RESPONSES_FIELDS, CallOptions, call_options
+from roll_rollout.policies.openai_responses import response_object, responses_chat
+from roll_rollout.policies.openai_stream import chat_stream, response_stream
+from roll_rollout.policies.policy import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
 from roll_rollout.prompts import ChatTokenizer
 
 MODEL_NAME = "roll-policy"

@@ -26,7 +26,7 @@ order): its prompt ids exactly as the policy was given them, the sampled ids and
 request's stop string); the episode's reward goes on the last turn. Where each call's prompt starts with
 the previous call's prompt + sampled ids, the calls are one conversation (`sample_shape: trajectory`
 trains it as one row, GiGPO anchors each call on what it added); where not, each call trains as its own
-row and the episode counts in `agent_unchained` (roll_rollout.agent_turns).
+row and the episode counts in `agent_unchained` (roll_rollout.hosting.agent_turns).
 
 An agent that raises ends the episode as `env_error`, one that outlives `agent_timeout_s` as
 `env_timeout` (its thread is left to finish: Python cannot stop it), a failed generation as
@@ -53,15 +53,15 @@ from typing import Any
 from roll_envs.hints import declares_own_random_state
 from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
-from roll_rollout.agent_proxy import AgentProxy, AgentSession
-from roll_rollout.agent_turns import UNCHAINED_METRIC, calls_to_turns
-from roll_rollout.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
-from roll_rollout.env_manager import EpisodeJob
 from roll_rollout.errors import RolloutError
-from roll_rollout.players import manager_metrics
-from roll_rollout.policy import PolicyClient
+from roll_rollout.hosting.agent_turns import UNCHAINED_METRIC, calls_to_turns
+from roll_rollout.hosting.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.hosting.env_manager import EpisodeJob
+from roll_rollout.hosting.players import manager_metrics
+from roll_rollout.plan.seeds import sample_key
+from roll_rollout.policies.agent_proxy import AgentProxy, AgentSession
+from roll_rollout.policies.policy import PolicyClient
 from roll_rollout.schema import Trajectory
-from roll_rollout.seeds import sample_key
 
 AGENT_ENV_TYPE = "openai_agent"
 """The `env_type` of a tag whose episodes an OpenAI-client agent plays."""

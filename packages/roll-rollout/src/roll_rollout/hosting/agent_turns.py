@@ -18,7 +18,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 
-from roll_rollout.agent_proxy import RecordedCall
+from roll_rollout.policies.agent_proxy import RecordedCall
 from roll_rollout.schema import Turn
 from roll_rollout.wire import MAX_TEXT_CHARS
 
