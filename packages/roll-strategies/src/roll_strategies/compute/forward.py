@@ -33,10 +33,11 @@ and each chunk's reference logits live only as long as the chunk's own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 from roll_algos import pack_sequences
+from roll_algos.micro_batch import MicroBatch
 from torch import nn
 
 from roll_strategies.compute.attention_windows import EVERY_LAYER, attention_windows
@@ -343,7 +344,7 @@ def value_outputs(
 
 def micro_batch_outputs(
     model: nn.Module,
-    mb: Mapping[str, Any],
+    mb: MicroBatch,
     *,
     with_entropy: bool,
     pad_id: int = 0,
