@@ -83,10 +83,7 @@ def gspo(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput
     """
     check_policy_loss_args(
         "gspo",
-        inputs.log_probs,
-        inputs.old_log_probs,
-        inputs.advantages,
-        inputs.response_mask,
+        *inputs[:4],
         rollout_log_probs=inputs.rollout_log_probs,
         clip_low=config.clip_low,
         clip_high=config.clip_high,
@@ -94,10 +91,7 @@ def gspo(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput
     )
     return clipped_policy_loss(
         sequence_ratio(inputs.log_probs, inputs.old_log_probs, inputs.response_mask),
-        inputs.log_probs,
-        inputs.old_log_probs,
-        inputs.advantages,
-        inputs.response_mask,
+        *inputs[:4],  # log_probs, old_log_probs, advantages, response_mask
         clip_low=config.clip_low,
         clip_high=config.clip_high,
         agg_mode=config.agg_mode,

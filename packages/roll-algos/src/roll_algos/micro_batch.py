@@ -1,10 +1,5 @@
-"""`MicroBatch`: the rows of one forward / backward of a train step, every key a producer sets or a loss or a
-strategy reads, named once.
-
-The pipeline builds micro-batches (roll_pipeline.trainer.micro_batches), a train strategy runs each one's forward
-and hands it to the loss (`ActorLoss`, `CriticLoss`, or any `roll_strategies.protocols.LossFn`). A loss may read
-keys of its own beside these (a test's `adv`): the type names the ones roll's code passes.
-"""
+"""`MicroBatch`: one forward / backward of a train step, every key the pipeline sets (roll_pipeline.trainer) and a
+strategy or a loss (`ActorLoss`, `CriticLoss`, a `roll_strategies.protocols.LossFn`) reads, named once."""
 
 from __future__ import annotations
 

@@ -15,12 +15,15 @@ import importlib.metadata
 import inspect
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from roll_algos.errors import AlgosError
 
-__all__ = ["NAME_PATTERN", "Registry", "check_call_shape", "check_name", "import_plugins", "where"]
+__all__ = ["NAME_PATTERN", "Registry", "where"]
+
+NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
+"""A registered name: letters, digits, '_', '.', '-', starting with a letter."""
 
 
 class _Spec(Protocol):
@@ -31,100 +34,54 @@ class _Spec(Protocol):
 S = TypeVar("S", bound=_Spec)
 F = TypeVar("F", bound=Callable[..., Any])
 
-NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
-"""A registered name: letters, digits, '_', '.', '-', starting with a letter."""
-
-
-def import_plugins(group: str, family: str, errors: dict[str, str]) -> dict[str, str]:
-    """Import every module listed in the entry-point `group` (its import registers its entries).
-
-    A plugin that fails to import is recorded in `errors` (name -> "module: error") and warned about, and the
-    others still load; one that loads is dropped from `errors`. `family` names the registry in the warning
-    (e.g. "estimator"). Returns a copy of `errors`.
-    """
-    for ep in importlib.metadata.entry_points(group=group):
-        try:
-            ep.load()
-            errors.pop(ep.name, None)
-        except Exception as exc:  # a broken plugin must not break the others
-            errors[ep.name] = f"{ep.value}: {exc}"
-            warnings.warn(f"roll-algos {family} plugin {ep.name!r} ({ep.value}) failed: {exc}", stacklevel=3)
-    return dict(errors)
-
 
 def where(fn: object) -> str:
     """`module.qualname` of a registered function, for messages."""
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def check_name(caller: str, name: object) -> str:
-    """`name` as a str; `AlgosError` from `caller` (e.g. "register_estimator") unless it fits `NAME_PATTERN`."""
-    key = str(name)
-    if not NAME_PATTERN.match(key):
-        raise AlgosError(
-            f"{caller}: expected a name of letters, digits, '_', '.', '-' starting with a letter, got {name!r}."
-        )
-    return key
-
-
-def check_call_shape(caller: str, fn: object, *, family: str, inputs: str, output: str) -> None:
-    """Raise `AlgosError` unless `fn` is a synchronous function callable as `fn(inputs, config)`.
-
-    Args:
-        caller: the registration call, for the message (e.g. "register_estimator('grpo')").
-        fn: the function being registered.
-        family: what the registry holds ("estimator", "policy loss").
-        inputs: the two argument types, e.g. "(AdvantageInputs, AdvantageConfig)".
-        output: the return type, e.g. "AdvantageOutput".
-    """
-    if not callable(fn) or inspect.iscoroutinefunction(fn) or inspect.isclass(fn):
-        raise AlgosError(f"{caller}: expected a function fn(inputs, config) -> {output}, got {fn!r}.")
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return  # no signature to check (a builtin): the first call will tell
-    try:
-        signature.bind(None, None)
-    except TypeError as exc:
-        raise AlgosError(
-            f"{caller}: {where(fn)}{signature} cannot be called as fn(inputs, config) ({exc}); every {family}"
-            f" takes exactly {inputs}."
-        ) from None
-
-
 class Registry(Generic[S]):
-    """One family of functions registered by name (each with its spec: a frozen record holding `fn`), in one
-    call shape `fn(inputs, config) -> output`; installed packages add entries through the entry-point `group`,
-    whose modules load on the first lookup that misses.
+    """Functions of one call shape `fn(inputs, config) -> output` by name, each with its spec (a frozen record
+    holding `fn`); installed packages add entries through the entry-point `group`, loaded on the first miss.
 
-    Args:
-        family: what it holds, for messages ("advantage estimator", "policy loss").
-        register: the name of its registration decorator, for messages ("register_estimator").
-        group: the entry-point group of its plugins.
-        inputs, output: the call shape, for messages ("(AdvantageInputs, AdvantageConfig)", "AdvantageOutput").
-        how_to_register: the sentence that ends a failed lookup.
+    `family` ("advantage estimator") and `register` (the decorator's name) start the messages; `shape` is
+    (inputs, output), e.g. ("(AdvantageInputs, AdvantageConfig)", "AdvantageOutput"); `how_to_register` ends
+    a failed lookup's message.
     """
 
-    def __init__(
-        self, *, family: str, register: str, group: str, inputs: str, output: str, how_to_register: str
-    ) -> None:
+    def __init__(self, family: str, register: str, group: str, shape: tuple[str, str], how_to_register: str):
         self.family, self.register, self.group = family, register, group
-        self.inputs, self.output, self.how_to_register = inputs, output, how_to_register
+        self.shape, self.how_to_register = shape, how_to_register
         self.entries: dict[str, S] = {}
         self.plugins_loaded = False
         self.plugin_errors: dict[str, str] = {}
 
     def key(self, name: object) -> str:
-        """`name` as a registered key (`check_name`)."""
-        return check_name(self.register, name)
+        """`name` as a str; `AlgosError` unless it fits `NAME_PATTERN`."""
+        key = str(name)
+        if not NAME_PATTERN.match(key):
+            raise AlgosError(
+                f"{self.register}: expected a name of letters, digits, '_', '.', '-' starting with a letter, got"
+                f" {name!r}."
+            )
+        return key
+
+    def check_options(
+        self, key: str, options: Sequence[str], valid: Collection[str], what: str, note: str
+    ) -> None:
+        """`AlgosError` unless `options` is a tuple of names in `valid`; `what` and `note` complete the message."""
+        if isinstance(options, str) or any(o not in valid for o in options):
+            raise AlgosError(
+                f"{self.register}({key!r}): options must be a tuple of {what}, got {options!r}; {note}."
+            )
 
     def decorator(self, key: str, build: Callable[[Any, str], S], replace: bool) -> Callable[[F], F]:
-        """The decorator that registers `build(fn, description)` under `key` after checking `fn`'s call shape
-        and that `key` is free (unless `replace`); the description is the first line of `fn`'s docstring."""
+        """The decorator that registers `build(fn, description)` under `key` once `fn` is a synchronous function
+        callable as `fn(inputs, config)` and `key` is free (or `replace`); the description is `fn`'s first
+        docstring line."""
 
         def wrap(fn: F) -> F:
-            caller = f"{self.register}({key!r})"
-            check_call_shape(caller, fn, family=self.family, inputs=self.inputs, output=self.output)
+            self._check_call_shape(f"{self.register}({key!r})", fn)
             old = self.entries.get(key)
             if old is not None and old.fn is not fn and not replace:
                 raise AlgosError(
@@ -137,15 +94,40 @@ class Registry(Generic[S]):
 
         return wrap
 
+    def _check_call_shape(self, caller: str, fn: object) -> None:
+        inputs, output = self.shape
+        if not callable(fn) or inspect.iscoroutinefunction(fn) or inspect.isclass(fn):
+            raise AlgosError(f"{caller}: expected a function fn(inputs, config) -> {output}, got {fn!r}.")
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            return  # no signature to check (a builtin): the first call will tell
+        try:
+            signature.bind(None, None)
+        except TypeError as exc:
+            raise AlgosError(
+                f"{caller}: {where(fn)}{signature} cannot be called as fn(inputs, config) ({exc}); every"
+                f" {self.family} takes exactly {inputs}."
+            ) from None
+
     def load_plugins(self, force: bool = False) -> dict[str, str]:
         """Import every module listed in the registry's entry-point group (once, unless `force`).
 
-        Returns the plugins that failed, name -> error (also reported as warnings; the others still load).
+        Returns the plugins that failed, name -> "module: error" (also warned about; the others still load).
         """
         if self.plugins_loaded and not force:
             return dict(self.plugin_errors)
         self.plugins_loaded = True
-        return import_plugins(self.group, self.family, self.plugin_errors)
+        for ep in importlib.metadata.entry_points(group=self.group):
+            try:
+                ep.load()
+                self.plugin_errors.pop(ep.name, None)
+            except Exception as exc:  # a broken plugin must not break the others
+                self.plugin_errors[ep.name] = f"{ep.value}: {exc}"
+                warnings.warn(
+                    f"roll-algos {self.family} plugin {ep.name!r} ({ep.value}) failed: {exc}", stacklevel=2
+                )
+        return dict(self.plugin_errors)
 
     def names(self) -> list[str]:
         """The names of every registered entry (plugins included), sorted."""

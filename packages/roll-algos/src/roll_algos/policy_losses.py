@@ -17,7 +17,7 @@ module whose import registers its losses (loaded on the first lookup that misses
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import NamedTuple
 
 import torch
@@ -60,6 +60,9 @@ HOW_TO_REGISTER = (
     " config: PolicyLossConfig) -> PolicyLossOutput, in a module that an installed package lists under the"
     f" entry-point group {POLICY_LOSS_ENTRY_POINT_GROUP!r} (docs/algos/policy_loss.md)."
 )
+
+
+_SHAPE = ("(PolicyLossInputs, PolicyLossConfig)", "PolicyLossOutput")
 
 
 class PolicyLossInputs(NamedTuple):
@@ -136,12 +139,7 @@ class PolicyLossSpec:
 
 
 POLICY_LOSS_REGISTRY: Registry[PolicyLossSpec] = Registry(
-    family="policy loss",
-    register="register_policy_loss",
-    group=POLICY_LOSS_ENTRY_POINT_GROUP,
-    inputs="(PolicyLossInputs, PolicyLossConfig)",
-    output="PolicyLossOutput",
-    how_to_register=HOW_TO_REGISTER,
+    "policy loss", "register_policy_loss", POLICY_LOSS_ENTRY_POINT_GROUP, _SHAPE, HOW_TO_REGISTER
 )
 """The policy losses' `Registry` (plugins load on the first lookup that misses)."""
 
@@ -168,12 +166,10 @@ def register_policy_loss(
             return get_policy_loss("ppo")(inputs, dataclasses.replace(config, clip_high=0.28))
     """
     key = POLICY_LOSS_REGISTRY.key(name)
-    unknown = [o for o in options if o not in POLICY_LOSS_OPTIONS]
-    if isinstance(options, str) or unknown:
-        raise AlgosError(
-            f"register_policy_loss({key!r}): options must be a tuple of {list(POLICY_LOSS_OPTIONS)}, got"
-            f" {options!r}; the other PolicyLossConfig fields ({_shared()}) are read by every loss."
-        )
+    shared = f"the other PolicyLossConfig fields ({_shared()}) are read by every loss"
+    POLICY_LOSS_REGISTRY.check_options(
+        key, options, POLICY_LOSS_OPTIONS, str(list(POLICY_LOSS_OPTIONS)), shared
+    )
     return POLICY_LOSS_REGISTRY.decorator(
         key, lambda fn, doc: PolicyLossSpec(key, fn, tuple(options), doc), replace
     )
@@ -232,18 +228,5 @@ def ppo(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput:
     capped at -A_t * dual_clip for A_t < 0, weighted by the TIS weight, aggregated over `response_mask`
     with `agg_mode`.
     """
-    return policy_loss(
-        inputs.log_probs,
-        inputs.old_log_probs,
-        inputs.advantages,
-        inputs.response_mask,
-        clip_low=config.clip_low,
-        clip_high=config.clip_high,
-        dual_clip=config.dual_clip,
-        agg_mode=config.agg_mode,
-        ratio_level=config.ratio_level,
-        segment_ids=inputs.segment_ids,
-        rollout_log_probs=inputs.rollout_log_probs,
-        tis_cap=config.tis_cap,
-        norm_constant=config.norm_constant,
-    )
+    # the fields of PolicyLossInputs and PolicyLossConfig are policy_loss's arguments, one to one
+    return policy_loss(**inputs._asdict(), **asdict(config))

@@ -53,6 +53,7 @@ HOW_TO_REGISTER = (
     f" an installed package lists under the entry-point group {ENTRY_POINT_GROUP!r} (docs/algos/registry.md)."
 )
 _LEVELS: tuple[str, ...] = get_args(EstimatorLevel)
+_SHAPE = ("(AdvantageInputs, AdvantageConfig)", "AdvantageOutput")
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,7 @@ class EstimatorSpec:
 
 
 ESTIMATOR_REGISTRY: Registry[EstimatorSpec] = Registry(
-    family="advantage estimator",
-    register="register_estimator",
-    group=ENTRY_POINT_GROUP,
-    inputs="(AdvantageInputs, AdvantageConfig)",
-    output="AdvantageOutput",
-    how_to_register=HOW_TO_REGISTER,
+    "advantage estimator", "register_estimator", ENTRY_POINT_GROUP, _SHAPE, HOW_TO_REGISTER
 )
 """The estimators' `Registry` (plugins load on the first lookup that misses)."""
 
@@ -118,7 +114,10 @@ def register_estimator(
     key = ESTIMATOR_REGISTRY.key(name)
     if level not in _LEVELS:
         raise AlgosError(f"register_estimator({key!r}): expected level in {list(_LEVELS)}, got {level!r}.")
-    _check_options(key, options)
+    known = {f.name for f in fields(AdvantageConfig)}
+    ESTIMATOR_REGISTRY.check_options(
+        key, options, known, "AdvantageConfig fields", f"valid fields: {sorted(known)}"
+    )
     return ESTIMATOR_REGISTRY.decorator(
         key,
         lambda fn, doc: EstimatorSpec(
@@ -126,16 +125,6 @@ def register_estimator(
         ),
         replace,
     )
-
-
-def _check_options(key: str, options: tuple[str, ...]) -> None:
-    known = {f.name for f in fields(AdvantageConfig)}
-    unknown = [o for o in options if o not in known]
-    if isinstance(options, str) or unknown:
-        raise AlgosError(
-            f"register_estimator({key!r}): options must be a tuple of AdvantageConfig fields, got"
-            f" {options!r}; valid fields: {sorted(known)}."
-        )
 
 
 load_estimator_plugins = ESTIMATOR_REGISTRY.load_plugins

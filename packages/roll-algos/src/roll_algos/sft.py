@@ -27,10 +27,7 @@ def sft(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput:
     """
     check_policy_loss_args(
         "sft",
-        inputs.log_probs,
-        inputs.old_log_probs,
-        inputs.advantages,
-        inputs.response_mask,
+        *inputs[:4],
         rollout_log_probs=inputs.rollout_log_probs,
         clip_low=config.clip_low,
         clip_high=config.clip_high,

@@ -64,16 +64,10 @@ __all__ = [
     "value_outputs",
 ]
 
+# the `roll_algos.MicroBatch` keys that steer the forward (their meaning: MicroBatch's docstring)
 PACK_CAPACITY_KEY = "pack_capacity"
-"""Micro-batch key (int or 0-dim tensor): run this micro-batch packed into rows of that many tokens."""
-
 SHARE_PREFIX_KEY = "share_prefix"
-"""Micro-batch key (bool or 0-dim tensor): true runs this micro-batch as a prefix tree, false padded / packed."""
-
 REFERENCE_KEY = "reference_model"
-"""Micro-batch key: a frozen reference causal LM (an nn.Module the train worker adds in its own process,
-never sent between processes); the strategy then adds `full_kl` / `full_kl_forward` [B, T], the exact
-KL(pi || ref) / KL(ref || pi) over the vocabulary, with grad."""
 
 
 class TokenOutputs(NamedTuple):

@@ -1,19 +1,21 @@
-"""The checkpoint files the HF train strategies share (`HFTrainStrategy`, `HFCriticStrategy`): the model folder with
-its float32 masters, the trainer state's file name, and reading them with a `CheckpointError` that names the file.
+"""The checkpoint folder both HF train strategies write and read (`HFTrainStrategy`, `HFCriticStrategy`): the
+model with its float32 masters, the tokenizer and the trainer state; a missing or damaged file is a
+`CheckpointError` that names it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
+from safetensors.torch import load_file
 
 from roll_strategies.errors import CheckpointError
 from roll_strategies.train.master_weights import MasterWeightOptimizer
 
-__all__ = ["TRAINER_STATE_FILE", "checkpoint_files", "read_checkpoint_file", "save_model"]
+__all__ = ["TRAINER_STATE_FILE", "read_checkpoint", "save_model", "write_checkpoint"]
 
 TRAINER_STATE_FILE = "trainer_state.pt"
 """The trainer state (step, rng, optimiser, counters) beside the model in a checkpoint folder."""
@@ -30,9 +32,27 @@ def save_model(model: torch.nn.Module, path: Path, trainer: MasterWeightOptimize
         model.save_pretrained(path, state_dict=trainer.named_weights(model), safe_serialization=True)
 
 
-def checkpoint_files(path: Path, writer: str) -> tuple[Path, Path]:
-    """(weights, trainer state) of a checkpoint folder written by `writer`.save_checkpoint; a missing file is a
-    `CheckpointError` listing what the folder holds."""
+def write_checkpoint(
+    path: Path, model: torch.nn.Module, tokenizer: Any, trainer: MasterWeightOptimizer | None, step: int
+) -> None:
+    """`model` (`save_model`), `tokenizer` and the trainer state (step, torch's rng, which dropout draws from,
+    and `trainer.state_dict()`: optimiser, scheduler, loss scale, non-finite counters) into `path`."""
+    path.mkdir(parents=True, exist_ok=True)
+    save_model(model, path, trainer)
+    tokenizer.save_pretrained(path)
+    state = {
+        "step": step,
+        "rng": torch.get_rng_state(),
+        **(trainer.state_dict() if trainer is not None else {}),
+    }
+    torch.save(state, path / TRAINER_STATE_FILE)
+
+
+def read_checkpoint(
+    path: Path, writer: str, device: torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
+    """(named weights on `device`, trainer state, its file) of a folder `writer`.save_checkpoint wrote; a missing
+    file is a `CheckpointError` listing what the folder holds, a damaged one a `CheckpointError` naming it."""
     weights, state_file = path / "model.safetensors", path / TRAINER_STATE_FILE
     if not weights.exists() or not state_file.exists():
         raise CheckpointError(
@@ -40,10 +60,12 @@ def checkpoint_files(path: Path, writer: str) -> tuple[Path, Path]:
             f"{sorted(p.name for p in path.iterdir()) if path.is_dir() else 'no folder'}; pass a folder "
             f"written by {writer}.save_checkpoint."
         )
-    return weights, state_file
+    named = _read(weights, lambda: load_file(str(weights), device=str(device)))
+    state = _read(state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu"))
+    return named, state, state_file
 
 
-def read_checkpoint_file(path: Path, load: Callable[[], T]) -> T:
+def _read(path: Path, load: Callable[[], T]) -> T:
     """`load()`, with any failure to read `path` raised as a `CheckpointError` naming the file."""
     try:
         return load()

@@ -13,18 +13,12 @@ from pathlib import Path
 
 import torch
 from roll_algos.micro_batch import MicroBatch
-from safetensors.torch import load_file
 
 from roll_strategies.compute.forward import PACK_CAPACITY_KEY, SHARE_PREFIX_KEY, value_outputs
 from roll_strategies.compute.probes import check_prefix_sharing, packing_supported
 from roll_strategies.errors import StrategyError
 from roll_strategies.protocols import ValueLossFn
-from roll_strategies.train.checkpoints import (
-    TRAINER_STATE_FILE,
-    checkpoint_files,
-    read_checkpoint_file,
-    save_model,
-)
+from roll_strategies.train.checkpoints import read_checkpoint, write_checkpoint
 from roll_strategies.train.data_parallel import DataParallelSpec, join_group
 from roll_strategies.train.master_weights import MasterWeightOptimizer
 from roll_strategies.train.offload import OffloadReport, TrainStateOffload
@@ -152,25 +146,12 @@ class HFCriticStrategy:
         """Value model (safetensors, loadable by `load_value_model`; the float32 masters in mixed precision)
         + tokenizer + optimiser state, written by rank 0."""
         if self.data_parallel.is_main:  # every rank holds the same weights and optimiser state
-            path = Path(path)
-            path.mkdir(parents=True, exist_ok=True)
-            save_model(self.model, path, self.trainer)
-            self.tokenizer.save_pretrained(path)
-            state = {
-                "step": self.step,
-                "rng": torch.get_rng_state(),  # dropout draws from it; a resumed run continues the same stream
-                **self.trainer.state_dict(),
-            }
-            torch.save(state, path / TRAINER_STATE_FILE)
+            write_checkpoint(Path(path), self.model, self.tokenizer, self.trainer, self.step)
         self.data_parallel.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore what `save_checkpoint` wrote."""
-        weights, state_file = checkpoint_files(Path(path), "HFCriticStrategy")
-        named = read_checkpoint_file(weights, lambda: load_file(str(weights), device=str(self.device)))
-        state = read_checkpoint_file(
-            state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu")
-        )
+        named, state, state_file = read_checkpoint(Path(path), "HFCriticStrategy", self.device)
         self.trainer.load_state_dict(state, state_file)
         self.trainer.load_weights(self.model, named)
         self.step = int(state["step"])

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import torch
 from roll_algos.micro_batch import MicroBatch
-from safetensors.torch import load_file
 
 from roll_strategies.compute.forward import micro_batch_outputs
 from roll_strategies.compute.logprobs import token_log_probs
@@ -21,12 +20,7 @@ from roll_strategies.protocols import LossFn
 from roll_strategies.sync import endpoints
 from roll_strategies.sync.weight_sync import WeightExporter
 from roll_strategies.sync.weights import export_named_weights, load_named_weights, unique_named_tensors
-from roll_strategies.train.checkpoints import (
-    TRAINER_STATE_FILE,
-    checkpoint_files,
-    read_checkpoint_file,
-    save_model,
-)
+from roll_strategies.train.checkpoints import read_checkpoint, write_checkpoint
 from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.train.master_weights import MasterWeightOptimizer
 from roll_strategies.train.offload import OffloadReport, TrainStateOffload
@@ -189,24 +183,13 @@ class HFTrainStrategy:
         """Model (safetensors; the float32 masters in mixed precision) + tokenizer + optimizer/scheduler/
         loss scale/non-finite counters/step (torch.save, tensors-only) into `path`, written by rank 0."""
         if self.data_parallel.is_main:  # every rank holds the same weights and optimiser state
-            path = Path(path)
-            path.mkdir(parents=True, exist_ok=True)
-            save_model(self.model, path, self.trainer)
-            self.tokenizer.save_pretrained(path)
-            state: dict[str, object] = {"step": self.step, "rng": torch.get_rng_state()}
-            if self.trainer is not None:
-                state.update(self.trainer.state_dict())
-            torch.save(state, path / TRAINER_STATE_FILE)
+            write_checkpoint(Path(path), self.model, self.tokenizer, self.trainer, self.step)
         self.data_parallel.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore what `save_checkpoint` wrote (weights strictly, and exactly into the float32 masters;
         optimizer, scheduler and counters when trainable)."""
-        weights, state_file = checkpoint_files(Path(path), "HFTrainStrategy")
-        named = read_checkpoint_file(weights, lambda: load_file(str(weights), device=str(self.device)))
-        state = read_checkpoint_file(
-            state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu")
-        )
+        named, state, state_file = read_checkpoint(Path(path), "HFTrainStrategy", self.device)
         if self.trainer is None:
             load_named_weights(self.model, named)
         else:
