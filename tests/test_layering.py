@@ -326,8 +326,8 @@ old flat paths, imported by name at run time) stands on the top floor beside the
 
 STRATEGIES_FLOORS: tuple[tuple[str, ...], ...] = (
     ("workers",),
-    ("protocols",),
     ("infer", "train"),
+    ("protocols",),
     ("sync", "compute"),
     ("models", "registry"),
     ("errors",),

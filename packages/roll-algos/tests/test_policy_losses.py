@@ -176,8 +176,8 @@ def test_entry_point_plugins_load_and_actor_loss_uses_them(tmp_path, monkeypatch
     monkeypatch.setattr(
         importlib.metadata, "entry_points", lambda group: points if group == points[0].group else []
     )
-    monkeypatch.setattr(policy_losses_module, "_plugins_loaded", False)
-    monkeypatch.setattr(policy_losses_module, "_plugin_errors", {})
+    monkeypatch.setattr(policy_losses_module.POLICY_LOSS_REGISTRY, "plugins_loaded", False)
+    monkeypatch.setattr(policy_losses_module.POLICY_LOSS_REGISTRY, "plugin_errors", {})
     with pytest.warns(UserWarning, match="policy loss plugin 'broken'"):
         objective = ActorLoss(policy_loss="plugged_half", clip_high=0.28)  # a miss loads the plugins
     mb = _batch()

@@ -129,10 +129,10 @@ def test_entry_point_plugins_load_and_a_broken_one_is_reported(tmp_path, monkeyp
         importlib.metadata.EntryPoint("broken", "no_such_module_anywhere", group),
     ]
     monkeypatch.setattr(
-        registry_module.importlib.metadata, "entry_points", lambda group: points if group else []
+        importlib.metadata, "entry_points", lambda group: points if group == points[0].group else []
     )
-    monkeypatch.setattr(registry_module, "_plugins_loaded", False)
-    monkeypatch.setattr(registry_module, "_plugin_errors", {})
+    monkeypatch.setattr(registry_module.ESTIMATOR_REGISTRY, "plugins_loaded", False)
+    monkeypatch.setattr(registry_module.ESTIMATOR_REGISTRY, "plugin_errors", {})
     with pytest.warns(UserWarning, match="'broken'"):
         spec = estimator_spec("plugged_raw")  # a miss loads the plugins
     assert spec.level == "trajectory"

@@ -272,9 +272,10 @@ def test_prefix_sharing_is_probed_not_assumed():
 
 
 def test_an_unsupported_model_is_refused_at_construction(tiny_model_dir, monkeypatch):
+    import roll_strategies.compute.probes as probes
     import roll_strategies.train.hf_train as hf_train
 
-    monkeypatch.setattr(hf_train, "prefix_sharing_supported", lambda model, value_model=False: False)
+    monkeypatch.setattr(probes, "prefix_sharing_supported", lambda model, value_model=False: False)
     with pytest.raises(StrategyError, match="share_prefix=false"):
         hf_train.HFTrainStrategy(tiny_model_dir, share_prefix=True)
     hf_train.HFTrainStrategy(tiny_model_dir, share_prefix=False)  # the dense path needs no probe

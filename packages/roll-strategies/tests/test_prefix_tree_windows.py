@@ -164,8 +164,8 @@ def test_the_probe_reaches_past_the_window():
 
 
 def test_an_unsupported_windowed_model_is_refused_naming_its_layers():
-    import roll_strategies.train.hf_train as hf_train
+    from roll_strategies.compute.probes import check_prefix_sharing
 
     model = _OneMask(windowed("gemma3"))
     with pytest.raises(StrategyError, match=r"layers 0, 2 \(sliding_attention\).*share_prefix=false"):
-        hf_train.check_prefix_sharing(model, True, "gemma3-dir")
+        check_prefix_sharing(model, True, "gemma3-dir")

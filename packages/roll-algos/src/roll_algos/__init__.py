@@ -10,7 +10,7 @@ Pure functions on tensors (torch, numpy only). Families share one call shape:
   (`register_policy_loss(name)`, entry-point group `roll_algos.policy_losses`): `ppo` (default), `gspo`, `sft`
   (behaviour cloning);
 - KL: `kl_penalty`, `apply_kl_penalty`, `token_kl`, fixed / adaptive controllers;
-- objectives the train workers run: `ActorLoss` (PPO family + KL + entropy), `CriticLoss`;
+- objectives the train workers run: `ActorLoss` (PPO family + KL + entropy), `CriticLoss`, on a `MicroBatch`;
 - packing and dynamic batching: `pack_sequences`, `dynamic_micro_batches`, `balance_partitions`.
 """
 
@@ -47,6 +47,7 @@ from roll_algos.losses import (
     policy_loss,
     value_loss,
 )
+from roll_algos.micro_batch import MicroBatch
 from roll_algos.objectives import FULL_KL_KINDS, ActorLoss, CriticLoss, skipped_tokens_problem, token_kl
 from roll_algos.packing import PackedBatch, pack_sequences, packed_attention_mask, unpack, unpack_padded
 from roll_algos.policy_losses import (
@@ -104,6 +105,7 @@ __all__: list[str] = [
     "FixedKLController",
     "KLEstimator",
     "LossAggMode",
+    "MicroBatch",
     "NormMode",
     "PackedBatch",
     "PolicyLossConfig",

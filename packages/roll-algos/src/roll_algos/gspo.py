@@ -68,7 +68,7 @@ def gspo(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput
     pi_old), gradient through each token) and eps_low, eps_high = config.clip_low, clip_high:
 
         l_i,t = max(-A_i,t s_i,t, -A_i,t clip(s_i,t, 1 - eps_low, 1 + eps_high))
-        loss  = aggregate(l * w) - entropy_coef * aggregate(entropy)
+        loss  = aggregate(l * w)
 
     The sequence is row i's True entries of `response_mask` [B, T]. The advantage is read per token; GSPO
     gives one per sequence (A_i,t = A_i: a trajectory-level estimator such as grpo, or any estimator on
@@ -83,28 +83,19 @@ def gspo(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput
     """
     check_policy_loss_args(
         "gspo",
-        inputs.log_probs,
-        inputs.old_log_probs,
-        inputs.advantages,
-        inputs.response_mask,
+        *inputs[:4],
         rollout_log_probs=inputs.rollout_log_probs,
-        entropy=inputs.entropy,
         clip_low=config.clip_low,
         clip_high=config.clip_high,
         dual_clip=None,
     )
     return clipped_policy_loss(
         sequence_ratio(inputs.log_probs, inputs.old_log_probs, inputs.response_mask),
-        inputs.log_probs,
-        inputs.old_log_probs,
-        inputs.advantages,
-        inputs.response_mask,
+        *inputs[:4],  # log_probs, old_log_probs, advantages, response_mask
         clip_low=config.clip_low,
         clip_high=config.clip_high,
         agg_mode=config.agg_mode,
         rollout_log_probs=inputs.rollout_log_probs,
         tis_cap=config.tis_cap,
-        entropy=inputs.entropy,
-        entropy_coef=config.entropy_coef,
         norm_constant=config.norm_constant,
     )

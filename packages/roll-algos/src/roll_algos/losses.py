@@ -113,9 +113,8 @@ class PolicyLossOutput(NamedTuple):
     """Policy loss and its diagnostics (diagnostics are detached 0-dim tensors over valid tokens).
 
     Attributes:
-        loss: differentiable scalar = pg_loss - entropy_coef * entropy.
-        pg_loss: the clipped surrogate, aggregated (detached).
-        entropy: aggregated entropy (0 when none was passed).
+        loss: differentiable scalar, the aggregated policy loss.
+        pg_loss: the same, detached.
         clip_frac: fraction of tokens where clipping changed the loss (either side).
         clip_frac_low: fraction with ratio < 1 - clip_low and A < 0 (clipped from below).
         clip_frac_high: fraction with ratio > 1 + clip_high and A > 0 (clipped from above).
@@ -127,7 +126,6 @@ class PolicyLossOutput(NamedTuple):
 
     loss: torch.Tensor
     pg_loss: torch.Tensor
-    entropy: torch.Tensor
     clip_frac: torch.Tensor
     clip_frac_low: torch.Tensor
     clip_frac_high: torch.Tensor
@@ -158,7 +156,6 @@ def check_policy_loss_args(
     response_mask: torch.Tensor,
     *,
     rollout_log_probs: torch.Tensor | None,
-    entropy: torch.Tensor | None,
     clip_low: float,
     clip_high: float,
     dual_clip: float | None,
@@ -173,7 +170,6 @@ def check_policy_loss_args(
         advantages=advantages,
         response_mask=response_mask,
         rollout_log_probs=rollout_log_probs,
-        entropy=entropy,
     )
     if clip_low < 0 or clip_high < 0:
         raise AlgosError(
@@ -199,8 +195,6 @@ def policy_loss(
     segment_ids: torch.Tensor | None = None,
     rollout_log_probs: torch.Tensor | None = None,
     tis_cap: float | None = None,
-    entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
     norm_constant: float | None = None,
 ) -> PolicyLossOutput:
     """PPO clipped surrogate: l_t = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)), aggregated.
@@ -218,7 +212,6 @@ def policy_loss(
         rollout_log_probs: [B, T] log-probs of the inference engine that sampled the tokens; when given,
             each token's loss is weighted by w = exp(old - rollout), truncated at tis_cap (detached).
         tis_cap: truncation of the importance weight (e.g. 2.0); None = untruncated.
-        entropy: [B, T] per-token entropy for the bonus; entropy_coef its weight.
         norm_constant: for seq-mean-token-sum-norm (default T).
     Returns:
         `PolicyLossOutput`.
@@ -230,7 +223,6 @@ def policy_loss(
         advantages,
         response_mask,
         rollout_log_probs=rollout_log_probs,
-        entropy=entropy,
         clip_low=clip_low,
         clip_high=clip_high,
         dual_clip=dual_clip,
@@ -250,8 +242,6 @@ def policy_loss(
         agg_mode=agg_mode,
         rollout_log_probs=rollout_log_probs,
         tis_cap=tis_cap,
-        entropy=entropy,
-        entropy_coef=entropy_coef,
         norm_constant=norm_constant,
     )
 
@@ -269,8 +259,6 @@ def clipped_policy_loss(
     agg_mode: LossAggMode | str = LossAggMode.SEQ_MEAN_TOKEN_MEAN,
     rollout_log_probs: torch.Tensor | None = None,
     tis_cap: float | None = None,
-    entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
     norm_constant: float | None = None,
 ) -> PolicyLossOutput:
     """The clipped surrogate of a given importance ratio, its TIS weights, aggregation and diagnostics.
@@ -289,12 +277,7 @@ def clipped_policy_loss(
         if tis_cap is not None:
             tis = tis.clamp(max=tis_cap)
         loss_mat = loss_mat * tis
-    pg_loss = aggregate_loss(loss_mat, mask, agg_mode, norm_constant)
-    ent = torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device)
-    loss = pg_loss
-    if entropy is not None:
-        ent = aggregate_loss(entropy, mask, agg_mode, norm_constant)
-        loss = pg_loss - entropy_coef * ent
+    loss = aggregate_loss(loss_mat, mask, agg_mode, norm_constant)
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
         r = ratio.detach()
@@ -306,8 +289,7 @@ def clipped_policy_loss(
         any_valid = bool(mask.any())
         return PolicyLossOutput(
             loss=loss,
-            pg_loss=pg_loss.detach(),
-            entropy=ent.detach(),
+            pg_loss=loss.detach(),
             clip_frac=frac(clip_active),
             clip_frac_low=frac((r < 1.0 - clip_low) & (adv < 0)),
             clip_frac_high=frac((r > 1.0 + clip_high) & (adv > 0)),

@@ -17,6 +17,7 @@ from roll_algos.errors import AlgosError
 from roll_algos.gspo import gspo_clip_problem
 from roll_algos.kl import kl_penalty
 from roll_algos.losses import aggregate_loss, value_loss
+from roll_algos.micro_batch import MicroBatch
 from roll_algos.policy_losses import (
     DEFAULT_POLICY_LOSS,
     PolicyLossConfig,
@@ -173,11 +174,6 @@ class ActorLoss:
         if self.policy_loss == "gspo" and (clip := gspo_clip_problem(self.clip_low, self.clip_high)):
             warnings.warn(clip, stacklevel=2)
 
-    @property
-    def needs_entropy(self) -> bool:
-        """Whether the strategy must compute the entropy."""
-        return True
-
     def _norm(self, mask: torch.Tensor) -> float:
         """Divisor of seq-mean-token-sum-norm: norm_constant per row with a valid token (a mean over rows)."""
         return self.norm_constant * max(_valid_rows(mask), 1)
@@ -198,7 +194,7 @@ class ActorLoss:
         )
 
     def __call__(
-        self, log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: dict[str, torch.Tensor]
+        self, log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: MicroBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
         mask = mb["response_mask"]
         pg_mask = self._decision_tokens(mask, mb)
@@ -237,7 +233,7 @@ class ActorLoss:
         metrics["actor/loss"] = float(loss.detach())
         return loss, metrics
 
-    def _kl(self, log_probs: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _kl(self, log_probs: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
         """Per-token KL(pi || ref) of the loss term, with gradient."""
         if self.kl_penalty in FULL_KL_KINDS:
             key = "full_kl" if self.kl_penalty == "full" else "full_kl_forward"
@@ -250,7 +246,7 @@ class ActorLoss:
             return mb[key]
         return kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty)
 
-    def _decision_tokens(self, mask: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _decision_tokens(self, mask: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
         """The response tokens the policy-gradient term trains on."""
         if self.skip_confident_tokens is None:
             return mask
@@ -270,9 +266,7 @@ class CriticLoss:
 
     clip_range: float | None = None
 
-    def __call__(
-        self, values: torch.Tensor, mb: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    def __call__(self, values: torch.Tensor, mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
         out = value_loss(
             values,
             mb["old_values"],

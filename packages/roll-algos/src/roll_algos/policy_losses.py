@@ -3,8 +3,8 @@
 
 One call shape for the whole family: `fn(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput`
 (two positional arguments, synchronous). `ActorLoss` (the objective a train worker runs) runs its
-`policy_loss` by name through `compute_policy_loss` and adds the KL and entropy terms itself. Each registration declares which of
-the loss-specific `PolicyLossConfig` fields it reads (`options`), so a setting that a loss would ignore is
+`policy_loss` by name through `compute_policy_loss` and adds the KL and entropy terms itself. Each registration
+declares which of the loss-specific `PolicyLossConfig` fields it reads (`options`), so a setting that a loss would ignore is
 refused instead. GSPO (`roll_algos.gspo`) registers as `gspo`.
 
 Installed packages add losses through the entry-point group `roll_algos.policy_losses`; each entry names a
@@ -16,22 +16,22 @@ module whose import registers its losses (loaded on the first lookup that misses
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import NamedTuple
 
 import torch
 
 from roll_algos.errors import AlgosError
 from roll_algos.losses import LossAggMode, PolicyLossOutput, policy_loss
-from roll_algos.plugins import check_call_shape, check_name, find_registered, import_plugins, where
+from roll_algos.plugins import Registry, where
 
 __all__ = [
     "DEFAULT_POLICY_LOSS",
     "POLICY_LOSSES",
     "POLICY_LOSS_ENTRY_POINT_GROUP",
     "POLICY_LOSS_OPTIONS",
+    "POLICY_LOSS_REGISTRY",
     "PolicyLossConfig",
     "PolicyLossFn",
     "PolicyLossInputs",
@@ -62,6 +62,9 @@ HOW_TO_REGISTER = (
 )
 
 
+_SHAPE = ("(PolicyLossInputs, PolicyLossConfig)", "PolicyLossOutput")
+
+
 class PolicyLossInputs(NamedTuple):
     """The tensors of one micro-batch of B rows x T tokens.
 
@@ -74,7 +77,6 @@ class PolicyLossInputs(NamedTuple):
             runs of the mask.
         rollout_log_probs: [B, T] the sampler's log-probs; when given, each token's loss is weighted by the
             truncated importance weight min(exp(old - rollout), tis_cap).
-        entropy: [B, T] per-token entropy for the bonus `entropy_coef` weighs; None: no bonus.
     """
 
     log_probs: torch.Tensor
@@ -83,7 +85,6 @@ class PolicyLossInputs(NamedTuple):
     response_mask: torch.Tensor
     segment_ids: torch.Tensor | None = None
     rollout_log_probs: torch.Tensor | None = None
-    entropy: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,6 @@ class PolicyLossConfig:
         agg_mode: a `LossAggMode` value, how the [B, T] token losses become a scalar.
         ratio_level: `token`, `segment` or `sequence` (option; docs/algos/policy_loss.md).
         tis_cap: truncation of the importance weight of `rollout_log_probs`; None: untruncated.
-        entropy_coef: weight of the entropy bonus (read only with `entropy`).
         norm_constant: divisor of `seq-mean-token-sum-norm`; None: T.
     """
 
@@ -106,7 +106,6 @@ class PolicyLossConfig:
     agg_mode: str = LossAggMode.SEQ_MEAN_TOKEN_MEAN.value
     ratio_level: str = "token"
     tis_cap: float | None = None
-    entropy_coef: float = 0.0
     norm_constant: float | None = None
 
 
@@ -139,11 +138,13 @@ class PolicyLossSpec:
         ]
 
 
-POLICY_LOSSES: dict[str, PolicyLossSpec] = {}
-"""Name -> `PolicyLossSpec` of every registered policy loss (add with `register_policy_loss`)."""
+POLICY_LOSS_REGISTRY: Registry[PolicyLossSpec] = Registry(
+    "policy loss", "register_policy_loss", POLICY_LOSS_ENTRY_POINT_GROUP, _SHAPE, HOW_TO_REGISTER
+)
+"""The policy losses' `Registry` (plugins load on the first lookup that misses)."""
 
-_plugins_loaded = False
-_plugin_errors: dict[str, str] = {}
+POLICY_LOSSES: dict[str, PolicyLossSpec] = POLICY_LOSS_REGISTRY.entries
+"""Name -> `PolicyLossSpec` of every registered policy loss (add with `register_policy_loss`)."""
 
 
 def register_policy_loss(
@@ -164,68 +165,23 @@ def register_policy_loss(
         def ppo_higher(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput:
             return get_policy_loss("ppo")(inputs, dataclasses.replace(config, clip_high=0.28))
     """
-    key = check_name("register_policy_loss", name)
-    unknown = [o for o in options if o not in POLICY_LOSS_OPTIONS]
-    if isinstance(options, str) or unknown:
-        raise AlgosError(
-            f"register_policy_loss({key!r}): options must be a tuple of {list(POLICY_LOSS_OPTIONS)}, got"
-            f" {options!r}; the other PolicyLossConfig fields ({_shared()}) are read by every loss."
-        )
-
-    def wrap(fn: PolicyLossFn) -> PolicyLossFn:
-        check_call_shape(
-            f"register_policy_loss({key!r})",
-            fn,
-            family="policy loss",
-            inputs="(PolicyLossInputs, PolicyLossConfig)",
-            output="PolicyLossOutput",
-        )
-        old = POLICY_LOSSES.get(key)
-        if old is not None and old.fn is not fn and not replace:
-            raise AlgosError(
-                f"policy loss {key!r} is already registered ({where(old.fn)}); pick another name, or pass"
-                " replace=True to override it."
-            )
-        doc = (inspect.getdoc(fn) or "").strip().splitlines()
-        POLICY_LOSSES[key] = PolicyLossSpec(key, fn, tuple(options), doc[0] if doc else "")
-        return fn
-
-    return wrap
+    key = POLICY_LOSS_REGISTRY.key(name)
+    shared = f"the other PolicyLossConfig fields ({_shared()}) are read by every loss"
+    POLICY_LOSS_REGISTRY.check_options(
+        key, options, POLICY_LOSS_OPTIONS, str(list(POLICY_LOSS_OPTIONS)), shared
+    )
+    return POLICY_LOSS_REGISTRY.decorator(
+        key, lambda fn, doc: PolicyLossSpec(key, fn, tuple(options), doc), replace
+    )
 
 
 def _shared() -> str:
     return ", ".join(f.name for f in fields(PolicyLossConfig) if f.name not in POLICY_LOSS_OPTIONS)
 
 
-def load_policy_loss_plugins(force: bool = False) -> dict[str, str]:
-    """Import every module listed in the `roll_algos.policy_losses` entry-point group (once, unless `force`).
-
-    Returns the plugins that failed, name -> error (also reported as warnings; the others still load).
-    """
-    global _plugins_loaded
-    if _plugins_loaded and not force:
-        return dict(_plugin_errors)
-    _plugins_loaded = True
-    return import_plugins(POLICY_LOSS_ENTRY_POINT_GROUP, "policy loss", _plugin_errors)
-
-
-def registered_policy_losses() -> list[str]:
-    """The names of every registered policy loss (plugins included), sorted."""
-    load_policy_loss_plugins()
-    return sorted(POLICY_LOSSES)
-
-
-def policy_loss_spec(name: str) -> PolicyLossSpec:
-    """The `PolicyLossSpec` of `name`; plugins load on a miss. Raises `AlgosError` listing the registered
-    names, the closest one, and how to register a new one."""
-    return find_registered(
-        POLICY_LOSSES,
-        name,
-        load_plugins=load_policy_loss_plugins,
-        family="policy loss",
-        plugin_errors=_plugin_errors,
-        how_to_register=HOW_TO_REGISTER,
-    )
+load_policy_loss_plugins = POLICY_LOSS_REGISTRY.load_plugins
+registered_policy_losses = POLICY_LOSS_REGISTRY.names
+policy_loss_spec = POLICY_LOSS_REGISTRY.get
 
 
 def get_policy_loss(name: str) -> PolicyLossFn:
@@ -266,26 +222,11 @@ def compute_policy_loss(
 
 @register_policy_loss(DEFAULT_POLICY_LOSS, options=POLICY_LOSS_OPTIONS)
 def ppo(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput:
-    """PPO clipped surrogate (asymmetric / dual clip; token, segment or sequence ratios; TIS; entropy bonus).
+    """PPO clipped surrogate (asymmetric / dual clip; token, segment or sequence ratios; TIS).
 
     `policy_loss` on the inputs and settings: l_t = max(-A_t r_t, -A_t clip(r_t, 1 - clip_low, 1 + clip_high)),
     capped at -A_t * dual_clip for A_t < 0, weighted by the TIS weight, aggregated over `response_mask`
-    with `agg_mode`; minus entropy_coef times the aggregated entropy.
+    with `agg_mode`.
     """
-    return policy_loss(
-        inputs.log_probs,
-        inputs.old_log_probs,
-        inputs.advantages,
-        inputs.response_mask,
-        clip_low=config.clip_low,
-        clip_high=config.clip_high,
-        dual_clip=config.dual_clip,
-        agg_mode=config.agg_mode,
-        ratio_level=config.ratio_level,
-        segment_ids=inputs.segment_ids,
-        rollout_log_probs=inputs.rollout_log_probs,
-        tis_cap=config.tis_cap,
-        entropy=inputs.entropy,
-        entropy_coef=config.entropy_coef,
-        norm_constant=config.norm_constant,
-    )
+    # the fields of PolicyLossInputs and PolicyLossConfig are policy_loss's arguments, one to one
+    return policy_loss(**inputs._asdict(), **asdict(config))

@@ -19,20 +19,19 @@ names a module whose import registers its estimators (loaded on the first lookup
 
 from __future__ import annotations
 
-import importlib.metadata  # noqa: F401  (tests patch entry_points through registry.importlib.metadata)
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Literal, get_args
 
 from roll_algos.advantages import AdvantageConfig, AdvantageInputs, AdvantageOutput, validate_inputs
 from roll_algos.errors import AlgosError
-from roll_algos.plugins import check_call_shape, check_name, find_registered, import_plugins, where
+from roll_algos.plugins import Registry
 from roll_algos.rewards import clip_advantages, clip_rewards, masked_whiten
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "ENTRY_POINT_GROUP",
+    "ESTIMATOR_REGISTRY",
     "EstimatorFn",
     "EstimatorLevel",
     "EstimatorSpec",
@@ -54,6 +53,7 @@ HOW_TO_REGISTER = (
     f" an installed package lists under the entry-point group {ENTRY_POINT_GROUP!r} (docs/algos/registry.md)."
 )
 _LEVELS: tuple[str, ...] = get_args(EstimatorLevel)
+_SHAPE = ("(AdvantageInputs, AdvantageConfig)", "AdvantageOutput")
 
 
 @dataclass(frozen=True)
@@ -81,11 +81,13 @@ class EstimatorSpec:
     description: str = ""
 
 
-ADVANTAGE_ESTIMATORS: dict[str, EstimatorSpec] = {}
-"""Name -> `EstimatorSpec` of every registered estimator (add with `register_estimator`)."""
+ESTIMATOR_REGISTRY: Registry[EstimatorSpec] = Registry(
+    "advantage estimator", "register_estimator", ENTRY_POINT_GROUP, _SHAPE, HOW_TO_REGISTER
+)
+"""The estimators' `Registry` (plugins load on the first lookup that misses)."""
 
-_plugins_loaded = False
-_plugin_errors: dict[str, str] = {}
+ADVANTAGE_ESTIMATORS: dict[str, EstimatorSpec] = ESTIMATOR_REGISTRY.entries
+"""Name -> `EstimatorSpec` of every registered estimator (add with `register_estimator`)."""
 
 
 def register_estimator(
@@ -109,73 +111,25 @@ def register_estimator(
             adv = inputs.episode_scores[:, None] * inputs.response_mask
             return AdvantageOutput(adv, adv.clone())
     """
-    key = check_name("register_estimator", name)
+    key = ESTIMATOR_REGISTRY.key(name)
     if level not in _LEVELS:
         raise AlgosError(f"register_estimator({key!r}): expected level in {list(_LEVELS)}, got {level!r}.")
-    _check_options(key, options)
-
-    def wrap(fn: EstimatorFn) -> EstimatorFn:
-        check_call_shape(
-            f"register_estimator({key!r})",
-            fn,
-            family="estimator",
-            inputs="(AdvantageInputs, AdvantageConfig)",
-            output="AdvantageOutput",
-        )
-        old = ADVANTAGE_ESTIMATORS.get(key)
-        if old is not None and old.fn is not fn and not replace:
-            raise AlgosError(
-                f"advantage estimator {key!r} is already registered ({where(old.fn)}); pick another name,"
-                " or pass replace=True to override it."
-            )
-        doc = (inspect.getdoc(fn) or "").strip().splitlines()
-        ADVANTAGE_ESTIMATORS[key] = EstimatorSpec(
-            key, fn, level, bool(group_based), bool(needs_critic), tuple(options), doc[0] if doc else ""
-        )
-        return fn
-
-    return wrap
-
-
-def _check_options(key: str, options: tuple[str, ...]) -> None:
     known = {f.name for f in fields(AdvantageConfig)}
-    unknown = [o for o in options if o not in known]
-    if isinstance(options, str) or unknown:
-        raise AlgosError(
-            f"register_estimator({key!r}): options must be a tuple of AdvantageConfig fields, got"
-            f" {options!r}; valid fields: {sorted(known)}."
-        )
-
-
-def load_estimator_plugins(force: bool = False) -> dict[str, str]:
-    """Import every module listed in the `roll_algos.estimators` entry-point group (once, unless `force`).
-
-    Returns the plugins that failed, name -> error (also reported as warnings; the others still load).
-    """
-    global _plugins_loaded
-    if _plugins_loaded and not force:
-        return dict(_plugin_errors)
-    _plugins_loaded = True
-    return import_plugins(ENTRY_POINT_GROUP, "estimator", _plugin_errors)
-
-
-def registered_estimators() -> list[str]:
-    """The names of every registered estimator (plugins included), sorted."""
-    load_estimator_plugins()
-    return sorted(ADVANTAGE_ESTIMATORS)
-
-
-def estimator_spec(name: str) -> EstimatorSpec:
-    """The `EstimatorSpec` of `name`; plugins load on a miss. Raises `AlgosError` listing the registered
-    names, the closest one, and how to register a new one."""
-    return find_registered(
-        ADVANTAGE_ESTIMATORS,
-        name,
-        load_plugins=load_estimator_plugins,
-        family="advantage estimator",
-        plugin_errors=_plugin_errors,
-        how_to_register=HOW_TO_REGISTER,
+    ESTIMATOR_REGISTRY.check_options(
+        key, options, known, "AdvantageConfig fields", f"valid fields: {sorted(known)}"
     )
+    return ESTIMATOR_REGISTRY.decorator(
+        key,
+        lambda fn, doc: EstimatorSpec(
+            key, fn, level, bool(group_based), bool(needs_critic), tuple(options), doc
+        ),
+        replace,
+    )
+
+
+load_estimator_plugins = ESTIMATOR_REGISTRY.load_plugins
+registered_estimators = ESTIMATOR_REGISTRY.names
+estimator_spec = ESTIMATOR_REGISTRY.get
 
 
 def get_estimator(name: str) -> EstimatorFn:

@@ -17,7 +17,7 @@ __all__ = ["sft"]
 def sft(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput:
     """Negative log-likelihood (behaviour cloning): l_t = -log pi(y_t) on the response tokens.
 
-        loss = aggregate(l) - entropy_coef * aggregate(entropy)
+        loss = aggregate(l)
 
     aggregated by `config.agg_mode` over `response_mask` [B, T] (`seq-mean-token-mean`, the default, averages
     each row's tokens, then the rows). Advantages, the clip range, the rollout log-probs and every
@@ -27,12 +27,8 @@ def sft(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput:
     """
     check_policy_loss_args(
         "sft",
-        inputs.log_probs,
-        inputs.old_log_probs,
-        inputs.advantages,
-        inputs.response_mask,
+        *inputs[:4],
         rollout_log_probs=inputs.rollout_log_probs,
-        entropy=inputs.entropy,
         clip_low=config.clip_low,
         clip_high=config.clip_high,
         dual_clip=None,
@@ -40,22 +36,16 @@ def sft(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput:
     mask = inputs.response_mask.bool()
     zeros = torch.zeros_like(inputs.log_probs)
     nll = torch.where(mask, -inputs.log_probs, zeros)
-    pg_loss = aggregate_loss(nll, mask, config.agg_mode, config.norm_constant)
-    ent = torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device)
-    loss = pg_loss
-    if inputs.entropy is not None:
-        ent = aggregate_loss(inputs.entropy, mask, config.agg_mode, config.norm_constant)
-        loss = pg_loss - config.entropy_coef * ent
+    loss = aggregate_loss(nll, mask, config.agg_mode, config.norm_constant)
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
         log_ratio = torch.where(mask, inputs.log_probs.detach() - inputs.old_log_probs, zeros)
         ratio = torch.exp(log_ratio.clamp(-20.0, 20.0))
-        none = torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device)
+        none = torch.zeros((), dtype=loss.dtype, device=loss.device)
         any_valid = bool(mask.any())
         return PolicyLossOutput(
             loss=loss,
-            pg_loss=pg_loss.detach(),
-            entropy=ent.detach(),
+            pg_loss=loss.detach(),
             clip_frac=none,
             clip_frac_low=none,
             clip_frac_high=none,
@@ -64,5 +54,5 @@ def sft(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput:
             ratio_mean=torch.where(mask, ratio, zeros).sum() / n,
             ratio_max=ratio[mask].max() if any_valid else ratio.new_ones(()),
             ratio_min=ratio[mask].min() if any_valid else ratio.new_ones(()),
-            tis_weight_mean=torch.ones((), dtype=pg_loss.dtype, device=pg_loss.device),
+            tis_weight_mean=torch.ones((), dtype=loss.dtype, device=loss.device),
         )

@@ -18,7 +18,7 @@ from roll_strategies.errors import (
     StrategyNotAvailableError,
     WeightSyncError,
 )
-from roll_strategies.infer.hf_infer import GenerationOutput, GenerationParams, HFInferStrategy
+from roll_strategies.infer.hf_infer import HFInferStrategy
 from roll_strategies.infer.vllm_infer import VLLMInferStrategy
 from roll_strategies.models.gguf import ensure_model_folder
 from roll_strategies.models.qwen_shaped import build_qwen_shaped_model, build_qwen_style_tokenizer
@@ -30,11 +30,15 @@ from roll_strategies.models.tiny_model import (
 )
 from roll_strategies.models.tiny_tokenizer import build_tiny_tokenizer
 from roll_strategies.protocols import (
+    GenerationOutput,
+    GenerationParams,
     InferStrategy,
     LogProbStrategy,
+    LossFn,
     SleepableStrategy,
     StreamingInferStrategy,
     TrainStrategy,
+    ValueLossFn,
 )
 from roll_strategies.registry import (
     STRATEGIES,
@@ -57,11 +61,11 @@ from roll_strategies.sync.weight_sync import (
     weight_sync_due,
 )
 from roll_strategies.sync.weights import export_named_weights, load_named_weights
-from roll_strategies.train.critic import HFCriticStrategy, ValueLossFn
+from roll_strategies.train.critic import HFCriticStrategy
 from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, free_port, join_group
 from roll_strategies.train.deepspeed_config import build_deepspeed_config
 from roll_strategies.train.deepspeed_train import DeepSpeedTrainStrategy
-from roll_strategies.train.hf_train import HFTrainStrategy, LossFn
+from roll_strategies.train.hf_train import HFTrainStrategy
 from roll_strategies.train.master_weights import MasterWeightOptimizer
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.schedules import lr_decay_factor, warmup_factor

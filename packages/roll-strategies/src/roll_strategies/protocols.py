@@ -1,24 +1,111 @@
 """The seams the pipeline codes against: any train or infer backend (hf, deepspeed, vllm) fits these.
 
 Backends are picked by name through `roll_strategies.registry`; these Protocols say what each role's
-strategy offers. Weight sync is bucketed and versioned (`roll_strategies.sync.weight_sync`): a train strategy is
-a `WeightSource`, an inference strategy a `WeightSink`.
+strategy offers, and the types they exchange live here, below every backend: the sampling settings and
+results (`GenerationParams`, `GenerationOutput`) and the losses a train step runs (`LossFn`, `ValueLossFn`,
+on a `roll_algos.MicroBatch`). Weight sync is bucketed and versioned (`roll_strategies.sync.weight_sync`): a
+train strategy is a `WeightSource`, an inference strategy a `WeightSink`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+from roll_algos.micro_batch import MicroBatch
 
-from roll_strategies.infer.hf_infer import GenerationOutput, GenerationParams
+from roll_strategies.errors import StrategyError
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
-from roll_strategies.train.hf_train import LossFn
 
-__all__ = ["InferStrategy", "LogProbStrategy", "SleepableStrategy", "StreamingInferStrategy", "TrainStrategy"]
+__all__ = [
+    "FinishReason",
+    "GenerationOutput",
+    "GenerationParams",
+    "InferStrategy",
+    "LogProbStrategy",
+    "LossFn",
+    "SleepableStrategy",
+    "StreamingInferStrategy",
+    "TrainStrategy",
+    "ValueLossFn",
+]
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling settings of one `generate` call."""
+
+    max_new_tokens: int
+    """Upper bound on sampled tokens per prompt (finish_reason "length" when reached without a stop token)."""
+    temperature: float = 1.0
+    """Logits are divided by it before sampling (and before computing the returned log-probs)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass; 1.0 disables."""
+    top_k: int = 0
+    """Keep only the k most likely tokens; 0 disables."""
+    greedy: bool = False
+    """Argmax decoding (log-probs then use temperature 1)."""
+    stop_token_ids: tuple[int, ...] | None = None
+    """Generation of a row ends after any of these; None -> the tokenizer's eos."""
+    stop_strings: tuple[str, ...] = ()
+    """Generation of a row also ends at the sampled token whose text completes any of these (any number of
+    tokens, matched in the decoded text of the row's own sampled ids, not the prompt); that token is kept."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop_strings, str) or not all(isinstance(s, str) and s for s in self.stop_strings):
+            raise StrategyError(
+                f"Expected stop_strings to be a tuple of non-empty strings, got {self.stop_strings!r}; an empty "
+                "string would end every response at once, and a bare string must be wrapped: ('</answer>',)."
+            )
+        # A list is accepted too; stored as a tuple so the params stay hashable.
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+        if self.max_new_tokens < 1 or self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise StrategyError(
+                f"Expected max_new_tokens >= 1, temperature > 0, 0 < top_p <= 1, top_k >= 0; got {self}. "
+                "Use greedy=True for argmax decoding instead of temperature 0."
+            )
+
+
+@dataclass(frozen=True)
+class GenerationOutput:
+    """What one prompt produced."""
+
+    output_ids: list[int]
+    """Sampled ids, ending with the stop token (or the token that completes a stop string) when
+    finish_reason is "stop"; no padding."""
+    log_probs: list[float]
+    """log_softmax(raw logits / temperature)[sampled id] per output id (temperature 1 when greedy)."""
+    finish_reason: FinishReason
+    """"stop" (a stop token was sampled, or a stop string completed) or "length" (max_new_tokens reached)."""
+
+
+class LossFn(Protocol):
+    """loss_fn(log_probs [B, T], entropy [B, T] | None, micro_batch) -> (scalar loss, {name: float}).
+
+    log_probs / entropy are aligned with micro_batch["input_ids"] (position 0 is 0) and carry grad. With a
+    `response_mask` in the micro-batch they are computed at its positions only (zero elsewhere), padded or
+    packed (`forward.PACK_CAPACITY_KEY`); with `forward.REFERENCE_KEY` (a frozen model) the strategy adds
+    `full_kl` / `full_kl_forward` [B, T], the exact KL to it, computed chunk by chunk of positions.
+    """
+
+    def __call__(
+        self, log_probs: torch.Tensor, entropy: torch.Tensor | None, micro_batch: MicroBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+class ValueLossFn(Protocol):
+    """loss_fn(values [B, T], micro_batch) -> (scalar loss, {name: float}); values carry grad and are
+    aligned with micro_batch["input_ids"] (zero outside micro_batch["response_mask"])."""
+
+    def __call__(
+        self, values: torch.Tensor, micro_batch: MicroBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]: ...
 
 
 @runtime_checkable
@@ -38,7 +125,7 @@ class TrainStrategy(Protocol):
 
     def train_step(
         self,
-        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        micro_batches: Sequence[MicroBatch],
         loss_fn: LossFn,
         *,
         with_entropy: bool,

@@ -7,6 +7,6 @@
 - `layout_cost.py`: whether that tree costs less than the padded or packed rows (tokens and attention pairs).
 - `attention_windows.py`: how far back each layer type of a model attends (its sliding windows), from its config.
 - `probes.py`: whether a model honours the packed and the prefix-tree layouts (`packing_supported`,
-  `prefix_sharing_supported`).
+  `prefix_sharing_supported`), and a strategy's refusal of `share_prefix` where it does not (`check_prefix_sharing`).
 - `logprobs.py`: `token_log_probs` and the vocabulary-chunked LM head under every causal-LM forward.
 """

@@ -33,10 +33,11 @@ and each chunk's reference logits live only as long as the chunk's own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 from roll_algos import pack_sequences
+from roll_algos.micro_batch import MicroBatch
 from torch import nn
 
 from roll_strategies.compute.attention_windows import EVERY_LAYER, attention_windows
@@ -63,16 +64,10 @@ __all__ = [
     "value_outputs",
 ]
 
+# the `roll_algos.MicroBatch` keys that steer the forward (their meaning: MicroBatch's docstring)
 PACK_CAPACITY_KEY = "pack_capacity"
-"""Micro-batch key (int or 0-dim tensor): run this micro-batch packed into rows of that many tokens."""
-
 SHARE_PREFIX_KEY = "share_prefix"
-"""Micro-batch key (bool or 0-dim tensor): true runs this micro-batch as a prefix tree, false padded / packed."""
-
 REFERENCE_KEY = "reference_model"
-"""Micro-batch key: a frozen reference causal LM (an nn.Module the train worker adds in its own process,
-never sent between processes); the strategy then adds `full_kl` / `full_kl_forward` [B, T], the exact
-KL(pi || ref) / KL(ref || pi) over the vocabulary, with grad."""
 
 
 class TokenOutputs(NamedTuple):
@@ -343,7 +338,7 @@ def value_outputs(
 
 def micro_batch_outputs(
     model: nn.Module,
-    mb: Mapping[str, Any],
+    mb: MicroBatch,
     *,
     with_entropy: bool,
     pad_id: int = 0,

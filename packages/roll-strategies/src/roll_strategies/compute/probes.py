@@ -1,21 +1,23 @@
 """Whether a model honours a layout: `packing_supported` and `prefix_sharing_supported` run a model once on
 a few rows both ways (padded, and packed or as a prefix tree) and compare, rows longer than the model's
 shortest attention window so that a layout letting a token see past its window is caught. The answer is
-cached on the model object.
+cached on the model object. `check_prefix_sharing` is a strategy's refusal of `share_prefix` where the tree is
+not exact.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from roll_strategies.compute.attention_windows import attention_windows
+from roll_strategies.compute.attention_windows import attention_windows, describe_windows
 from roll_strategies.compute.forward import lm_outputs, value_outputs
 from roll_strategies.errors import StrategyError
 
-__all__ = ["packing_supported", "prefix_sharing_supported"]
+__all__ = ["check_prefix_sharing", "packing_supported", "prefix_sharing_supported"]
 
 _PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}
 
@@ -84,3 +86,19 @@ def prefix_sharing_supported(model: nn.Module, value_model: bool = False) -> boo
     """
     # pair_weight 0: the tree runs whatever it would cost (the rule must not turn the probe into a dense run)
     return _probe(model, value_model, "_roll_prefix_sharing_supported", 3, share_prefix=True, pair_weight=0.0)
+
+
+def check_prefix_sharing(
+    model: torch.nn.Module, share_prefix: bool, model_path: str | Path, value_model: bool = False
+) -> bool:
+    """`share_prefix`, after checking that `model` gives per-sequence outputs from a prefix-tree forward
+    (`probes.prefix_sharing_supported`); a `StrategyError` naming the fix where it does not."""
+    if share_prefix and not prefix_sharing_supported(model, value_model=value_model):
+        raise StrategyError(
+            f"Expected a model whose forward honours a prefix tree's 4D additive attention masks (one per "
+            f"attention window) for share_prefix=true, got {type(model).__name__} from {model_path} "
+            f"({describe_windows(model)}), whose prefix-tree outputs differ from per-sequence ones (or which "
+            "rejects the masks, e.g. flash-attention, or one forward mask for layers of several windows); "
+            "set share_prefix=false for this role."
+        )
+    return share_prefix

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from transformers import (
@@ -44,61 +42,12 @@ from roll_strategies.infer.prompt_cache import TURN_CACHE_BYTES, Head, PromptCac
 from roll_strategies.infer.sampling import KeyedSampler, row_keys
 from roll_strategies.infer.turn_cache import TurnCache
 from roll_strategies.models._loading import load_model_and_tokenizer
+from roll_strategies.protocols import GenerationOutput, GenerationParams
 from roll_strategies.sync import endpoints
 from roll_strategies.sync.weight_receiver import WeightReceiver
 from roll_strategies.sync.weights import load_named_weights, tensor_shape, unique_named_tensors
 
-__all__ = ["GenerationOutput", "GenerationParams", "HFInferStrategy", "SampledLogProbs", "StopStrings"]
-
-FinishReason = Literal["stop", "length"]
-
-
-@dataclass(frozen=True)
-class GenerationParams:
-    """Sampling settings of one `generate` call."""
-
-    max_new_tokens: int
-    """Upper bound on sampled tokens per prompt (finish_reason "length" when reached without a stop token)."""
-    temperature: float = 1.0
-    """Logits are divided by it before sampling (and before computing the returned log-probs)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass; 1.0 disables."""
-    top_k: int = 0
-    """Keep only the k most likely tokens; 0 disables."""
-    greedy: bool = False
-    """Argmax decoding (log-probs then use temperature 1)."""
-    stop_token_ids: tuple[int, ...] | None = None
-    """Generation of a row ends after any of these; None -> the tokenizer's eos."""
-    stop_strings: tuple[str, ...] = ()
-    """Generation of a row also ends at the sampled token whose text completes any of these (any number of
-    tokens, matched in the decoded text of the row's own sampled ids, not the prompt); that token is kept."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.stop_strings, str) or not all(isinstance(s, str) and s for s in self.stop_strings):
-            raise StrategyError(
-                f"Expected stop_strings to be a tuple of non-empty strings, got {self.stop_strings!r}; an empty "
-                "string would end every response at once, and a bare string must be wrapped: ('</answer>',)."
-            )
-        # A list is accepted too; stored as a tuple so the params stay hashable.
-        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
-        if self.max_new_tokens < 1 or self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
-            raise StrategyError(
-                f"Expected max_new_tokens >= 1, temperature > 0, 0 < top_p <= 1, top_k >= 0; got {self}. "
-                "Use greedy=True for argmax decoding instead of temperature 0."
-            )
-
-
-@dataclass(frozen=True)
-class GenerationOutput:
-    """What one prompt produced."""
-
-    output_ids: list[int]
-    """Sampled ids, ending with the stop token (or the token that completes a stop string) when
-    finish_reason is "stop"; no padding."""
-    log_probs: list[float]
-    """log_softmax(raw logits / temperature)[sampled id] per output id (temperature 1 when greedy)."""
-    finish_reason: FinishReason
-    """"stop" (a stop token was sampled, or a stop string completed) or "length" (max_new_tokens reached)."""
+__all__ = ["HFInferStrategy", "SampledLogProbs", "StopStrings"]
 
 
 class HFInferStrategy:

@@ -39,10 +39,10 @@ from safetensors import safe_open
 from transformers import AutoTokenizer
 
 from roll_strategies.errors import ModelNotFoundError, StrategyError
-from roll_strategies.infer.hf_infer import GenerationOutput, GenerationParams
 from roll_strategies.infer.sampling import row_keys
 from roll_strategies.infer.sleep import DEFAULT_SLEEP_LEVEL, sleep_unavailable
 from roll_strategies.infer.vllm_worker import encode_tensors
+from roll_strategies.protocols import GenerationOutput, GenerationParams
 from roll_strategies.sync import endpoints
 from roll_strategies.sync.weight_receiver import WeightReceiver
 from roll_strategies.sync.weight_sync import DEFAULT_BUCKET_BYTES

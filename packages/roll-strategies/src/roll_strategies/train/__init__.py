@@ -2,6 +2,7 @@
 
 - `hf_train.py`: `HFTrainStrategy`, a Hugging Face causal LM trained on the CPU or one GPU (or frozen: the reference).
 - `critic.py`: `HFCriticStrategy` (`hf_critic`), the PPO critic: a value model with its own optimiser.
+- `checkpoints.py`: the checkpoint folder both hf strategies write and read (`write_checkpoint`, `read_checkpoint`).
 - `deepspeed_train.py`: `DeepSpeedTrainStrategy` (`deepspeed_train`), the causal LM under DeepSpeed ZeRO 0-3.
 - `deepspeed_config.py`: `build_deepspeed_config`, a role's `strategy_config` turned into DeepSpeed's (pure).
 - `optimizer.py`: `OptimizerSettings`, the AdamW / warm-up / clipping arguments every train strategy takes.

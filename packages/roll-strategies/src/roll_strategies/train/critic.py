@@ -10,38 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
 
 import torch
-from safetensors.torch import load_file
+from roll_algos.micro_batch import MicroBatch
 
 from roll_strategies.compute.forward import PACK_CAPACITY_KEY, SHARE_PREFIX_KEY, value_outputs
-from roll_strategies.compute.probes import packing_supported
+from roll_strategies.compute.probes import check_prefix_sharing, packing_supported
 from roll_strategies.errors import StrategyError
+from roll_strategies.protocols import ValueLossFn
+from roll_strategies.train.checkpoints import read_checkpoint, write_checkpoint
 from roll_strategies.train.data_parallel import DataParallelSpec, join_group
-from roll_strategies.train.hf_train import (
-    TRAINER_STATE_FILE,
-    _read,
-    check_prefix_sharing,
-    checkpoint_files,
-    save_model,
-)
 from roll_strategies.train.master_weights import MasterWeightOptimizer
 from roll_strategies.train.offload import OffloadReport, TrainStateOffload
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.train_loop import run_train_step
 from roll_strategies.train.value_model import load_value_model
 
-__all__ = ["HFCriticStrategy", "ValueLossFn"]
-
-
-class ValueLossFn(Protocol):
-    """loss_fn(values [B, T], micro_batch) -> (scalar loss, {name: float}); values carry grad and are
-    aligned with micro_batch["input_ids"] (zero outside micro_batch["response_mask"])."""
-
-    def __call__(
-        self, values: torch.Tensor, micro_batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+__all__ = ["HFCriticStrategy"]
 
 
 class HFCriticStrategy:
@@ -119,7 +104,7 @@ class HFCriticStrategy:
 
     def train_step(
         self,
-        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        micro_batches: Sequence[MicroBatch],
         loss_fn: ValueLossFn,
         *,
         lr_scale: float = 1.0,
@@ -129,7 +114,7 @@ class HFCriticStrategy:
         ranks; default 1 / (count x ranks)). Returns the weighted metrics plus grad_norm, lr and the non-finite
         counters; a NaN/inf loss skips the step (`train_loop.run_train_step`)."""
 
-        def loss_of(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+        def loss_of(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
             capacity = mb.get(PACK_CAPACITY_KEY)
             share = mb.get(SHARE_PREFIX_KEY)
             values = value_outputs(
@@ -161,23 +146,12 @@ class HFCriticStrategy:
         """Value model (safetensors, loadable by `load_value_model`; the float32 masters in mixed precision)
         + tokenizer + optimiser state, written by rank 0."""
         if self.data_parallel.is_main:  # every rank holds the same weights and optimiser state
-            path = Path(path)
-            path.mkdir(parents=True, exist_ok=True)
-            save_model(self.model, path, self.trainer)
-            self.tokenizer.save_pretrained(path)
-            state = {
-                "step": self.step,
-                "rng": torch.get_rng_state(),  # dropout draws from it; a resumed run continues the same stream
-                **self.trainer.state_dict(),
-            }
-            torch.save(state, path / TRAINER_STATE_FILE)
+            write_checkpoint(Path(path), self.model, self.tokenizer, self.trainer, self.step)
         self.data_parallel.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore what `save_checkpoint` wrote."""
-        weights, state_file = checkpoint_files(Path(path), "HFCriticStrategy")
-        named = _read(weights, lambda: load_file(str(weights), device=str(self.device)))
-        state = _read(state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu"))
+        named, state, state_file = read_checkpoint(Path(path), "HFCriticStrategy", self.device)
         self.trainer.load_state_dict(state, state_file)
         self.trainer.load_weights(self.model, named)
         self.step = int(state["step"])

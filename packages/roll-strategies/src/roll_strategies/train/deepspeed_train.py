@@ -43,18 +43,20 @@ from typing import Any
 
 import numpy as np
 import torch
+from roll_algos.micro_batch import MicroBatch
 
 from roll_strategies.compute.forward import REFERENCE_KEY, SHARE_PREFIX_KEY, micro_batch_outputs
 from roll_strategies.compute.logprobs import token_log_probs
+from roll_strategies.compute.probes import check_prefix_sharing
 from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.errors import CheckpointError, StrategyError
 from roll_strategies.models._loading import load_model_and_tokenizer
+from roll_strategies.protocols import LossFn
 from roll_strategies.sync import endpoints
 from roll_strategies.sync.weight_sync import WeightExporter
 from roll_strategies.sync.weights import unique_named_tensors
 from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.train.deepspeed_config import build_deepspeed_config, zero_stage
-from roll_strategies.train.hf_train import LossFn, check_prefix_sharing
 from roll_strategies.train.offload import OffloadReport, optimizer_state_tensors
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.schedules import adamw_with_warmup, apply_lr_scale
@@ -251,7 +253,7 @@ class DeepSpeedTrainStrategy:
 
     def train_step(
         self,
-        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        micro_batches: Sequence[MicroBatch],
         loss_fn: LossFn,
         *,
         with_entropy: bool,
@@ -260,7 +262,7 @@ class DeepSpeedTrainStrategy:
         """One optimiser step accumulated over `micro_batches` (see `HFTrainStrategy.train_step`); a
         non-finite loss or gradient norm skips it (see the module docstring)."""
 
-        def loss_of(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+        def loss_of(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
             share = bool(mb.get(SHARE_PREFIX_KEY, self.share_prefix)) and "response_mask" in mb
             if REFERENCE_KEY in mb or share:  # exact KL to the worker's frozen reference, or a prefix tree
                 out = micro_batch_outputs(self.engine, mb, with_entropy=with_entropy, share_prefix=share)

@@ -2,50 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
+from roll_algos.micro_batch import MicroBatch
 
-from roll_strategies.compute.attention_windows import describe_windows
 from roll_strategies.compute.forward import micro_batch_outputs
 from roll_strategies.compute.logprobs import token_log_probs
-from roll_strategies.compute.probes import prefix_sharing_supported
+from roll_strategies.compute.probes import check_prefix_sharing
 from roll_strategies.compute.recompute import batched_log_probs
-from roll_strategies.errors import CheckpointError, StrategyError
+from roll_strategies.errors import StrategyError
 from roll_strategies.models._loading import load_model_and_tokenizer
+from roll_strategies.protocols import LossFn
 from roll_strategies.sync import endpoints
 from roll_strategies.sync.weight_sync import WeightExporter
 from roll_strategies.sync.weights import export_named_weights, load_named_weights, unique_named_tensors
+from roll_strategies.train.checkpoints import read_checkpoint, write_checkpoint
 from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.train.master_weights import MasterWeightOptimizer
 from roll_strategies.train.offload import OffloadReport, TrainStateOffload
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.train_loop import run_train_step
 
-__all__ = ["HFTrainStrategy", "LossFn"]
-
-
-class LossFn(Protocol):
-    """loss_fn(log_probs [B, T], entropy [B, T] | None, micro_batch) -> (scalar loss, {name: float}).
-
-    log_probs / entropy are aligned with micro_batch["input_ids"] (position 0 is 0) and carry grad. With a
-    `response_mask` in the micro-batch they are computed at its positions only (zero elsewhere), padded or
-    packed (`forward.PACK_CAPACITY_KEY`); with `forward.REFERENCE_KEY` (a frozen model) the strategy adds
-    `full_kl` / `full_kl_forward` [B, T], the exact KL to it, computed chunk by chunk of positions.
-    """
-
-    def __call__(
-        self, log_probs: torch.Tensor, entropy: torch.Tensor | None, micro_batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, float]]: ...
-
-
-TRAINER_STATE_FILE = "trainer_state.pt"
-
-T = TypeVar("T")
+__all__ = ["HFTrainStrategy"]
 
 
 class HFTrainStrategy:
@@ -108,7 +90,7 @@ class HFTrainStrategy:
 
     def train_step(
         self,
-        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        micro_batches: Sequence[MicroBatch],
         loss_fn: LossFn,
         *,
         with_entropy: bool,
@@ -131,7 +113,7 @@ class HFTrainStrategy:
             )
         pad_id = int(self.tokenizer.pad_token_id or 0)
 
-        def loss_of(mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+        def loss_of(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
             if "response_mask" in mb:  # padded or packed (`pack_capacity`), exact KL with `reference_model`
                 out = micro_batch_outputs(
                     self.model, mb, with_entropy=with_entropy, pad_id=pad_id, share_prefix=self.share_prefix
@@ -201,22 +183,13 @@ class HFTrainStrategy:
         """Model (safetensors; the float32 masters in mixed precision) + tokenizer + optimizer/scheduler/
         loss scale/non-finite counters/step (torch.save, tensors-only) into `path`, written by rank 0."""
         if self.data_parallel.is_main:  # every rank holds the same weights and optimiser state
-            path = Path(path)
-            path.mkdir(parents=True, exist_ok=True)
-            save_model(self.model, path, self.trainer)
-            self.tokenizer.save_pretrained(path)
-            state: dict[str, object] = {"step": self.step, "rng": torch.get_rng_state()}
-            if self.trainer is not None:
-                state.update(self.trainer.state_dict())
-            torch.save(state, path / TRAINER_STATE_FILE)
+            write_checkpoint(Path(path), self.model, self.tokenizer, self.trainer, self.step)
         self.data_parallel.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore what `save_checkpoint` wrote (weights strictly, and exactly into the float32 masters;
         optimizer, scheduler and counters when trainable)."""
-        weights, state_file = checkpoint_files(Path(path), "HFTrainStrategy")
-        named = _read(weights, lambda: load_file(str(weights), device=str(self.device)))
-        state = _read(state_file, lambda: torch.load(state_file, weights_only=True, map_location="cpu"))
+        named, state, state_file = read_checkpoint(Path(path), "HFTrainStrategy", self.device)
         if self.trainer is None:
             load_named_weights(self.model, named)
         else:
@@ -225,52 +198,3 @@ class HFTrainStrategy:
         self.exporter.bump()
         self.step = int(state["step"])
         torch.set_rng_state(state["rng"])
-
-
-def check_prefix_sharing(
-    model: torch.nn.Module, share_prefix: bool, model_path: str | Path, value_model: bool = False
-) -> bool:
-    """`share_prefix`, after checking that `model` gives per-sequence outputs from a prefix-tree forward
-    (`probes.prefix_sharing_supported`); a `StrategyError` naming the fix where it does not."""
-    if share_prefix and not prefix_sharing_supported(model, value_model=value_model):
-        raise StrategyError(
-            f"Expected a model whose forward honours a prefix tree's 4D additive attention masks (one per "
-            f"attention window) for share_prefix=true, got {type(model).__name__} from {model_path} "
-            f"({describe_windows(model)}), whose prefix-tree outputs differ from per-sequence ones (or which "
-            "rejects the masks, e.g. flash-attention, or one forward mask for layers of several windows); "
-            "set share_prefix=false for this role."
-        )
-    return share_prefix
-
-
-def save_model(model: torch.nn.Module, path: Path, trainer: MasterWeightOptimizer | None) -> None:
-    """`model` as a Hugging Face folder in `path`, its trained weights being the float32 masters where
-    `trainer` keeps them (so a checkpoint restores them exactly; loaders cast to their own dtype)."""
-    if trainer is None or not trainer.has_copies:
-        model.save_pretrained(path, safe_serialization=True)
-    else:
-        model.save_pretrained(path, state_dict=trainer.named_weights(model), safe_serialization=True)
-
-
-def checkpoint_files(path: Path, writer: str) -> tuple[Path, Path]:
-    """(weights, trainer state) of a checkpoint folder written by `writer`.save_checkpoint; a missing file is a
-    `CheckpointError` listing what the folder holds."""
-    weights, state_file = path / "model.safetensors", path / TRAINER_STATE_FILE
-    if not weights.exists() or not state_file.exists():
-        raise CheckpointError(
-            f"Expected {weights.name} and {state_file.name} in {path}, found "
-            f"{sorted(p.name for p in path.iterdir()) if path.is_dir() else 'no folder'}; pass a folder "
-            f"written by {writer}.save_checkpoint."
-        )
-    return weights, state_file
-
-
-def _read(path: Path, load: Callable[[], T]) -> T:
-    """`load()`, with any failure to read `path` raised as a `CheckpointError` naming the file."""
-    try:
-        return load()
-    except Exception as exc:  # safetensors, torch and pickle raise unrelated types on a damaged file
-        raise CheckpointError(
-            f"{path} cannot be read ({type(exc).__name__}: {exc}); the file is damaged or truncated. "
-            "Resume from an earlier checkpoint."
-        ) from exc

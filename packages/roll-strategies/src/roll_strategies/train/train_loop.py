@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 import torch
+from roll_algos.micro_batch import MicroBatch
 
 from roll_strategies.errors import StrategyError
 from roll_strategies.train.data_parallel import DataParallel
@@ -43,7 +44,7 @@ __all__ = [
 LAST_VALUE_METRICS = frozenset({"nonfinite_steps", "nonfinite_in_a_row", "overflow_steps", "grad_scale"})
 """Train-step metrics that are a running state, not a value of the step: a merge over steps keeps the last."""
 
-LossOf = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, Mapping[str, float], torch.Tensor]]
+LossOf = Callable[[MicroBatch], tuple[torch.Tensor, Mapping[str, float], torch.Tensor]]
 """loss_of(micro-batch on the device) -> (loss, metrics, outputs): the strategy's forward and the caller's loss;
 `outputs` is the tensor with grad the loss was computed from (log-probs, values), for `GradientBackend.discard`."""
 
@@ -152,7 +153,7 @@ class GradientBackend(Protocol):
 
 def run_train_step(
     backend: GradientBackend,
-    micro_batches: Sequence[Mapping[str, torch.Tensor]],
+    micro_batches: Sequence[MicroBatch],
     loss_of: LossOf,
     *,
     lr_scale: float,

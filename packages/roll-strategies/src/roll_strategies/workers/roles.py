@@ -13,18 +13,24 @@ from typing import Any
 
 import numpy as np
 import torch
+from roll_algos.micro_batch import MicroBatch
 
 from roll_strategies.compute.forward import REFERENCE_KEY, ReferenceKL, reference_kl
 from roll_strategies.compute.layout_cost import model_pair_weight
-from roll_strategies.compute.probes import packing_supported
+from roll_strategies.compute.probes import check_prefix_sharing, packing_supported
 from roll_strategies.errors import StrategyError
-from roll_strategies.infer.hf_infer import GenerationOutput, GenerationParams
 from roll_strategies.models._loading import load_model_and_tokenizer
-from roll_strategies.protocols import SleepableStrategy, StreamingInferStrategy
+from roll_strategies.protocols import (
+    GenerationOutput,
+    GenerationParams,
+    LossFn,
+    SleepableStrategy,
+    StreamingInferStrategy,
+    ValueLossFn,
+)
 from roll_strategies.registry import create_strategy
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
-from roll_strategies.train.critic import ValueLossFn
-from roll_strategies.train.hf_train import HFTrainStrategy, LossFn, check_prefix_sharing
+from roll_strategies.train.hf_train import HFTrainStrategy
 from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
 from roll_strategies.workers.allocator import ProcessMemory, configure_allocator, release_freed_memory
 
@@ -114,7 +120,7 @@ class ActorTrainWorker:
 
     def train_step(
         self,
-        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        micro_batches: Sequence[MicroBatch],
         loss_fn: LossFn,
         *,
         with_entropy: bool,
@@ -388,7 +394,7 @@ class CriticWorker:
 
     def train_step(
         self,
-        micro_batches: Sequence[Mapping[str, torch.Tensor]],
+        micro_batches: Sequence[MicroBatch],
         loss_fn: ValueLossFn,
         *,
         lr_scale: float = 1.0,
