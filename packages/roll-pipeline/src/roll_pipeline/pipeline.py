@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from roll_rollout import RolloutScheduler, validation_seeds
+from roll_rollout import validation_seeds
 
 from roll_pipeline.assembly.parts import assemble, build_updaters
 from roll_pipeline.config.schema import AgenticConfig
@@ -68,23 +68,23 @@ class AgenticPipeline:
         return asyncio.run(self._run())
 
     async def _run(self) -> RunSummary:
-        loop = self.loop
+        loop, parts = self.loop, self.parts
         started = time.perf_counter()
-        summary = RunSummary(self.parts.run_dir, 0, 0.0)
-        if self.parts.resume_state is not None:
-            await self._resume(self.parts.resume_state)
+        summary = RunSummary(parts.run_dir, 0, 0.0)
+        if parts.resume_state is not None:
+            await self._resume(parts.resume_state)
         bar = _progress_bar(loop.max_steps, self.step, enabled=self.progress)
         try:
-            self.update_actor, self.update_critic = await build_updaters(self.parts)
+            self.update_actor, self.update_critic = await build_updaters(parts)
             await self._sync_weights(force=True)  # the inference worker may hold other weights (resume)
-            await self.parts.trainer_offload.offload()  # colocated trainers leave the GPU to the engine
+            await parts.trainer_offload.offload()  # colocated trainers leave the GPU to the engine
             if loop.validate_at_start:
                 summary.val_history.append((self.step, await self._validate()))
                 if self.step == 0:  # the starting point of every curve, in every tracker
-                    self.parts.tracker.log(summary.val_history[-1][1], 0)
-            if self.parts.resume_state is not None and "global_rng" in self.parts.resume_state:
+                    parts.tracker.log(summary.val_history[-1][1], 0)
+            if parts.resume_state is not None and "global_rng" in parts.resume_state:
                 # Now, not at load: the RNGs enter the next step exactly as they left the saved one.
-                set_global_rng_state(self.parts.resume_state["global_rng"])
+                set_global_rng_state(parts.resume_state["global_rng"])
             if summary.val_history:
                 bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
             while self.step < loop.max_steps:
@@ -97,7 +97,7 @@ class AgenticPipeline:
                 metrics.update(await self._release_memory())
                 # a validation step is logged whatever logging_steps is: its row is the learning curve
                 if validated or self.step % loop.logging_steps == 0 or self.step == loop.max_steps:
-                    self.parts.tracker.log(metrics, self.step)
+                    parts.tracker.log(metrics, self.step)
                 # After the row: a resume from this checkpoint keeps the rows up to its step, so a process
                 # killed between a save and its row's write would have lost the row for good.
                 if self.step % loop.save_steps == 0 or self.step == loop.max_steps:
@@ -106,21 +106,17 @@ class AgenticPipeline:
                 bar.set_postfix_str(_postfix(metrics, summary))
         finally:
             bar.close()
-            await (
-                self.parts.infer_sleep.before_weight_sync()
-            )  # a step that failed in training leaves it asleep
-            await self.parts.train_rollout.stop()
-            await self.parts.val_rollout.stop()
-            if self.parts.demonstration is not None:
-                await self.parts.demonstration.rollout.stop()
-            self.parts.tracker.close()
+            await parts.infer_sleep.before_weight_sync()  # a step that failed in training leaves it asleep
+            for rollout in parts.rollouts.values():
+                await rollout.stop()
+            parts.tracker.close()
         summary.steps = self.step
         summary.wall_time_s = time.perf_counter() - started
         return summary
 
     async def _train_step(self) -> dict[str, float]:
         """Rollout, actor update, weight sync; the step counter advances by one."""
-        parts, size, timings = self.parts, self.loop.train_batch_size, {}
+        parts, size, timings = self.parts, self.loop.train_rollout_batch_size, {}
         t0 = time.perf_counter()
         step = self.step + 1  # this step's number in the metrics, which temperature_schedule counts in
         rollout = parts.settings.rollout
@@ -136,26 +132,26 @@ class AgenticPipeline:
         metrics["train/demonstration_step"] = float(demo is not None)
         metrics["rollout/temperature"] = rollout.generating.temperature_at(step)
         metrics["rollout/infer_batch_size/mean"] = mean(
-            await self.parts.cluster.call(self.parts.policy_server, "batch_sizes")
+            await parts.cluster.call(parts.policy_server, "batch_sizes")
         )
-        timings.update(await self.parts.infer_sleep.before_training())
-        timings.update(await self.parts.trainer_offload.reload())
+        timings.update(await parts.infer_sleep.before_training())
+        timings.update(await parts.trainer_offload.reload())
         if any(t.turns for t in batch.trajectories):
             trajs = batch.trajectories
-            trained = (
-                self._update(trajs, timings) if demo is None else self._demonstrate(demo, trajs, timings)
-            )
-            metrics.update(await trained)
+            if demo is None:
+                metrics.update(await self._update(trajs, timings))
+            else:
+                metrics.update(await self._demonstrate(demo, trajs, timings))
             self._skipped_in_a_row = 0
         else:
             metrics["train/skipped_step"] = 1.0
             self._skip("every trajectory ended before its first turn (a prompt longer than sequence_length?)")
         self.step += 1
         t1 = time.perf_counter()
-        timings.update(await self.parts.infer_sleep.before_weight_sync())
+        timings.update(await parts.infer_sleep.before_weight_sync())
         metrics.update(await self._sync_weights())
         timings["time/step_model_update"] = time.perf_counter() - t1
-        timings.update(await self.parts.trainer_offload.offload())  # before the next rollout or validation
+        timings.update(await parts.trainer_offload.offload())  # before the next rollout or validation
         timings["time/step_total"] = time.perf_counter() - t0
         return {**metrics, **timings}
 
@@ -204,99 +200,77 @@ class AgenticPipeline:
     async def _sync_weights(self, force: bool = False) -> dict[str, float]:
         """Sync the trained weights to the inference worker as version `step` when due (`weight_update`); the
         version it serves is what the rollouts record and measure staleness against."""
-        metrics = await self.parts.update_weights(self.step, force=force)
-        self.parts.train_rollout.set_policy_version(self.parts.update_weights.served_version)
-        self.parts.val_rollout.set_policy_version(self.parts.update_weights.served_version)
+        parts = self.parts
+        metrics = await parts.update_weights(self.step, force=force)
+        parts.train_rollout.set_policy_version(parts.update_weights.served_version)
+        parts.val_rollout.set_policy_version(parts.update_weights.served_version)
         return metrics
 
     async def _validate(self) -> dict[str, float]:
-        t = time.perf_counter()
-        count = self.loop.val_batch_size
-        batch = await self.parts.val_rollout.get_batch(
-            count, seeds=validation_seeds(count // self.parts.val_rollout.layout.group_size)
+        t, parts, count = time.perf_counter(), self.parts, self.loop.val_rollout_batch_size
+        batch = await parts.val_rollout.get_batch(
+            count, seeds=validation_seeds(count // parts.val_rollout.layout.group_size)
         )
         metrics = {**val_metrics(batch), **self.val_flips.update(batch)}
         metrics["time/step_val"] = time.perf_counter() - t
-        if (
-            self.parts.renderer is not None
-        ):  # in a thread: the event loop (async rollout, env workers) goes on
-            render = self.parts.renderer.render
-            report = await asyncio.to_thread(
-                render, batch.trajectories, self.step, self.parts.tracker.log_images
-            )
+        if parts.renderer is not None:  # in a thread: the event loop (async rollout, env workers) goes on
+            render = parts.renderer.render
+            report = await asyncio.to_thread(render, batch.trajectories, self.step, parts.tracker.log_images)
             metrics.update(report.metrics())
-        await self.parts.cluster.call(
-            self.parts.policy_server, "batch_sizes"
-        )  # validation's batches are not training's
+        # validation's batches are not training's
+        await parts.cluster.call(parts.policy_server, "batch_sizes")
         # Nor its episodes a training turn's history: a next step that reused them would prefill otherwise than
         # a run resumed at this step, which did not validate here (docs/checkpoints.md, exactness).
-        await self.parts.cluster.call(self.parts.policy_server, "forget_turns")
+        await parts.cluster.call(parts.policy_server, "forget_turns")
         return metrics
 
     async def _release_memory(self) -> dict[str, float]:
         """Every worker process gives its freed heap memory back to the OS (`roll_strategies.workers.allocator`: glibc
         keeps a step's freed tensors resident otherwise); memory/rss_gb: the resident sets after, summed over
         the distinct processes (in-process workers share the driver's)."""
-        handles = [self.parts.policy_server]
-        for group in (self.parts.actor_train, self.parts.critic, self.parts.reference):
+        parts = self.parts
+        handles = [parts.policy_server]
+        for group in (parts.actor_train, parts.critic, parts.reference):
             if group is not None:
                 handles.extend(h for h in group.ranks if all(h is not seen for seen in handles))
-        reports = await asyncio.gather(*(self.parts.cluster.call(h, "release_memory") for h in handles))
+        reports = await asyncio.gather(*(parts.cluster.call(h, "release_memory") for h in handles))
         rss = {report.pid: report.rss_bytes for report in reports}
         return {"memory/rss_gb": sum(rss.values()) / 2**30}
 
     # ----------------------------------------------------------------- checkpoints
     async def _save_checkpoint(self) -> Path:
-        state = (
-            pipeline_state(
-                self.step,
-                self._skipped_in_a_row,
-                self.parts.train_rollout,
-                self.parts.val_rollout,
-                self.parts.kl,
-                self.parts.tracker,
-                demo=self._demo_rollout,
-            )
-            | self.val_flips.state()
-        )
+        parts = self.parts
+        state = pipeline_state(self.step, self._skipped_in_a_row, parts.rollouts, parts.kl, parts.tracker)
+        state |= self.val_flips.state()
 
         async def save_models(path: Path) -> None:  # every rank: DeepSpeed writes each rank's shards
-            offloaded = (
-                self.parts.trainer_offload.offloaded
-            )  # saved from the GPU: DeepSpeed reads its own buffers
-            await self.parts.trainer_offload.reload()
-            await self.parts.actor_train.call_all("save_checkpoint", str(path))
-            if self.parts.critic is not None:
-                await self.parts.critic.call_all("save_checkpoint", str(path.parent / CRITIC_DIR))
+            offloaded = parts.trainer_offload.offloaded  # saved from the GPU: DeepSpeed reads its own buffers
+            await parts.trainer_offload.reload()
+            await parts.actor_train.call_all("save_checkpoint", str(path))
+            if parts.critic is not None:
+                await parts.critic.call_all("save_checkpoint", str(path.parent / CRITIC_DIR))
             if offloaded:
-                await self.parts.trainer_offload.offload()
+                await parts.trainer_offload.offload()
 
-        return await self.parts.checkpoints.save(self.step, state, save_models)
+        return await parts.checkpoints.save(self.step, state, save_models)
 
     async def _resume(self, state: dict[str, Any]) -> None:
         """Models, optimisers, step, schedulers and KL controller from the checkpoint (the global RNGs are
         set just before the first step)."""
-        path = self.parts.resume_from
+        parts, path = self.parts, self.parts.resume_from
         assert path is not None
-        await self.parts.actor_train.call_all("load_checkpoint", str(self.parts.checkpoints.model_dir(path)))
-        if self.parts.critic is not None:
+        await parts.actor_train.call_all("load_checkpoint", str(parts.checkpoints.model_dir(path)))
+        if parts.critic is not None:
             critic_dir = Path(path) / CRITIC_DIR
             if not critic_dir.is_dir():
                 raise CheckpointError(
                     f"{path} has no {CRITIC_DIR}/ folder: it was written by a run without a critic, and"
-                    f" adv_estimator={self.parts.settings.experience.adv_estimator} would resume with an untrained one; resume a"
-                    " checkpoint of a run with a critic (e.g. gae) or start afresh"
+                    f" adv_estimator={parts.settings.experience.adv_estimator} would resume with an untrained"
+                    " one; resume a checkpoint of a run with a critic (e.g. gae) or start afresh"
                 )
-            await self.parts.critic.call_all("load_checkpoint", str(critic_dir))
-        self.step, self._skipped_in_a_row = restore_pipeline_state(
-            state, self.parts.train_rollout, self.parts.val_rollout, self.parts.kl, demo=self._demo_rollout
-        )
+            await parts.critic.call_all("load_checkpoint", str(critic_dir))
+        self.step, self._skipped_in_a_row = restore_pipeline_state(state, parts.rollouts, parts.kl)
         self.val_flips.load_state(state)
-
-    @property
-    def _demo_rollout(self) -> RolloutScheduler | None:
-        """The demonstration phase's rollout, whose seed stream a checkpoint keeps."""
-        return self.parts.demonstration.rollout if self.parts.demonstration is not None else None
 
     def close(self) -> None:
         """Stop the workers."""

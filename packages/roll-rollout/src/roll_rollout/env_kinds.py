@@ -1,11 +1,7 @@
-"""The kinds of `env_type` a tag can name, in one table: what plays a slot's episodes, which roll env they are
-played on (the config check), and what `roll config` loads before a run (the preflight check).
-
-- a roll env (any registered `env_type`, the default): the policy plays it turn by turn (`TrajEnvManager`);
-- `openai_agent`: an OpenAI-client agent plays each episode through the training proxy (`AgentEnvManager`,
-  `roll_rollout.agent_manager`) on the tasks of the roll env its `env_config.task_env` names.
-
-Code elsewhere asks `env_kind(env_type)`, never compares an env type's name.
+"""The kinds of `env_type` in one table, so that nothing else compares an env type's name: a roll env (any
+registered type, the default), which the policy plays turn by turn (`TrajEnvManager`), and `openai_agent`, whose
+episodes an OpenAI-client agent plays through the training proxy (`AgentEnvManager`) on the tasks of the roll
+env its `env_config.task_env` names.
 """
 
 from __future__ import annotations
@@ -24,20 +20,17 @@ __all__ = ["ENV_KINDS", "ROLL_ENV", "EnvKind", "env_kind"]
 class EnvKind:
     """How roll hosts and checks the tags of one kind of env type."""
 
-    manager: type[TrajEnvManager] | type[AgentEnvManager]
-    """The class that plays a slot's episodes (`EnvWorker` builds one per slot)."""
+    manager: type[TrajEnvManager] | type[AgentEnvManager]  # what plays a slot's episodes (one per slot)
     played_env: Callable[[str, Any], tuple[str, Any]]
-    """The config check: (env_type, env_config) of a tag -> the roll env its episodes are played on and that
-    env's config (a roll env: the tag's own, unchecked here); raises the kind's `RolloutError`, whose message
-    says the fix."""
-    preflight: Callable[[Any], None]
-    """What `roll config` loads of a tag's env_config before a run (raises the kind's `RolloutError`)."""
-    played_at: str
-    """Where the played env's type and config sit in the tag: "." (its own env_type / env_config), or the
-    prefix of the fields naming it ("." + "env_config.task_": task_env / task_env_config)."""
+    """The config check: a tag's (env_type, env_config) -> the roll env its episodes are played on, and that env's
+    config; raises the kind's `RolloutError`, whose message says the fix."""
+    preflight: Callable[[Any], None]  # what `roll config` loads of the env_config (raises as `played_env`)
+    played_at: (
+        str  # where the played env's fields sit in the tag: "." (env_type), ".env_config.task_" (task_env)
+    )
     agent_plays: bool
-    """An agent program plays the episodes, not the policy turn by turn: it keeps its own history, nothing
-    demonstrates, and the tag has no env of its own to score baselines on."""
+    """An agent program plays, not the policy turn by turn: it keeps its own history, nothing demonstrates,
+    and the tag has no env of its own to score baselines on."""
 
 
 def _agent(env_config: Any) -> AgentConfig:

@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from roll_rollout import RemotePolicy
+from roll_rollout import RemotePolicy, RolloutScheduler
 
 from roll_pipeline.assembly.settings import RunSettings, run_settings
 from roll_pipeline.config.colocation import infer_sleep, offloaded_roles
@@ -47,7 +47,7 @@ def assemble(config: AgenticConfig, *, verbose: bool = False) -> RunParts:
 
 class RunParts:
     """Everything a run is made of before its first step: each part is an attribute set once, here (a new step
-    component is one more line in `_spawn`)."""
+    component is one more line in `_components`)."""
 
     def __init__(self, settings: RunSettings, *, verbose: bool = False) -> None:
         """Model, cluster (every node sees the run folder and the model), checkpoints and resume state,
@@ -78,10 +78,10 @@ class RunParts:
         sources = env_sources(s.rollout.envs)
         self.renderer = renderer_of(self.run_dir, out.render_save_dir, sources, out.render_episodes_per_tag)
         self._spawn(s, Path(self.model_path))
+        self._components(s)
 
     def _spawn(self, s: RunSettings, model_path: Path) -> None:
-        """Each role's workers from its plan, the rollouts that ask the policy server, and the step's
-        components."""
+        """Each role's workers from its plan."""
         from roll_strategies import ActorTrainWorker, CriticWorker, ReferenceWorker
 
         spawn, cluster = s.spawn, self.cluster
@@ -126,6 +126,10 @@ class RunParts:
             {n: g for n in offloaded_roles(spawn.roles, spawn.names) if (g := groups.get(n)) is not None},
             _log,
         )
+
+    def _components(self, s: RunSettings) -> None:
+        """The rollouts that ask the policy server, and the step's components."""
+        cluster = self.cluster
         self.kl = KLControl(*s.kl_coefs)
         policy = RemotePolicy(cluster.remote_method(self.policy_server, "generate_many"))
         rollout = partial(
@@ -147,16 +151,22 @@ class RunParts:
                 s.demonstration_loss,
                 s.demonstration_schedule,
             )
-        sync = pick_transport(spawn.backend, plans["actor_train"], plans["actor_infer"])
+        sync = pick_transport(s.spawn.backend, self.plans["actor_train"], self.plans["actor_infer"])
         _log(f"[roll] weight sync transport: {sync}")
         self.update_weights = WeightUpdater(
             cluster,
             self.actor_train,
             self.policy_server,
-            dtype=infer.model_args.dtype,
+            dtype=s.spawn.roles["actor_infer"].model_args.dtype,
             frequency=s.model_update_frequency,
             transport=sync.transport,
         )
+
+    @property
+    def rollouts(self) -> dict[str, RolloutScheduler]:
+        """The run's schedulers by the name its checkpoints keep their seed streams under."""
+        demo = {"demo": self.demonstration.rollout} if self.demonstration is not None else {}
+        return {"train": self.train_rollout, "val": self.val_rollout, **demo}
 
 
 async def build_updaters(parts: RunParts) -> tuple[ActorUpdater, CriticUpdater | None]:

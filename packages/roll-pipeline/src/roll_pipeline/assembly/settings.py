@@ -14,9 +14,9 @@ pieces are the small settings each component takes:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from roll_algos import ActorLoss, AdvantageConfig, CriticLoss
 
@@ -159,6 +159,7 @@ def spawn_settings(cfg: AgenticConfig) -> SpawnSettings:
 
 def config_model(config: AgenticConfig, roles: tuple[str, ...] = ("actor_infer",)) -> Path | str:
     """The model folder the config's `roles` load (`runtime.placement.roles_model`)."""
+    assert config.pretrain is not None  # AgenticConfig refuses a config without a model
     return roles_model(config.pretrain, config.seed, {name: getattr(config, name) for name in roles})
 
 
@@ -167,26 +168,26 @@ class OutputSettings:
     """Where a run writes: its folder, checkpoints, trackers and renders."""
 
     run_dir: Path  # output_dir / exp_name
+    config_json: dict[str, Any]  # the whole config, which the trackers record beside the run
     keep_last_n: int | None
     resume_from_checkpoint: str | None
     track_with: list[str]
     tracker_kwargs: dict[str, Any]
-    config_json: dict[str, Any]  # the whole config, which the trackers record beside the run
     render_save_dir: str | None
     render_episodes_per_tag: int
 
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """What the training loop reads: its length, cadences and batch sizes."""
+    """What the training loop reads: its length, cadences and batch sizes (in trajectories)."""
 
     max_steps: int
     eval_steps: int
     logging_steps: int
     save_steps: int
     validate_at_start: bool
-    train_batch_size: int  # trajectories per training step
-    val_batch_size: int  # trajectories per validation
+    train_rollout_batch_size: int
+    val_rollout_batch_size: int
     critic_warmup: int  # steps the actor stays frozen while the critic learns
     max_consecutive_skipped_steps: int
 
@@ -198,6 +199,9 @@ class RunSettings:
     seed: int
     pretrain: str
     cluster: ClusterConfig
+    use_kl_loss: bool
+    model_update_frequency: int
+    demonstration_steps: int
     outputs: OutputSettings
     loop: LoopSettings
     spawn: SpawnSettings
@@ -205,63 +209,48 @@ class RunSettings:
     train_envs: EnvManagerConfig
     val_envs: EnvManagerConfig
     experience: ExperienceSettings
-    kl_coefs: tuple[
-        float, float, float | None, int
-    ]  # `KLControl`'s reward and loss coefficients, target, horizon
-    use_kl_loss: bool
+    # `KLControl`'s reward and loss coefficients, target and horizon
+    kl_coefs: tuple[float, float, float | None, int]
     actor_loss: ActorLoss  # the template: the actor update sets the KL coefficient of each step
     actor_schedule: UpdateSchedule
     critic_loss: CriticLoss
     critic_schedule: UpdateSchedule
-    model_update_frequency: int
-    demonstration_steps: int
     demonstration_loss: ActorLoss  # sft on every response token (`trainer.demonstration.sft_loss`)
     demonstration_schedule: UpdateSchedule  # the actor's, at demonstration_learning_rate
+
+
+T = TypeVar("T")
+
+
+def _picked(cls: type[T], config: AgenticConfig, **derived: Any) -> T:
+    """A `cls` whose fields are the config's fields of the same names, but for those `derived` gives."""
+    picked = {f.name: getattr(config, f.name) for f in fields(cls) if f.name not in derived}  # type: ignore[arg-type]
+    return cls(**picked, **derived)
 
 
 def run_settings(config: AgenticConfig) -> RunSettings:
     """The `RunSettings` of a config."""
     c = config
+    assert c.pretrain is not None  # AgenticConfig refuses a config without a model
     actor_schedule, actor = update_schedule(c, "actor_train"), actor_loss_template(c)
     demo_rate = c.demonstration_learning_rate / c.actor_train.training_args.learning_rate
-    return RunSettings(
-        seed=c.seed,
-        pretrain=c.pretrain,
-        cluster=c.cluster,
-        outputs=OutputSettings(
-            Path(c.output_dir) / c.exp_name,
-            c.keep_last_n,
-            c.resume_from_checkpoint,
-            list(c.track_with),
-            dict(c.tracker_kwargs),
-            c.model_dump(mode="json"),
-            c.render_save_dir,
-            c.render_episodes_per_tag,
+    return _picked(
+        RunSettings,
+        c,
+        outputs=_picked(
+            OutputSettings, c, run_dir=Path(c.output_dir) / c.exp_name, config_json=c.model_dump(mode="json")
         ),
-        loop=LoopSettings(
-            c.max_steps,
-            c.eval_steps,
-            c.logging_steps,
-            c.save_steps,
-            c.validate_at_start,
-            c.train_rollout_batch_size,
-            c.val_rollout_batch_size,
-            c.critic_warmup,
-            c.max_consecutive_skipped_steps,
-        ),
+        loop=_picked(LoopSettings, c),
         spawn=spawn_settings(c),
         rollout=rollout_settings(c),
         train_envs=c.train_env_manager,
         val_envs=c.val_env_manager,
         experience=experience_settings(c),
         kl_coefs=(c.init_kl_coef, c.kl_loss_coef if c.use_kl_loss else 0.0, c.target_kl, c.kl_horizon),
-        use_kl_loss=c.use_kl_loss,
         actor_loss=actor,
         actor_schedule=actor_schedule,
         critic_loss=critic_loss(c),
         critic_schedule=update_schedule(c, "critic"),
-        model_update_frequency=c.model_update_frequency,
-        demonstration_steps=c.demonstration_steps,
         demonstration_loss=sft_loss(actor),
         demonstration_schedule=replace(actor_schedule, lr_factor=demo_rate),
     )
