@@ -1,9 +1,6 @@
-"""The demonstration steps of a run (`demonstration_steps`) as one phase object: behaviour cloning before RL.
-
-Its rollout plays episodes the envs answer (`BaseEnv.demonstration`; a synchronous scheduler of its own), its
-experience computes neither old nor reference log-probs (the sft loss reads neither), and the actor trains on the
-answers with its `loss` (sft) at its `schedule`'s rate. The RL steps' components never hear of it.
-"""
+"""The demonstration steps of a run (`demonstration_steps`) as one phase object, behaviour cloning before RL: its
+rollout plays episodes the envs answer (`BaseEnv.demonstration`), its experience computes neither old nor
+reference log-probs (the sft loss reads neither), and the actor trains on the answers with its loss and rate."""
 
 from __future__ import annotations
 
