@@ -40,7 +40,7 @@ def chain_rule_probability(model, prompt: list[int], answer: list[int]) -> float
 
 @pytest.mark.parametrize("prefix", ["", "<answer>"])
 def test_the_probabilities_are_the_chain_rule_of_the_decision_tokens(prefix):
-    from roll_pipeline.assembly.roles import config_model
+    from roll_pipeline.assembly.settings import config_model
     from roll_pipeline.cli.args import EXAMPLES_DIR
     from roll_pipeline.config.compose import compose
     from roll_strategies.models._loading import load_model_and_tokenizer

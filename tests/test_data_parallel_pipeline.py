@@ -42,7 +42,7 @@ def _run(out: Path, exp: str, *extra: str) -> tuple[int, RunSummary]:
     cfg = compose(None, None, [*EXACT, f"output_dir={out}", f"exp_name={exp}", *extra])
     pipeline = AgenticPipeline(cfg, progress=False)
     try:
-        ranks = pipeline.actor_train.size
+        ranks = pipeline.parts.actor_train.size
         return ranks, pipeline.run()
     finally:
         pipeline.close()
@@ -99,7 +99,7 @@ def test_in_process_the_ranks_of_the_actor_and_a_gae_critic_are_child_processes(
     )
     pipeline = AgenticPipeline(cfg, progress=False)
     try:
-        assert pipeline.actor_train.size == 2 and pipeline.critic is not None and pipeline.critic.size == 2
+        assert pipeline.parts.actor_train.size == 2 and pipeline.parts.critic is not None and pipeline.parts.critic.size == 2
         summary = pipeline.run()
     finally:
         pipeline.close()
@@ -132,7 +132,7 @@ def test_zero3_ranks_in_process_sync_their_gathered_weights_and_resume_exactly(t
         cfg = compose(None, None, [*zero3, f"output_dir={tmp_path}", f"exp_name={exp}", *extra])
         pipeline = AgenticPipeline(cfg, progress=False)
         try:
-            assert pipeline.actor_train.size == 2 and pipeline.actor_train.gathers_weights
+            assert pipeline.parts.actor_train.size == 2 and pipeline.parts.actor_train.gathers_weights
             return pipeline.run()
         finally:
             pipeline.close()

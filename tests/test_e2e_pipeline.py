@@ -135,7 +135,7 @@ def test_optimiser_settings_reach_the_train_worker(tmp_path):
     )
     pipeline = AgenticPipeline(cfg, progress=False)
     try:
-        group = pipeline.actor_train.main.strategy.optimizer.param_groups[0]
+        group = pipeline.parts.actor_train.main.strategy.optimizer.param_groups[0]
         assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-5
     finally:
         pipeline.close()

@@ -48,11 +48,11 @@ def test_deepspeed_train_through_the_pipeline_with_model_update_frequency(tmp_pa
     )
     pipeline = AgenticPipeline(cfg, progress=False)
     try:
-        assert type(pipeline.actor_train.main.strategy).__name__ == "DeepSpeedTrainStrategy"
+        assert type(pipeline.parts.actor_train.main.strategy).__name__ == "DeepSpeedTrainStrategy"
         # the exact KL needs no reference worker: the train worker holds the frozen copy
-        assert pipeline.reference is pipeline.actor_train
-        assert pipeline.actor_train.main.reference_model is not None
-        params = sum(p.numel() for p in pipeline.actor_train.main.strategy.model.parameters())
+        assert pipeline.parts.reference is pipeline.parts.actor_train
+        assert pipeline.parts.actor_train.main.reference_model is not None
+        params = sum(p.numel() for p in pipeline.parts.actor_train.main.strategy.model.parameters())
         summary = pipeline.run()
     finally:
         pipeline.close()

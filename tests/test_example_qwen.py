@@ -94,8 +94,8 @@ def test_two_steps_run_end_to_end_on_the_cpu(qwen_in_hub_cache, tmp_path):
     cfg = compose(*EXAMPLE[1::2], overrides, search_from=ROOT / "examples", preflight=True)
     started = time.perf_counter()
     pipeline = AgenticPipeline(cfg, progress=False)
-    assert Path(pipeline.model_path) == qwen_in_hub_cache
-    assert pipeline.tokenizer.eos_token == "<|im_end|>"
+    assert Path(pipeline.parts.model_path) == qwen_in_hub_cache
+    assert pipeline.parts.tokenizer.eos_token == "<|im_end|>"
     try:
         summary = pipeline.run()
     finally:

@@ -1,6 +1,6 @@
 """The run's GPU pool under Ray: each rank of each role lands on the GPU of its device_mapping index.
 
-The roles are planned and spawned through the pipeline's path (`assembly.roles.plan_roles`,
+The roles are planned and spawned through the pipeline's path (`runtime.placement.plan_roles`,
 `runtime.workers.RoleSpawner`, `runtime.cluster.RayCluster`) with probe workers that report the GPU ids Ray
 gave them and their CUDA_VISIBLE_DEVICES. No GPU is needed: the module's Ray instance declares 4
 (`ray_four_gpus`), and Ray schedules on declared resources.
@@ -13,9 +13,9 @@ import sys
 from typing import Any
 
 import pytest
-from roll_pipeline.assembly.roles import plan_roles
 from roll_pipeline.config.schema import WorkerConfig
 from roll_pipeline.runtime.cluster import ClusterError, RayCluster
+from roll_pipeline.runtime.placement import plan_roles
 from roll_pipeline.runtime.workers import RoleSpawner, SpawnSettings
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

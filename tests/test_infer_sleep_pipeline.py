@@ -46,4 +46,4 @@ def test_each_step_sleeps_after_the_rollout_and_wakes_before_the_weight_sync(tmp
 
 
 async def _unlocked(pipeline: AgenticPipeline) -> bool:
-    return not pipeline.policy_server.policy.lock.locked()
+    return not pipeline.parts.policy_server.policy.lock.locked()

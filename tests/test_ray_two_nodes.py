@@ -43,16 +43,16 @@ SCRIPT = textwrap.dedent(
         context = ray.get_runtime_context()
         return context.get_node_id(), context.get_assigned_resources().get("CPU", 0.0)
     # env workers are killed when their rollout stops: note where each ran before it goes
-    placed, kill = [], pipeline.cluster.kill
+    placed, kill = [], pipeline.parts.cluster.kill
     def noting_kill(handle):
         try:
             placed.append(ray.get(handle.__ray_call__.remote(where), timeout=60))
         except Exception:
             pass
         kill(handle)
-    pipeline.cluster.kill = noting_kill
+    pipeline.parts.cluster.kill = noting_kill
     summary = pipeline.run()
-    found = placed + ray.get([a.__ray_call__.remote(where) for a in pipeline.cluster._actors])
+    found = placed + ray.get([a.__ray_call__.remote(where) for a in pipeline.parts.cluster._actors])
     from roll_pipeline.runtime.storage import StorageError, StorageProbe, confirm_shared_storage
     head = ray.get_runtime_context().get_node_id()
     class SecondNodeOwnDisk:  # the second node mounts a disk of its own where the run folder is
@@ -61,7 +61,7 @@ SCRIPT = textwrap.dedent(
                 token_file = token_file + ".elsewhere"
             return StorageProbe().check(token_file, token, model_path)
     try:
-        confirm_shared_storage(pipeline.cluster, pipeline.run_dir, pipeline.model_path, SecondNodeOwnDisk)
+        confirm_shared_storage(pipeline.parts.cluster, pipeline.parts.run_dir, pipeline.parts.model_path, SecondNodeOwnDisk)
         storage_error = ""
     except StorageError as exc:
         storage_error = str(exc)

@@ -33,7 +33,7 @@ def test_each_step_reloads_before_training_and_offloads_after_the_weight_sync(tm
     # then the checkpoint, written from the GPU (reload, save, offload)
     step = ["generate", "reload", "train", "weights", "offload"]
     assert compacted == ["weights", "offload", *step, *step, "generate", "reload", "offload"], events
-    rows = [json.loads(line) for line in (pipeline.run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (pipeline.parts.run_dir / "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in rows if "time/step_total" in r]
     assert trained and all(
         r["time/offload_s"] >= 0 and r["time/reload_s"] >= 0 and r["memory/offloaded_gb"] > 0 for r in trained

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import roll_envs
 import torch
-from roll_pipeline.assembly.roles import config_model
+from roll_pipeline.assembly.settings import config_model
 from roll_pipeline.cli.args import EXAMPLES_DIR
 from roll_pipeline.config.compose import compose
 from roll_pipeline.serving.evaluate import checkpoint_model_dir

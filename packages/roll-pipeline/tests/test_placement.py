@@ -85,7 +85,7 @@ def test_the_default_run_fits_a_two_core_local_ray_instance(tmp_path, monkeypatc
     asked = {name: spawn["num_cpus"] for name, spawn in cluster.spawned.items()}
     assert asked == {"actor_train": 0.9, "actor_infer": 0.9}  # (2 - 4 x 0.05) / 2
     assert {cluster.spawned[n]["num_threads"] for n in asked} == {1}
-    assert pipeline.cpus.env_worker == 0.05
+    assert pipeline.parts.cpus.env_worker == 0.05
 
 
 @pytest.mark.slow  # builds the cached builtin tiny model on first use
@@ -105,12 +105,12 @@ def test_roles_ask_for_their_num_threads_and_a_plan_that_cannot_fit_stops_before
 @pytest.mark.slow  # builds the cached builtin tiny model on first use
 def test_the_weight_sync_transport_follows_the_placements_and_is_logged(tmp_path, monkeypatch, capsys):
     cpu = _pipeline(tmp_path, monkeypatch, RecordingCluster())
-    assert cpu.update_weights.transport == "cpu"
+    assert cpu.parts.update_weights.transport == "cpu"
     one_gpu = ("actor_train.device_mapping=[0]", "actor_infer.device_mapping=[0]")
     shared = _pipeline(tmp_path, monkeypatch, RecordingCluster(), *one_gpu)
-    assert shared.update_weights.transport == "cuda_ipc"  # Ray actors on one GPU
+    assert shared.parts.update_weights.transport == "cuda_ipc"  # Ray actors on one GPU
     apart = _pipeline(tmp_path, monkeypatch, RecordingCluster(), *one_gpu, "actor_infer.device_mapping=[1]")
-    assert apart.update_weights.transport == "cpu"  # nccl would need a process group: the CPU path
+    assert apart.parts.update_weights.transport == "cpu"  # nccl would need a process group: the CPU path
     lines = [line for line in capsys.readouterr().out.splitlines() if "weight sync transport" in line]
     assert [line.split()[4] for line in lines] == ["cpu", "cuda_ipc", "cpu"]
     assert "nccl" in lines[2]

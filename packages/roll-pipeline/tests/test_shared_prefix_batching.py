@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 from roll_algos.packing import pack_lengths
-from roll_pipeline.assembly.roles import plan_roles
-from roll_pipeline.assembly.settings import actor_loss, spawn_settings
+from roll_pipeline.assembly.settings import actor_loss, run_settings, spawn_settings
 from roll_pipeline.config.compose import tiny_config
+from roll_pipeline.runtime.placement import plan_roles
 from roll_pipeline.trainer.micro_batches import (
     TrainLayout,
     build_micro_batches,
@@ -265,7 +265,7 @@ def test_every_role_gets_the_switch(share, monkeypatch):
             return False
 
     monkeypatch.setattr(roll_strategies, "ActorInferWorker", Recording)
-    inference_server(cfg, "unused-model-folder")  # roll eval / roll serve
+    inference_server(run_settings(cfg), "unused-model-folder")  # roll eval / roll serve
     assert seen["share_prefix"] is share
 
 

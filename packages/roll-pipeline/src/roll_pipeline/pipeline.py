@@ -2,7 +2,7 @@
 
 The first `demonstration_steps` steps are behaviour cloning: their rollout plays episodes the envs answer
 (`BaseEnv.demonstration`, a synchronous scheduler of their own) and the actor trains on those answers with the
-`sft` loss (no critic, KL or entropy term). One RL step: rollout (whole env groups, `rollout_setup`) -> experience (`experience`: samples, old /
+`sft` loss (no critic, KL or entropy term): one phase object, `trainer.demonstration.Demonstration`. One RL step: rollout (whole env groups, `rollout_setup`) -> experience (`experience`: samples, old /
 reference log-probs, values, KL, advantages) -> critic update (`critic_update`, only for an estimator that
 declares needs_critic, e.g. gae) -> actor update (`actor_update`: PPO mini-batches; skipped during
 `critic_warmup`) -> KL controller update -> weights synced to the inference worker -> metrics (a vllm
@@ -39,6 +39,7 @@ from roll_pipeline.state.run_state import (
 )
 from roll_pipeline.trainer.actor_update import ActorUpdater
 from roll_pipeline.trainer.critic_update import CriticUpdater
+from roll_pipeline.trainer.demonstration import Demonstration
 
 CRITIC_DIR = "critic"
 """Where a checkpoint keeps the critic (next to `model/`)."""
@@ -49,26 +50,12 @@ class PipelineError(RuntimeError):
 
 
 class AgenticPipeline:
-    """Runs the training loop over the parts of a config (`assembly.assemble` builds them)."""
+    """Runs the training loop over the parts of a config (`assembly.assemble` builds them, `self.parts`)."""
 
     def __init__(self, config: AgenticConfig, *, progress: bool = True, verbose: bool = False) -> None:
-        self.config = config
         self.progress = progress
-        self.parts = parts = assemble(config, verbose=verbose)
-        self.run_dir, self.model_path, self.tokenizer = parts.run_dir, parts.model_path, parts.tokenizer
-        self.cluster, self.checkpoints, self.tracker = parts.cluster, parts.checkpoints, parts.tracker
-        self.resume_from, self._resume_state, self.renderer = (
-            parts.resume_from,
-            parts.resume_state,
-            parts.renderer,
-        )
-        w = parts.workers
-        self.cpus, self.kl, self.rollout_settings = w.cpus, w.kl, w.rollout_settings
-        self.actor_train, self.critic, self.reference = w.actor_train, w.critic, w.reference
-        self.policy_server, self.infer_sleep = w.policy_server, w.infer_sleep
-        self.train_rollout, self.val_rollout = w.train_rollout, w.val_rollout
-        self.make_experience, self.update_weights = w.make_experience, w.update_weights
-        self.trainer_offload, self.demo_rollout = w.trainer_offload, w.demo_rollout
+        self.parts = assemble(config, verbose=verbose)
+        self.loop = self.parts.settings.loop
         self.update_actor: ActorUpdater | None = None  # built at the start of `run` (packing is probed)
         self.update_critic: CriticUpdater | None = None
         self.val_flips = ValidationFlips()  # validation episodes won and lost since the last pass
@@ -81,106 +68,109 @@ class AgenticPipeline:
         return asyncio.run(self._run())
 
     async def _run(self) -> RunSummary:
-        cfg = self.config
+        loop, parts = self.loop, self.parts
         started = time.perf_counter()
-        summary = RunSummary(self.run_dir, 0, 0.0)
-        if self._resume_state is not None:
-            await self._resume(self._resume_state)
-        bar = _progress_bar(cfg.max_steps, self.step, enabled=self.progress)
+        summary = RunSummary(parts.run_dir, 0, 0.0)
+        if parts.resume_state is not None:
+            await self._resume(parts.resume_state)
+        bar = _progress_bar(loop.max_steps, self.step, enabled=self.progress)
         try:
-            self.update_actor, self.update_critic = await build_updaters(cfg, self.parts.workers)
+            self.update_actor, self.update_critic = await build_updaters(parts)
             await self._sync_weights(force=True)  # the inference worker may hold other weights (resume)
-            await self.trainer_offload.offload()  # colocated trainers leave the GPU to the engine
-            if cfg.validate_at_start:
+            await parts.trainer_offload.offload()  # colocated trainers leave the GPU to the engine
+            if loop.validate_at_start:
                 summary.val_history.append((self.step, await self._validate()))
                 if self.step == 0:  # the starting point of every curve, in every tracker
-                    self.tracker.log(summary.val_history[-1][1], 0)
-            if self._resume_state is not None and "global_rng" in self._resume_state:
+                    parts.tracker.log(summary.val_history[-1][1], 0)
+            if parts.resume_state is not None and "global_rng" in parts.resume_state:
                 # Now, not at load: the RNGs enter the next step exactly as they left the saved one.
-                set_global_rng_state(self._resume_state["global_rng"])
+                set_global_rng_state(parts.resume_state["global_rng"])
             if summary.val_history:
                 bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
-            while self.step < cfg.max_steps:
+            while self.step < loop.max_steps:
                 metrics = await self._train_step()
-                validated = self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps
+                validated = self.step % loop.eval_steps == 0 or self.step == loop.max_steps
                 if validated:
                     val = await self._validate()
                     summary.val_history.append((self.step, val))
                     metrics.update(val)
                 metrics.update(await self._release_memory())
                 # a validation step is logged whatever logging_steps is: its row is the learning curve
-                if validated or self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:
-                    self.tracker.log(metrics, self.step)
+                if validated or self.step % loop.logging_steps == 0 or self.step == loop.max_steps:
+                    parts.tracker.log(metrics, self.step)
                 # After the row: a resume from this checkpoint keeps the rows up to its step, so a process
                 # killed between a save and its row's write would have lost the row for good.
-                if self.step % cfg.save_steps == 0 or self.step == cfg.max_steps:
+                if self.step % loop.save_steps == 0 or self.step == loop.max_steps:
                     summary.last_checkpoint = await self._save_checkpoint()
                 bar.update(1)
                 bar.set_postfix_str(_postfix(metrics, summary))
         finally:
             bar.close()
-            await self.infer_sleep.before_weight_sync()  # a step that failed in training leaves it asleep
-            await self.train_rollout.stop()
-            await self.val_rollout.stop()
-            if self.demo_rollout is not None:
-                await self.demo_rollout.stop()
-            self.tracker.close()
+            await parts.infer_sleep.before_weight_sync()  # a step that failed in training leaves it asleep
+            for rollout in parts.rollouts.values():
+                await rollout.stop()
+            parts.tracker.close()
         summary.steps = self.step
         summary.wall_time_s = time.perf_counter() - started
         return summary
 
     async def _train_step(self) -> dict[str, float]:
         """Rollout, actor update, weight sync; the step counter advances by one."""
-        cfg, timings = self.config, {}
+        parts, size, timings = self.parts, self.loop.train_rollout_batch_size, {}
         t0 = time.perf_counter()
         step = self.step + 1  # this step's number in the metrics, which temperature_schedule counts in
-        tags = cfg.train_env_manager.tags
-        demonstrated = self.step < cfg.demonstration_steps
-        if demonstrated:
-            assert self.demo_rollout is not None
-            batch = await self.demo_rollout.get_batch(cfg.train_rollout_batch_size)
-            if step == cfg.demonstration_steps:
-                await self.demo_rollout.stop()  # its env workers are done
+        rollout = parts.settings.rollout
+        demo = parts.demonstration if parts.demonstration and parts.demonstration.covers(self.step) else None
+        if demo is not None:
+            batch = await demo.batch(self.step, size)
         else:
-            self.train_rollout.set_sampling(sampling_of(self.rollout_settings, tags, greedy=False, step=step))
-            batch = await self.train_rollout.get_batch(cfg.train_rollout_batch_size)
+            tags = parts.train_rollout.layout.tags
+            parts.train_rollout.set_sampling(sampling_of(rollout, tags, greedy=False, step=step))
+            batch = await parts.train_rollout.get_batch(size)
         timings["time/step_rollout"] = time.perf_counter() - t0
         metrics = rollout_metrics(batch)
-        metrics["train/demonstration_step"] = float(demonstrated)
-        metrics["rollout/temperature"] = cfg.actor_infer.generating_args.temperature_at(step)
+        metrics["train/demonstration_step"] = float(demo is not None)
+        metrics["rollout/temperature"] = rollout.generating.temperature_at(step)
         metrics["rollout/infer_batch_size/mean"] = mean(
-            await self.cluster.call(self.policy_server, "batch_sizes")
+            await parts.cluster.call(parts.policy_server, "batch_sizes")
         )
-        timings.update(await self.infer_sleep.before_training())
-        timings.update(await self.trainer_offload.reload())
+        timings.update(await parts.infer_sleep.before_training())
+        timings.update(await parts.trainer_offload.reload())
         if any(t.turns for t in batch.trajectories):
-            metrics.update(await self._update(batch.trajectories, timings, demonstrated))
+            trajs = batch.trajectories
+            if demo is None:
+                metrics.update(await self._update(trajs, timings))
+            else:
+                metrics.update(await self._demonstrate(demo, trajs, timings))
             self._skipped_in_a_row = 0
         else:
             metrics["train/skipped_step"] = 1.0
             self._skip("every trajectory ended before its first turn (a prompt longer than sequence_length?)")
         self.step += 1
         t1 = time.perf_counter()
-        timings.update(await self.infer_sleep.before_weight_sync())
+        timings.update(await parts.infer_sleep.before_weight_sync())
         metrics.update(await self._sync_weights())
         timings["time/step_model_update"] = time.perf_counter() - t1
-        timings.update(await self.trainer_offload.offload())  # before the next rollout or validation
+        timings.update(await parts.trainer_offload.offload())  # before the next rollout or validation
         timings["time/step_total"] = time.perf_counter() - t0
         return {**metrics, **timings}
 
-    async def _update(
-        self, trajectories: Sequence[Any], timings: dict[str, float], demonstrated: bool = False
+    async def _demonstrate(
+        self, demo: Demonstration, trajectories: Sequence[Any], timings: dict[str, float]
     ) -> dict[str, float]:
-        """Experience -> critic update (gae) -> actor update (after critic_warmup) -> KL controller update; a
-        `demonstrated` batch only trains the actor, with the sft loss."""
+        """A demonstration step trains only the actor, with the phase's experience, loss and rate."""
         assert self.update_actor is not None
-        exp, metrics = await self.make_experience(trajectories, timings, demonstrated)
-        if demonstrated:
-            metrics.update(await self.update_actor(exp, self.step, timings, demonstration=True))
-            return metrics
+        exp, metrics = await demo.make_experience(trajectories, timings)
+        metrics.update(await self.update_actor(exp, self.step, timings, demo.loss, demo.schedule))
+        return metrics
+
+    async def _update(self, trajectories: Sequence[Any], timings: dict[str, float]) -> dict[str, float]:
+        """Experience -> critic update (gae) -> actor update (after critic_warmup) -> KL controller update."""
+        assert self.update_actor is not None
+        exp, metrics = await self.parts.make_experience(trajectories, timings)
         if self.update_critic is not None:
             metrics.update(await self.update_critic(exp, self.step, timings))
-        if self.step >= self.config.critic_warmup:
+        if self.step >= self.loop.critic_warmup:
             metrics.update(await self.update_actor(exp, self.step, timings))
         else:
             metrics["actor/frozen_for_critic_warmup"] = 1.0
@@ -192,7 +182,7 @@ class AgenticPipeline:
         if counts:  # optimizer steps skipped for a NaN/inf loss or gradient norm, so far (both roles)
             metrics["train/nonfinite_steps"] = sum(counts)
         if exp.kl_mean is not None:
-            self.kl.update(exp.kl_mean, exp.num_trajectories)
+            self.parts.kl.update(exp.kl_mean, exp.num_trajectories)
         return metrics
 
     def _skip(self, reason: str) -> None:
@@ -201,7 +191,7 @@ class AgenticPipeline:
 
         self._skipped_in_a_row += 1
         tqdm.write(f"[roll] step {self.step + 1} skipped: nothing to train on: {reason}")
-        if self._skipped_in_a_row >= self.config.max_consecutive_skipped_steps:
+        if self._skipped_in_a_row >= self.loop.max_consecutive_skipped_steps:
             raise PipelineError(
                 f"{self._skipped_in_a_row} steps in a row had nothing to train on ({reason}); stopping. "
                 "Fix the env or the prompt budget, or raise max_consecutive_skipped_steps."
@@ -210,90 +200,81 @@ class AgenticPipeline:
     async def _sync_weights(self, force: bool = False) -> dict[str, float]:
         """Sync the trained weights to the inference worker as version `step` when due (`weight_update`); the
         version it serves is what the rollouts record and measure staleness against."""
-        metrics = await self.update_weights(self.step, force=force)
-        self.train_rollout.set_policy_version(self.update_weights.served_version)
-        self.val_rollout.set_policy_version(self.update_weights.served_version)
+        parts = self.parts
+        metrics = await parts.update_weights(self.step, force=force)
+        parts.train_rollout.set_policy_version(parts.update_weights.served_version)
+        parts.val_rollout.set_policy_version(parts.update_weights.served_version)
         return metrics
 
     async def _validate(self) -> dict[str, float]:
-        t = time.perf_counter()
-        count = self.config.val_rollout_batch_size
-        batch = await self.val_rollout.get_batch(
-            count, seeds=validation_seeds(count // self.val_rollout.layout.group_size)
+        t, parts, count = time.perf_counter(), self.parts, self.loop.val_rollout_batch_size
+        batch = await parts.val_rollout.get_batch(
+            count, seeds=validation_seeds(count // parts.val_rollout.layout.group_size)
         )
         metrics = {**val_metrics(batch), **self.val_flips.update(batch)}
         metrics["time/step_val"] = time.perf_counter() - t
-        if self.renderer is not None:  # in a thread: the event loop (async rollout, env workers) goes on
-            render = self.renderer.render
-            report = await asyncio.to_thread(render, batch.trajectories, self.step, self.tracker.log_images)
+        if parts.renderer is not None:  # in a thread: the event loop (async rollout, env workers) goes on
+            render = parts.renderer.render
+            report = await asyncio.to_thread(render, batch.trajectories, self.step, parts.tracker.log_images)
             metrics.update(report.metrics())
-        await self.cluster.call(self.policy_server, "batch_sizes")  # validation's batches are not training's
+        # validation's batches are not training's
+        await parts.cluster.call(parts.policy_server, "batch_sizes")
         # Nor its episodes a training turn's history: a next step that reused them would prefill otherwise than
         # a run resumed at this step, which did not validate here (docs/checkpoints.md, exactness).
-        await self.cluster.call(self.policy_server, "forget_turns")
+        await parts.cluster.call(parts.policy_server, "forget_turns")
         return metrics
 
     async def _release_memory(self) -> dict[str, float]:
         """Every worker process gives its freed heap memory back to the OS (`roll_strategies.workers.allocator`: glibc
         keeps a step's freed tensors resident otherwise); memory/rss_gb: the resident sets after, summed over
         the distinct processes (in-process workers share the driver's)."""
-        handles = [self.policy_server]
-        for group in (self.actor_train, self.critic, self.reference):
+        parts = self.parts
+        handles = [parts.policy_server]
+        for group in (parts.actor_train, parts.critic, parts.reference):
             if group is not None:
                 handles.extend(h for h in group.ranks if all(h is not seen for seen in handles))
-        reports = await asyncio.gather(*(self.cluster.call(h, "release_memory") for h in handles))
+        reports = await asyncio.gather(*(parts.cluster.call(h, "release_memory") for h in handles))
         rss = {report.pid: report.rss_bytes for report in reports}
         return {"memory/rss_gb": sum(rss.values()) / 2**30}
 
     # ----------------------------------------------------------------- checkpoints
     async def _save_checkpoint(self) -> Path:
-        state = (
-            pipeline_state(
-                self.step,
-                self._skipped_in_a_row,
-                self.train_rollout,
-                self.val_rollout,
-                self.kl,
-                self.tracker,
-                demo=self.demo_rollout,
-            )
-            | self.val_flips.state()
-        )
+        parts = self.parts
+        state = pipeline_state(self.step, self._skipped_in_a_row, parts.rollouts, parts.kl, parts.tracker)
+        state |= self.val_flips.state()
 
         async def save_models(path: Path) -> None:  # every rank: DeepSpeed writes each rank's shards
-            offloaded = self.trainer_offload.offloaded  # saved from the GPU: DeepSpeed reads its own buffers
-            await self.trainer_offload.reload()
-            await self.actor_train.call_all("save_checkpoint", str(path))
-            if self.critic is not None:
-                await self.critic.call_all("save_checkpoint", str(path.parent / CRITIC_DIR))
+            offloaded = parts.trainer_offload.offloaded  # saved from the GPU: DeepSpeed reads its own buffers
+            await parts.trainer_offload.reload()
+            await parts.actor_train.call_all("save_checkpoint", str(path))
+            if parts.critic is not None:
+                await parts.critic.call_all("save_checkpoint", str(path.parent / CRITIC_DIR))
             if offloaded:
-                await self.trainer_offload.offload()
+                await parts.trainer_offload.offload()
 
-        return await self.checkpoints.save(self.step, state, save_models)
+        return await parts.checkpoints.save(self.step, state, save_models)
 
     async def _resume(self, state: dict[str, Any]) -> None:
         """Models, optimisers, step, schedulers and KL controller from the checkpoint (the global RNGs are
         set just before the first step)."""
-        path = self.resume_from
+        parts, path = self.parts, self.parts.resume_from
         assert path is not None
-        await self.actor_train.call_all("load_checkpoint", str(self.checkpoints.model_dir(path)))
-        if self.critic is not None:
+        await parts.actor_train.call_all("load_checkpoint", str(parts.checkpoints.model_dir(path)))
+        if parts.critic is not None:
             critic_dir = Path(path) / CRITIC_DIR
             if not critic_dir.is_dir():
                 raise CheckpointError(
                     f"{path} has no {CRITIC_DIR}/ folder: it was written by a run without a critic, and"
-                    f" adv_estimator={self.config.adv_estimator} would resume with an untrained one; resume a"
-                    " checkpoint of a run with a critic (e.g. gae) or start afresh"
+                    f" adv_estimator={parts.settings.experience.adv_estimator} would resume with an untrained"
+                    " one; resume a checkpoint of a run with a critic (e.g. gae) or start afresh"
                 )
-            await self.critic.call_all("load_checkpoint", str(critic_dir))
-        self.step, self._skipped_in_a_row = restore_pipeline_state(
-            state, self.train_rollout, self.val_rollout, self.kl, demo=self.demo_rollout
-        )
+            await parts.critic.call_all("load_checkpoint", str(critic_dir))
+        self.step, self._skipped_in_a_row = restore_pipeline_state(state, parts.rollouts, parts.kl)
         self.val_flips.load_state(state)
 
     def close(self) -> None:
         """Stop the workers."""
-        self.cluster.shutdown()
+        self.parts.cluster.shutdown()
 
 
 def _progress_bar(total: int, initial: int, enabled: bool) -> Any:

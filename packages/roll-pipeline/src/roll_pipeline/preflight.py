@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from roll_rollout.hosting.agent_manager import AGENT_ENV_TYPE, AgentConfig, AgentConfigError, load_agent
+from roll_rollout import RolloutError
+from roll_rollout.hosting.env_kinds import env_kind
 
 from roll_pipeline.config.compose import compose_data, validate
 from roll_pipeline.config.schema import AgenticConfig, CustomEnvConfig
@@ -64,10 +65,8 @@ def compose(
 
 
 def check_env_configs(custom_envs: Any) -> list[str]:
-    """One problem per tag whose `env_type` is not registered or whose `env_config` the env rejects."""
-    import roll_envs
-    from roll_envs.config import build_config
-
+    """One problem per tag whose kind rejects its `env_config` (`roll_rollout.hosting.env_kinds`: an agent that does not
+    load), or whose played env's `env_type` is not registered or whose config the env rejects."""
     if not isinstance(custom_envs, Mapping):
         return []  # the schema reports the wrong type
     problems = []
@@ -76,37 +75,35 @@ def check_env_configs(custom_envs: Any) -> list[str]:
             continue
         env_type = entry.get("env_type", CustomEnvConfig.model_fields["env_type"].default)
         env_config = entry.get("env_config") or {}
-        where = f"custom_envs.{tag}"
-        if env_type == AGENT_ENV_TYPE:
-            problems += _agent_problems(env_config, where)
-            continue
+        where, kind = f"custom_envs.{tag}", env_kind(env_type)
         try:
-            spec = roll_envs.spec(env_type)
-            model = spec.config_model()
-        except roll_envs.RollEnvsError as exc:  # unknown id, or an entry point that does not load
-            problems.append(f"{where}.env_type={env_type!r}: {exc}")
+            kind.preflight(env_config)
+            played_type, played_config = kind.played_env(env_type, env_config)
+        except RolloutError as exc:
+            problems.append(f"{where}.env_config: {exc}")
             continue
-        if model is None or not isinstance(env_config, Mapping):
-            continue
-        try:
-            build_config(model, {**spec.defaults, **env_config}, {}, env_name=spec.id)
-        except roll_envs.EnvConfigError as exc:
-            problems.append(f"{where}.env_config: {exc}".replace("\n", "\n    "))
-            continue
-        problems += _fixed_players_problems(env_type, env_config, entry.get("fixed_players"), where)
+        fixed = None if kind.agent_plays else entry.get("fixed_players")
+        problems += _roll_env_problems(played_type, played_config, fixed, where, f"{where}{kind.played_at}")
     return problems
 
 
-def _agent_problems(env_config: Any, where: str) -> list[str]:
-    """An `openai_agent` tag: its agent loads and its task env's type and config are valid."""
+def _roll_env_problems(env_type: str, env_config: Any, fixed: Any, where: str, at: str) -> list[str]:
+    """The problems of a roll env's type, config and fixed players; `at` prefixes its fields in the tag."""
+    import roll_envs
+    from roll_envs.config import build_config
+
     try:
-        agent = AgentConfig.from_env_config(env_config if isinstance(env_config, Mapping) else {})
-        load_agent(agent.agent)
-    except AgentConfigError as exc:
-        return [f"{where}.env_config: {exc}"]
-    task = {"env_type": agent.task_env, "env_config": agent.task_env_config}
-    found = check_env_configs({"task": task})
-    return [f"{where}.env_config.task_{p.removeprefix('custom_envs.task.')}" for p in found]
+        spec = roll_envs.spec(env_type)
+        model = spec.config_model()
+    except roll_envs.RollEnvsError as exc:  # unknown id, or an entry point that does not load
+        return [f"{at}env_type={env_type!r}: {exc}"]
+    if model is None or not isinstance(env_config, Mapping):
+        return []
+    try:
+        build_config(model, {**spec.defaults, **env_config}, {}, env_name=spec.id)
+    except roll_envs.EnvConfigError as exc:
+        return [f"{at}env_config: {exc}".replace("\n", "\n    ")]
+    return _fixed_players_problems(env_type, env_config, fixed, where)
 
 
 def _fixed_players_problems(
@@ -382,7 +379,7 @@ def check_demonstrations(data: Mapping[str, Any]) -> list[str]:
             f"demonstration_steps={steps}: custom_envs.{tag} ({cfg.custom_envs[tag].env_type})",
         )
         fix = "set demonstration_steps: 0, or give the env a demonstration() (docs/envs/README.md)"
-        if spec.env_type == AGENT_ENV_TYPE:
+        if env_kind(spec.env_type).agent_plays:
             problems.append(
                 f"{where}: an agent program plays this tag, not the policy, so nothing demonstrates; {fix}"
             )

@@ -1,6 +1,6 @@
-"""The one entry into the run's configuration: `AgenticConfig` -> the small settings each component
-of a step reads. The components never see the whole config; the entry points (`pipeline.py`,
-`serving/evaluate.py`) translate it here:
+"""The one translation of the run's configuration: `run_settings` turns an `AgenticConfig` into one frozen
+`RunSettings`, which the parts (`parts.py`) and the loop (`pipeline.py`) read instead of the config. Its
+pieces are the small settings each component takes:
 
 - `experience_settings` -> `experience.ExperienceSettings` (samples, log-prob passes, KL, advantages);
 - `update_schedule` -> `epochs.UpdateSchedule` of the actor or the critic (epochs, order seed, lr decay);
@@ -8,19 +8,24 @@ of a step reads. The components never see the whole config; the entry points (`p
   coefficient on the template), `critic_loss` -> its `CriticLoss`;
 - `rollout_settings` -> `runtime.rollout.RolloutSettings` (env slots, sampling, scheduler limits);
 - `spawn_settings` -> `runtime.workers.SpawnSettings` (which roles get workers, threads, env workers, and
-  `share_prefix` for every role's strategy).
+  `share_prefix` for every role's strategy);
+- `config_model`: the model folder the config's roles load (for the commands that load a model without a run).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Literal
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 
 from roll_algos import ActorLoss, AdvantageConfig, CriticLoss
 
-from roll_pipeline.config.schema import AgenticConfig
+from roll_pipeline.config.roles import ClusterConfig
+from roll_pipeline.config.schema import AgenticConfig, EnvManagerConfig
+from roll_pipeline.runtime.placement import roles_model
 from roll_pipeline.runtime.rollout import RolloutSettings, layout_of
 from roll_pipeline.runtime.workers import SpawnSettings
+from roll_pipeline.trainer.demonstration import sft_loss
 from roll_pipeline.trainer.epochs import UpdateSchedule
 from roll_pipeline.trainer.experience import ExperienceSettings
 
@@ -28,11 +33,16 @@ __all__ = [
     "ACTOR_SALT",
     "CRITIC_SALT",
     "DUAL_CLIP_C",
+    "LoopSettings",
+    "OutputSettings",
+    "RunSettings",
     "actor_loss",
     "actor_loss_template",
+    "config_model",
     "critic_loss",
     "experience_settings",
     "rollout_settings",
+    "run_settings",
     "spawn_settings",
     "update_schedule",
 ]
@@ -143,4 +153,104 @@ def spawn_settings(cfg: AgenticConfig) -> SpawnSettings:
         thread_share=0.5 if cfg.async_generation_ratio > 0 else 1.0,
         env_workers=sum(layout_of(m).num_workers for m in (cfg.train_env_manager, cfg.val_env_manager)),
         share_prefix=cfg.share_prefix,
+        reference_in_trainer=cfg.reference_in_trainer,
+    )
+
+
+def config_model(config: AgenticConfig, roles: tuple[str, ...] = ("actor_infer",)) -> Path | str:
+    """The model folder the config's `roles` load (`runtime.placement.roles_model`)."""
+    assert config.pretrain is not None  # AgenticConfig refuses a config without a model
+    return roles_model(config.pretrain, config.seed, {name: getattr(config, name) for name in roles})
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """Where a run writes: its folder, checkpoints, trackers and renders."""
+
+    run_dir: Path  # output_dir / exp_name
+    config_json: dict[str, Any]  # the whole config, which the trackers record beside the run
+    keep_last_n: int | None
+    resume_from_checkpoint: str | None
+    track_with: list[str]
+    tracker_kwargs: dict[str, Any]
+    render_save_dir: str | None
+    render_episodes_per_tag: int
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the training loop reads: its length, cadences and batch sizes (in trajectories)."""
+
+    max_steps: int
+    eval_steps: int
+    logging_steps: int
+    save_steps: int
+    validate_at_start: bool
+    train_rollout_batch_size: int
+    val_rollout_batch_size: int
+    critic_warmup: int  # steps the actor stays frozen while the critic learns
+    max_consecutive_skipped_steps: int
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """A run's whole configuration, translated once (`run_settings`): what its parts and loop read."""
+
+    seed: int
+    pretrain: str
+    cluster: ClusterConfig
+    use_kl_loss: bool
+    model_update_frequency: int
+    demonstration_steps: int
+    outputs: OutputSettings
+    loop: LoopSettings
+    spawn: SpawnSettings
+    rollout: RolloutSettings
+    train_envs: EnvManagerConfig
+    val_envs: EnvManagerConfig
+    experience: ExperienceSettings
+    # `KLControl`'s reward and loss coefficients, target and horizon
+    kl_coefs: tuple[float, float, float | None, int]
+    actor_loss: ActorLoss  # the template: the actor update sets the KL coefficient of each step
+    actor_schedule: UpdateSchedule
+    critic_loss: CriticLoss
+    critic_schedule: UpdateSchedule
+    demonstration_loss: ActorLoss  # sft on every response token (`trainer.demonstration.sft_loss`)
+    demonstration_schedule: UpdateSchedule  # the actor's, at demonstration_learning_rate
+
+
+T = TypeVar("T")
+
+
+def _picked(cls: type[T], config: AgenticConfig, **derived: Any) -> T:
+    """A `cls` whose fields are the config's fields of the same names, but for those `derived` gives."""
+    picked = {f.name: getattr(config, f.name) for f in fields(cls) if f.name not in derived}  # type: ignore[arg-type]
+    return cls(**picked, **derived)
+
+
+def run_settings(config: AgenticConfig) -> RunSettings:
+    """The `RunSettings` of a config."""
+    c = config
+    assert c.pretrain is not None  # AgenticConfig refuses a config without a model
+    actor_schedule, actor = update_schedule(c, "actor_train"), actor_loss_template(c)
+    demo_rate = c.demonstration_learning_rate / c.actor_train.training_args.learning_rate
+    return _picked(
+        RunSettings,
+        c,
+        outputs=_picked(
+            OutputSettings, c, run_dir=Path(c.output_dir) / c.exp_name, config_json=c.model_dump(mode="json")
+        ),
+        loop=_picked(LoopSettings, c),
+        spawn=spawn_settings(c),
+        rollout=rollout_settings(c),
+        train_envs=c.train_env_manager,
+        val_envs=c.val_env_manager,
+        experience=experience_settings(c),
+        kl_coefs=(c.init_kl_coef, c.kl_loss_coef if c.use_kl_loss else 0.0, c.target_kl, c.kl_horizon),
+        actor_loss=actor,
+        actor_schedule=actor_schedule,
+        critic_loss=critic_loss(c),
+        critic_schedule=update_schedule(c, "critic"),
+        demonstration_loss=sft_loss(actor),
+        demonstration_schedule=replace(actor_schedule, lr_factor=demo_rate),
     )

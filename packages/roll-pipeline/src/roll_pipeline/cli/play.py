@@ -112,7 +112,7 @@ def _openai_policy(args: argparse.Namespace, model_dir: Path | None, config: Any
     from roll_rollout.policies.openai_policy import OpenAIPolicy, OpenAISettings
     from transformers import AutoTokenizer
 
-    from roll_pipeline.assembly.roles import config_model
+    from roll_pipeline.assembly.settings import config_model
 
     if args.checkpoint is not None:
         raise ValueError("--checkpoint and --openai-base-url exclude each other: the server holds the model")
@@ -154,7 +154,7 @@ def serve(argv: list[str]) -> int:
     import threading
 
     from roll_pipeline.assembly.parts import inference_server
-    from roll_pipeline.assembly.roles import config_model
+    from roll_pipeline.assembly.settings import config_model, run_settings
     from roll_pipeline.serving.evaluate import checkpoint_model_dir
     from roll_pipeline.serving.openai_server import OpenAICompatibleServer
     from roll_pipeline.state.checkpoint import CheckpointError
@@ -165,7 +165,7 @@ def serve(argv: list[str]) -> int:
         print(f"roll serve: {exc}", file=sys.stderr)
         return 2
     model = model or config_model(config)
-    backend = inference_server(config, model)
+    backend = inference_server(run_settings(config), model)
     name = args.served_model_name or (
         Path(str(model)).parents[2].name if args.checkpoint else Path(str(model)).name
     )

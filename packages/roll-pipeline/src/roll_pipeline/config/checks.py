@@ -21,7 +21,7 @@ from roll_algos import (
     registered_policy_losses,
     skipped_tokens_problem,
 )
-from roll_rollout.hosting.agent_manager import AGENT_ENV_TYPE
+from roll_rollout.hosting.env_kinds import env_kind
 
 from roll_pipeline.config.colocation import SLEEP_LEVELS, infer_sleep, sleep_level_of
 from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs
@@ -297,7 +297,7 @@ def _estimator_problems(cfg: AgenticConfig) -> list[str]:
             t
             for t in cfg.train_env_manager.tags
             if cfg.custom_envs[t].max_history_turns is not None
-            and cfg.custom_envs[t].env_type != AGENT_ENV_TYPE
+            and not env_kind(cfg.custom_envs[t].env_type).agent_plays
         ]
         if cut:
             problems.append(

@@ -264,12 +264,6 @@ def override_key_problems(overrides: list[str]) -> list[str]:
     return lines
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    """One line per problem: where, what, and a suggestion for unknown keys."""
-    problems = validation_problems(exc)
-    return "\n".join([f"{len(problems)} problem(s) in the config:", *problems])
-
-
 def validation_problems(exc: ValidationError) -> list[str]:
     """One `  - ...` line per schema error: where, what, and a suggestion for unknown keys."""
     lines = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from roll_algos import estimator_spec
-from roll_rollout.hosting.agent_manager import AGENT_ENV_TYPE
+from roll_rollout.hosting.env_kinds import env_kind
 
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.observe.summary import RunSummary
@@ -91,7 +91,7 @@ def tag_baselines(
     found = {}
     for tag in dict.fromkeys(tags):
         spec = config.custom_envs[tag]
-        if spec.env_type == AGENT_ENV_TYPE or (tag in validated and not validated[tag]):
+        if env_kind(spec.env_type).agent_plays or (tag in validated and not validated[tag]):
             continue  # an agent tag (no env of its own to score), or a validation tag with no episode
         env = roll_envs.make(spec.env_type, render_mode=None, **spec.env_config)
         try:

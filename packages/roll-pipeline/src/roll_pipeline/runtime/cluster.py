@@ -322,7 +322,7 @@ class RayCluster:
             elif self._pool.pool != slots.pool:
                 raise PoolError(
                     f"{name} asks for GPU pool {slots.pool}, but this run reserved {self._pool.pool}: plan every"
-                    " role together (assembly.roles.plan_roles) so they share one pool"
+                    " role together (runtime.placement.plan_roles) so they share one pool"
                 )
             return self._pool.options(gpus, num_gpus, name)
         except PoolError as exc:

@@ -1,6 +1,6 @@
-"""Which backend and which devices each role gets: the config's `strategy_args`, `device_mapping`,
-`num_gpus_per_worker` and `model_args.gguf_file`, turned into plain worker arguments (the config-time check
-of each role's strategy is `roll_pipeline.config.strategies`).
+"""Planning the roles, in one place: which backend, devices, CPUs and threads each role gets, from the
+roles' `strategy_args`, `device_mapping`, `num_gpus_per_worker`, `num_threads` and `model_args.gguf_file` and
+what the cluster offers (the config-time check of each role's strategy is `roll_pipeline.config.strategies`).
 
 - `strategy_kwargs(role, share_prefix)`: `strategy_name` / `strategy_config` / `share_prefix` for the role
   worker's constructor;
@@ -8,9 +8,9 @@ of each role's strategy is `roll_pipeline.config.strategies`).
   request;
 - `plan_cpus(roles, placements, threads, env_workers, capacity)`: the Ray CPU request of each role's ranks and
   of an env worker; `cpu_threads`: a role's torch threads;
-- `model_folder(pretrain_path, roles)`: the model folder every role loads (a GGUF converted once).
-
-`roll_pipeline.assembly.roles.plan_roles` combines them into one `RolePlan` per role.
+- `model_folder(pretrain_path, roles)`: the model folder every role loads (a GGUF converted once);
+  `roles_model` resolves the run's `pretrain` first;
+- `plan_roles(spawn, capacity)`: all of it, one `RolePlan` per role with a worker of its own.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from roll_pipeline.config.roles import WorkerConfig
-from roll_pipeline.runtime.cluster import CpuCapacity
+from roll_pipeline.models.cache import resolve_pretrain
+from roll_pipeline.runtime.cluster import ClusterError, CpuCapacity
+from roll_pipeline.runtime.gpu_pool import GpuSlots, plan_gpu_pool
+from roll_pipeline.runtime.workers import RolePlan, SpawnSettings
 
 __all__ = [
     "ENV_WORKER_CPUS",
@@ -35,6 +38,8 @@ __all__ = [
     "model_folder",
     "plan_cpus",
     "plan_placement",
+    "plan_roles",
+    "roles_model",
     "strategy_kwargs",
 ]
 
@@ -227,6 +232,14 @@ def model_folder(pretrain_path: str | Path, roles: Mapping[str, WorkerConfig]) -
     return ensure_model_folder(pretrain_path, files.pop())
 
 
+def roles_model(pretrain: str, seed: int, roles: Mapping[str, WorkerConfig]) -> Path | str:
+    """The model folder `roles` load (a builtin model built once, a hub snapshot, a GGUF converted once): they
+    share one model, so they name the same `gguf_file` or none (`model_folder`)."""
+    gguf = next((r.model_args.gguf_file for r in roles.values() if r.model_args.gguf_file), None)
+    # a hub repo's snapshot holds only that GGUF file
+    return model_folder(resolve_pretrain(pretrain, seed=seed, gguf_file=gguf), roles)
+
+
 def optimiser_kwargs(role: WorkerConfig) -> dict[str, Any]:
     """The optimiser arguments of a trained role's strategy."""
     from roll_strategies import OptimizerSettings  # a frozen dataclass of numbers: it pickles to the ranks
@@ -241,3 +254,51 @@ def optimiser_kwargs(role: WorkerConfig) -> dict[str, Any]:
         warmup_steps=targs.warmup_steps,
     )
     return {"optimizer": settings}
+
+
+def plan_roles(spawn: SpawnSettings, capacity: CpuCapacity | None) -> tuple[dict[str, RolePlan], CpuPlan]:
+    """The plan of each role with a worker of its own (`spawn.names`) and the CPU plan they share.
+
+    CPU requests a local Ray instance cannot hold stop the run here with the fix (`ClusterError`); on an
+    existing cluster, which may grow or free CPUs, they are a warning. Under Ray the roles on GPUs share one GPU
+    pool (`runtime.gpu_pool`): a bundle per device_mapping GPU holding the CPUs of the workers that run there.
+    """
+    placements = plan_placement(spawn.roles, spawn.backend)
+    # a role's ranks split its share of the cores
+    threads = {
+        n: cpu_threads(
+            spawn.roles[n].num_threads, placements[n].device, spawn.thread_share / placements[n].ranks
+        )
+        for n in spawn.names
+    }
+    cpus = plan_cpus(
+        {n: spawn.roles[n] for n in spawn.names}, placements, threads, spawn.env_workers, capacity
+    )
+    if cpus.problem and capacity is not None and not capacity.can_grow:
+        raise ClusterError(cpus.problem)
+    if cpus.problem:
+        from tqdm.auto import tqdm
+
+        tqdm.write(f"[roll] WARNING: {cpus.problem}")
+    pool = plan_gpu_pool(
+        (placements[n].gpus[r : r + 1] if placements[n].ranks > 1 else placements[n].gpus, cpus.roles[n])
+        for n in spawn.names
+        for r in range(placements[n].ranks)
+        if placements[n].gpus
+    )
+    plans = {}
+    for name in spawn.names:
+        role, placement = spawn.roles[name], placements[name]
+        plans[name] = RolePlan(
+            device=placement.device,
+            num_gpus=placement.num_gpus,
+            ranks=placement.ranks,
+            rank_devices=tuple(placement.device_of(r) for r in range(placement.ranks)),
+            num_cpus=cpus.roles[name],
+            num_threads=threads[name],
+            dtype=role.model_args.dtype,
+            strategy=strategy_kwargs(role, spawn.share_prefix),
+            optimizer=optimiser_kwargs(role) if name in TRAINED_ROLES else {},
+            gpus=GpuSlots(pool, placement.gpus) if placement.gpus else None,
+        )
+    return plans, cpus

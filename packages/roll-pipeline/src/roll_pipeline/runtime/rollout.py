@@ -150,6 +150,7 @@ def build_scheduler(
             kill=lambda: cluster.kill(handle),
         )
 
+    group_filter = None
     if (
         validation
     ):  # never replayed: a failed episode fails its seed, and no failure stops validation; nothing
@@ -160,20 +161,15 @@ def build_scheduler(
             max_consecutive_given_up=1 << 62,
             race_backups=True,
         )
-        group_filter = None
-    elif demonstration:
+    else:  # a demonstration is synchronous and unfiltered
+        rl = not demonstration
         scheduling = SchedulerSettings(
-            max_failures_per_group=manager.max_failures_per_group, batch_timeout_s=settings.batch_timeout_s
-        )
-        group_filter = None
-    else:
-        scheduling = SchedulerSettings(
-            async_generation_ratio=settings.async_generation_ratio,
+            async_generation_ratio=settings.async_generation_ratio if rl else 0,
             max_failures_per_group=manager.max_failures_per_group,
             batch_timeout_s=settings.batch_timeout_s,
-            filter_keep_fraction=settings.filter_ratio,
+            filter_keep_fraction=settings.filter_ratio if rl else 1.0,
         )
-        group_filter = std_filter if settings.filter_ratio < 1 else None
+        group_filter = std_filter if rl and settings.filter_ratio < 1 else None
     sampling = sampling_of(settings, manager.tags, greedy=validation, demonstrate=demonstration)
     return RolloutScheduler(
         layout, spawn, sampling, seed=seed, settings=scheduling, group_filter=group_filter

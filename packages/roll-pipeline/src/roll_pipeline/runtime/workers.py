@@ -1,5 +1,5 @@
 """Spawning a run's workers from their plans: `RolePlan` is everything one role's workers need (devices, ranks,
-CPUs, threads, backend, optimizer), decided once per run by `roll_pipeline.assembly.roles.plan_roles`;
+CPUs, threads, backend, optimizer), decided once per run by `runtime.placement.plan_roles`;
 `RoleSpawner` builds each role's worker or data-parallel ranks from it."""
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class SpawnSettings:
     thread_share: float  # of the cores a CPU role without num_threads takes (0.5 under asynchronous rollout)
     env_workers: int  # env workers of the train and val rollouts (each asks Ray for a little CPU)
     share_prefix: bool = False  # every role's strategy computes the tokens rows share from their start once
+    reference_in_trainer: bool = False  # the train worker holds a frozen reference copy (an exact KL)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from typing import Any
 from roll_rollout import PolicyClient, RolloutBatch, validation_seeds
 
 from roll_pipeline.assembly.parts import inference_server
-from roll_pipeline.assembly.roles import config_model
-from roll_pipeline.assembly.settings import rollout_settings
+from roll_pipeline.assembly.settings import config_model, rollout_settings, run_settings
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.observe.metrics import episodes_by_tag, val_metrics
 from roll_pipeline.runtime.cluster import LocalCluster
@@ -147,7 +146,7 @@ def run_eval(
     tokenizer = AutoTokenizer.from_pretrained(model)
     server = None
     if policy is None:
-        server = inference_server(config, model)
+        server = inference_server(run_settings(config), model)
         policy = server.policy
     batch = asyncio.run(evaluate(config, tokenizer, policy, episodes, progress))
     if dump is not None:

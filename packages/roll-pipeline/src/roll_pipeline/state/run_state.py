@@ -144,20 +144,17 @@ def read_resume_state(
 def pipeline_state(
     step: int,
     skipped_in_a_row: int,
-    train: RolloutScheduler,
-    val: RolloutScheduler,
+    rollouts: Mapping[str, RolloutScheduler],
     kl: KLState,
     tracker: TrackerIds,
-    demo: RolloutScheduler | None = None,
 ) -> dict[str, Any]:
-    """The `pipeline_state.json` of a checkpoint (JSON: no pickle); `demo`: the demonstrated episodes' scheduler
-    of `demonstration_steps`, if the run has one."""
+    """The `pipeline_state.json` of a checkpoint (JSON: no pickle); `rollouts`: the run's schedulers by name
+    ("train", "val", and "demo" for the demonstrated episodes of `demonstration_steps`), each seed stream kept
+    as `<name>_rng`."""
     return {
         "step": step,
         "skipped_in_a_row": skipped_in_a_row,
-        "train_rng": train.rng_state(),
-        "val_rng": val.rng_state(),
-        **({"demo_rng": demo.rng_state()} if demo is not None else {}),
+        **{f"{name}_rng": rollout.rng_state() for name, rollout in rollouts.items()},
         **kl.state(),
         "global_rng": global_rng_state(),
         "tracker": tracker.run_ids(),
@@ -165,18 +162,13 @@ def pipeline_state(
 
 
 def restore_pipeline_state(
-    state: Mapping[str, Any],
-    train: RolloutScheduler,
-    val: RolloutScheduler,
-    kl: KLState,
-    demo: RolloutScheduler | None = None,
+    state: Mapping[str, Any], rollouts: Mapping[str, RolloutScheduler], kl: KLState
 ) -> tuple[int, int]:
     """Restore the schedulers and the KL controller from `pipeline_state`; returns (step, skipped_in_a_row).
-    Keys older checkpoints lack (val_rng, demo_rng, skipped_in_a_row, global_rng, tracker) are optional."""
-    train.set_rng_state(state["train_rng"])
-    if "val_rng" in state:
-        val.set_rng_state(state["val_rng"])
-    if demo is not None and "demo_rng" in state:
-        demo.set_rng_state(state["demo_rng"])
+    Keys older checkpoints lack (val_rng, demo_rng, skipped_in_a_row, global_rng, tracker) are optional;
+    train_rng is not."""
+    for name, rollout in rollouts.items():
+        if name == "train" or f"{name}_rng" in state:
+            rollout.set_rng_state(state[f"{name}_rng"])
     kl.load_state(dict(state))
     return int(state["step"]), int(state.get("skipped_in_a_row", 0))

@@ -38,36 +38,25 @@ class ActorUpdater:
         schedule: UpdateSchedule,
         loss: ActorLoss,
         use_kl_loss: bool,
-        demonstration_lr_factor: float = 1.0,
     ) -> None:
         self.actor_train, self.kl, self.layout = actor_train, kl, layout
         self.schedule, self.loss, self.use_kl_loss = schedule, loss, use_kl_loss
-        self.demonstration_schedule = replace(schedule, lr_factor=demonstration_lr_factor)
 
     def loss_fn(self) -> ActorLoss:
         """The actor loss of this run and step."""
         return replace(self.loss, kl_loss_coef=self.kl.loss_coef if self.use_kl_loss else 0.0)
 
-    def demonstration_loss(self) -> ActorLoss:
-        """The loss of a demonstration step: `sft` on every response token, nothing else (its other settings,
-        the aggregation excepted, are the run's RL settings, which an sft loss must not read)."""
-        return replace(
-            self.loss,
-            policy_loss="sft",
-            kl_loss_coef=0.0,
-            entropy_loss_coef=0.0,
-            skip_confident_tokens=None,
-            dual_clip=None,
-            ratio_level="token",
-            tis_cap=None,
-        )
-
     async def __call__(
-        self, exp: Experience, step: int, timings: dict[str, float], demonstration: bool = False
+        self,
+        exp: Experience,
+        step: int,
+        timings: dict[str, float],
+        loss: ActorLoss | None = None,
+        schedule: UpdateSchedule | None = None,
     ) -> dict[str, float]:
-        """Update the actor on `exp` (`demonstration`: with `demonstration_loss`, at the demonstration learning
-        rate); returns the actor metrics."""
-        loss_fn = self.demonstration_loss() if demonstration else self.loss_fn()
+        """Update the actor on `exp`; returns the actor metrics. `loss` and `schedule`: a phase's own (the
+        demonstration steps'); None: `loss_fn()` and the run's schedule."""
+        loss_fn = loss or self.loss_fn()
         s = exp.samples
         fields = {
             "input_ids": s.input_ids,
@@ -77,7 +66,7 @@ class ActorUpdater:
             "old_log_probs": exp.old_log_probs,
             "advantages": exp.advantages,
         }
-        if self.use_kl_loss and not demonstration and exp.ref_log_probs is not None:
+        if self.use_kl_loss and exp.ref_log_probs is not None:
             fields["ref_log_probs"] = exp.ref_log_probs
         if loss_fn.tis_cap is not None:
             fields["rollout_log_probs"] = s.infer_log_probs
@@ -87,7 +76,7 @@ class ActorUpdater:
             loss_fn,
             fields,
             self.layout,
-            self.demonstration_schedule if demonstration else self.schedule,
+            schedule or self.schedule,
             step,
             agg_mode=loss_fn.agg_mode,
             prefix="actor",

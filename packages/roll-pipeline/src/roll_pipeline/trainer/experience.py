@@ -44,6 +44,7 @@ class ExperienceSettings:
     actor_batch_size: int  # rows per forward of the train worker's log-prob and exact-KL passes
     reference_batch_size: int  # rows per forward of the reference's log-prob passes
     critic_batch_size: int  # rows per forward of the critic's value pass
+    measure_signal: bool = True  # measure the share of the batch that teaches nothing (not for sft)
 
 
 @dataclass
@@ -90,7 +91,8 @@ class ExperienceMaker:
 
     `reference` holds the reference model, None without a KL: a `ReferenceWorker` for the sampled estimators
     (`compute_log_probs`), or, for the exact `FULL_KL_KINDS`, the train worker's ranks themselves, built with
-    a frozen copy of the reference (`compute_reference_kl`)."""
+    a frozen copy of the reference (`compute_reference_kl`). The demonstration steps have a maker of their own
+    (`trainer.demonstration`): without a reference, never recomputing the old log-probs."""
 
     def __init__(
         self,
@@ -105,17 +107,16 @@ class ExperienceMaker:
         self.actor_train, self.reference, self.critic = actor_train, reference, critic
 
     async def __call__(
-        self, trajs: Sequence[Trajectory], timings: dict[str, float], demonstration: bool = False
+        self, trajs: Sequence[Trajectory], timings: dict[str, float]
     ) -> tuple[Experience, dict[str, float]]:
-        """The experience of `trajs` (whole groups) and its metrics. A `demonstration` batch trains with the
-        sft loss, which reads neither old nor reference log-probs: neither is computed for it."""
+        """The experience of `trajs` (whole groups) and its metrics."""
         cfg = self.settings
         samples = build_samples(trajs, self.pad_id, cfg.sample_shape)
         tensors = samples.tensors()
         mask = samples.response_mask
         metrics: dict[str, float] = {"train/rows": float(samples.num_rows)}
         t = time.perf_counter()
-        if cfg.recompute_old_log_probs and not demonstration:
+        if cfg.recompute_old_log_probs:
             old_lp = await self.actor_train.map_rows("compute_log_probs", tensors, cfg.actor_batch_size)
             metrics["actor/train_infer_logprob_diff"] = float(
                 (old_lp - samples.infer_log_probs)[mask].abs().mean()
@@ -124,7 +125,7 @@ class ExperienceMaker:
             old_lp = samples.infer_log_probs
         timings["time/step_old_log_probs"] = time.perf_counter() - t
         ref_lp = kl_tokens = None
-        if self.reference is not None and not demonstration:
+        if self.reference is not None:
             t = time.perf_counter()
             ref_lp, kl_tokens = await self._reference(samples, old_lp)
             timings["time/step_ref_log_probs"] = time.perf_counter() - t
@@ -147,7 +148,7 @@ class ExperienceMaker:
         )
         timings["time/step_adv"] = time.perf_counter() - t
         metrics.update(_advantage_metrics(advantages, returns, values, mask))
-        if not demonstration:  # what share of the batch teaches nothing (`trainer.signal`)
+        if cfg.measure_signal:  # what share of the batch teaches nothing (`trainer.signal`)
             inputs = replace(samples, turns=turns).advantage_inputs(values, old_lp, ref_lp)
             metrics.update(signal_metrics(cfg.adv_estimator, inputs, cfg.advantage))
         exp = Experience(samples, old_lp, ref_lp, values, advantages, returns, kl_mean, len(trajs))

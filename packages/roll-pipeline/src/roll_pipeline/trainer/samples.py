@@ -223,13 +223,3 @@ def build_samples(trajectories: Sequence[Trajectory], pad_id: int, shape: Sample
         _train_index=torch.tensor(train_index, dtype=torch.long),
         _turn_index=torch.tensor(turn_index, dtype=torch.long),
     )
-
-
-def complete_groups(trajectories: Sequence[Trajectory]) -> tuple[list[Trajectory], int]:
-    """Drop every group that has a failed trajectory (its advantages would be biased).
-
-    Returns the kept trajectories and the number of failed ones.
-    """
-    failed_groups = {t.group_id for t in trajectories if t.error is not None}
-    kept = [t for t in trajectories if t.group_id not in failed_groups]
-    return kept, sum(t.error is not None for t in trajectories)

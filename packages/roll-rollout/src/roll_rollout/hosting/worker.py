@@ -11,8 +11,9 @@ slots) or uses it in-process. The scheduler talks to it through three calls, all
 Each slot's loop runs until `close`: take the next job, play it, put the trajectory in the outbox, take
 the next. Nothing waits for a whole batch, so a slow episode holds up only its own slot.
 
-A slot of env type `openai_agent` is played by an `AgentEnvManager` (roll_rollout.hosting.agent_manager): an
-OpenAI-client agent against the worker's one `AgentProxy`, started with the first such slot.
+Each slot's manager is its env type's (`roll_rollout.hosting.env_kinds`): a `TrajEnvManager` for a roll env, an
+`AgentEnvManager` for `openai_agent` (an OpenAI-client agent against the worker's one `AgentProxy`, started
+with the first such slot).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from roll_envs.hints import declares_own_random_state, note_dropped_hints
 from roll_envs.random_state import EnvRandomState
 
 from roll_rollout.errors import PayloadError
-from roll_rollout.hosting.agent_manager import AGENT_ENV_TYPE, AgentConfig, AgentEnvManager
+from roll_rollout.hosting.agent_manager import AgentConfig, AgentEnvManager
 from roll_rollout.hosting.call_pace import INLINE_BELOW_S
 from roll_rollout.hosting.env_calls import BACKUP_AFTER_S, EnvCalls
+from roll_rollout.hosting.env_kinds import env_kind
 from roll_rollout.hosting.env_manager import EpisodeJob, TrajEnvManager, failure_kind
 from roll_rollout.hosting.env_process import EnvProcess, EnvRecipe
 from roll_rollout.hosting.heap import freeze_startup_heap
@@ -158,48 +160,12 @@ class EnvWorker:
         )
         self._slots: dict[int, _Slot] = {}
         # shared: their caches serve every slot
-        builders: dict[tuple[str, int | None, str], PromptBuilder] = {}
+        self._builders: dict[tuple[str, int | None, str], PromptBuilder] = {}
+        self._env_processes = limits.env_processes
         self._proxy: AgentProxy | None = None  # started by the first openai_agent slot
+        build = {TrajEnvManager: self._env_manager, AgentEnvManager: self._agent_manager}
         for spec in slots:
-            if spec.env_type == AGENT_ENV_TYPE:
-                self._slots[spec.env_id] = _Slot(self._agent_manager(spec, tokenizer, env_factory))
-                continue
-            # the slot's own `random` and `np.random`; building here fails fast on a bad env config
-            random_state = EnvRandomState()
-            env = random_state.run(env_factory, spec.env_type, dict(spec.env_config))
-            note_dropped_hints(
-                env
-            )  # a hint it inherits but does not keep: say why roll hosts it as undeclared
-            check_fixed_players(env, spec.fixed_players, f"env tag {spec.tag!r}")
-            instruction = instruction_for(env, spec.instruction)
-            key = (instruction, spec.max_history_turns, spec.response_prefix)
-            if key not in builders:
-                builders[key] = PromptBuilder(
-                    tokenizer, instruction, spec.max_history_turns, response_prefix=spec.response_prefix
-                )
-            process = None
-            if (
-                limits.env_processes
-                and env_factory is make_registry_env
-                and not declares_own_random_state(env)
-            ):
-                # built here to fail fast and read the env; its episodes run in the child (see env_process)
-                process = EnvProcess(EnvRecipe.of(spec.env_type, dict(spec.env_config)))
-                process.launch()  # it loads while the worker starts; episodes wait for it to be ready
-                random_state.run(_close_quietly, env)
-                env = None
-            manager = TrajEnvManager(
-                _bind_factory(env_factory, spec),
-                spec.tag,
-                builders[key],
-                spec.max_turns,
-                spec.max_context_tokens,
-                self.calls,
-                env=env,
-                random_state=random_state,
-                fixed_players=spec.fixed_players,
-                process=process,
-            )
+            manager = build[env_kind(spec.env_type).manager](spec, tokenizer, env_factory)
             self._slots[spec.env_id] = _Slot(manager)
         self._done: list[bytes] = []
         self._cancelled: list[int] = []
@@ -208,6 +174,41 @@ class EnvWorker:
         self._counts: dict[str, int] = {}
         self._closed = False
         freeze_startup_heap()  # a worker process's imports, tokenizer and envs: off the full GC passes
+
+    def _env_manager(
+        self, spec: EnvSlotSpec, tokenizer: ChatTokenizer, env_factory: Callable[[str, dict[str, Any]], Any]
+    ) -> TrajEnvManager:
+        """The manager of a roll env's slot: the policy plays the env turn by turn."""
+        # the slot's own `random` and `np.random`; building here fails fast on a bad env config
+        random_state = EnvRandomState()
+        env = random_state.run(env_factory, spec.env_type, dict(spec.env_config))
+        note_dropped_hints(env)  # a hint it inherits but does not keep: say why roll hosts it as undeclared
+        check_fixed_players(env, spec.fixed_players, f"env tag {spec.tag!r}")
+        instruction = instruction_for(env, spec.instruction)
+        key = (instruction, spec.max_history_turns, spec.response_prefix)
+        if key not in self._builders:
+            self._builders[key] = PromptBuilder(
+                tokenizer, instruction, spec.max_history_turns, response_prefix=spec.response_prefix
+            )
+        process = None
+        if self._env_processes and env_factory is make_registry_env and not declares_own_random_state(env):
+            # built here to fail fast and read the env; its episodes run in the child (see env_process)
+            process = EnvProcess(EnvRecipe.of(spec.env_type, dict(spec.env_config)))
+            process.launch()  # it loads while the worker starts; episodes wait for it to be ready
+            random_state.run(_close_quietly, env)
+            env = None
+        return TrajEnvManager(
+            _bind_factory(env_factory, spec),
+            spec.tag,
+            self._builders[key],
+            spec.max_turns,
+            spec.max_context_tokens,
+            self.calls,
+            env=env,
+            random_state=random_state,
+            fixed_players=spec.fixed_players,
+            process=process,
+        )
 
     def _agent_manager(
         self, spec: EnvSlotSpec, tokenizer: ChatTokenizer, env_factory: Callable[[str, dict[str, Any]], Any]
