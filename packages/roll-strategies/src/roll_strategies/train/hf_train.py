@@ -30,7 +30,7 @@ __all__ = ["HFTrainStrategy", "LossFn"]
 
 
 class LossFn(Protocol):
-    """loss_fn(log_probs [B, T], entropy [B, T] | None, micro_batch) -> (scalar loss, {name: float}).
+    """loss_fn(log_probs [B, T], entropy [B, T] | None, micro_batch) -> (scalar loss, {name: float or 0-dim tensor}).
 
     log_probs / entropy are aligned with micro_batch["input_ids"] (position 0 is 0) and carry grad. With a
     `response_mask` in the micro-batch they are computed at its positions only (zero elsewhere), padded or
@@ -77,9 +77,12 @@ class HFTrainStrategy:
         trainable: bool = True,
         data_parallel: DataParallelSpec | None = None,
         share_prefix: bool = False,
+        defer_sync: bool | None = None,
     ) -> None:
+        """`defer_sync`: no host sync between micro-batches (`train_loop.run_train_step`; None: on CUDA)."""
         torch.manual_seed(seed)
         self.device = torch.device(device)
+        self.defer_sync = self.device.type == "cuda" if defer_sync is None else defer_sync
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype=dtype)
         self.share_prefix = check_prefix_sharing(self.model, share_prefix, model_path)
         self.trainable = trainable
@@ -156,6 +159,7 @@ class HFTrainStrategy:
             data_parallel=self.data_parallel,
             counter=self.trainer.nonfinite,
             device=self.device,
+            defer_sync=self.defer_sync,
         )
         self.step += 1
         if applied:  # a skipped step keeps the weights: nothing new to sync
