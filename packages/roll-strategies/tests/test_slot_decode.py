@@ -99,7 +99,9 @@ def test_the_static_decoder_is_refused_where_it_would_not_be_exact(tmp_path_fact
     with pytest.raises(StrategyError, match=r"sliding-window layer.*set decode to 'generate'"):
         HFInferStrategy(windowed, strategy_config={"decode": "static"})
     assert HFInferStrategy(windowed, strategy_config={"decode": "auto"}).decoder is None
-    with pytest.raises(StrategyError, match=r"only 'decode' and 'decode_slots'.*\['max_num_seqs'\]"):
+    with pytest.raises(
+        StrategyError, match=r"only 'decode', 'decode_slots', 'decode_graphs'.*\['max_num_seqs'\]"
+    ):
         HFInferStrategy(tiny_model_dir, strategy_config={"max_num_seqs": 4})
     with pytest.raises(StrategyError, match="Expected decode in"):
         HFInferStrategy(tiny_model_dir, strategy_config={"decode": "paged"})
@@ -123,3 +125,22 @@ def test_a_slot_cache_write_lands_in_its_slot_and_columns_only(tiny_model_dir):
     assert out.shape == (2, *keys.shape[1:])
     written = (keys != 0).any(dim=(1, 3))  # [slot, column]
     assert written.nonzero().tolist() == [[0, 0], [0, 1], [2, 4], [2, 5]]
+
+
+def test_cuda_graphs_are_refused_off_cuda(tiny_model_dir):
+    with pytest.raises(StrategyError, match="CUDA model for decode_graphs=true"):
+        HFInferStrategy(tiny_model_dir, strategy_config={"decode": "static", "decode_graphs": True})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "cuda-graphs"])
+def test_static_decoding_on_cuda_samples_as_the_generate_path(folder, toy, graphs, assert_same):
+    """float32 on the GPU: the slot decoder, its decode step replayed as a CUDA graph or not, twice (the
+    second call replays the graph captured by the first), against HF generate."""
+    plain = HFInferStrategy(folder, seed=5, device="cuda", strategy_config={"decode": "generate"})
+    config = {"decode": "static", "decode_slots": 3, "decode_graphs": graphs}
+    static = HFInferStrategy(folder, seed=5, device="cuda", strategy_config=config)
+    prompts = _prompts(plain, toy, 6)
+    for params in (GREEDY, SAMPLED):
+        keys = list(range(6))
+        assert_same(plain.generate(prompts, params, keys), static.generate(prompts, params, keys))

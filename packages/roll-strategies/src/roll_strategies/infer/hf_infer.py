@@ -121,7 +121,8 @@ class HFInferStrategy:
         calls' sequences (at most `turn_cache_bytes` of them; 0 keeps none) and score log-probs as prefix
         trees (module docstring); refused for a model on which the tree forward is not exact.
         `strategy_config`: `decode` ("auto": static on CUDA, generate on the CPU; "generate"; "static", the
-        `slot_decode.SlotDecoder`) and `decode_slots` (sequences it decodes at once)."""
+        `slot_decode.SlotDecoder`), `decode_slots` (sequences it decodes at once) and `decode_graphs` (CUDA:
+        each decode step replayed as a CUDA graph)."""
         if turn_cache_bytes < 0:
             raise StrategyError(f"Expected turn_cache_bytes >= 0 (0 keeps no turns), got {turn_cache_bytes}.")
         self.device = torch.device(device)
@@ -274,6 +275,8 @@ class HFInferStrategy:
         if self.device.type == "cpu":
             return False
         self.turns.clear()
+        if self.decoder is not None:
+            self.decoder.release()
         self.model.to("cpu")
         torch.cuda.empty_cache()
         return True

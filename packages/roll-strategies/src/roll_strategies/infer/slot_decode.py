@@ -46,8 +46,10 @@ if TYPE_CHECKING:
     from roll_strategies.infer.hf_infer import GenerationParams
 
 __all__ = [
+    "DECODE_KEYS",
     "DECODE_MODES",
     "DEFAULT_SLOTS",
+    "DecodeGraph",
     "Decoded",
     "SlotDecoder",
     "decode_settings",
@@ -75,17 +77,25 @@ class Decoded(NamedTuple):
     finish_reason: Literal["stop", "length"]
 
 
-def decode_settings(strategy_config: Mapping[str, Any] | None) -> tuple[str, int]:
-    """(decode, decode_slots) from hf_infer's `strategy_config`, the only keys it reads (defaults: "auto",
-    `DEFAULT_SLOTS`); any other key is refused."""
+DECODE_KEYS = ("decode", "decode_slots", "decode_graphs")
+"""The keys of hf_infer's `strategy_config`."""
+
+
+def decode_settings(strategy_config: Mapping[str, Any] | None) -> tuple[str, int, bool]:
+    """(decode, decode_slots, decode_graphs) from hf_infer's `strategy_config` (defaults: "auto",
+    `DEFAULT_SLOTS`, False); any other key is refused."""
     config = dict(strategy_config or {})
-    unknown = sorted(set(config) - {"decode", "decode_slots"})
+    unknown = sorted(set(config) - set(DECODE_KEYS))
     if unknown:
         raise StrategyError(
-            f"Expected only 'decode' and 'decode_slots' in hf_infer's strategy_config, got {unknown}; drop them "
-            "(engine arguments belong to the vllm backend)."
+            f"Expected only {', '.join(map(repr, DECODE_KEYS))} in hf_infer's strategy_config, got {unknown}; "
+            "drop them (engine arguments belong to the vllm backend)."
         )
-    return str(config.get("decode", "auto")), int(config.get("decode_slots", DEFAULT_SLOTS))
+    return (
+        str(config.get("decode", "auto")),
+        int(config.get("decode_slots", DEFAULT_SLOTS)),
+        bool(config.get("decode_graphs", False)),
+    )
 
 
 def static_decode_refusal(model: PreTrainedModel) -> str | None:
@@ -101,10 +111,21 @@ def static_decode_refusal(model: PreTrainedModel) -> str | None:
 
 
 def slot_decoder(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, mode: str, slots: int, turns: TurnCache
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    mode: str,
+    slots: int,
+    graphs: bool,
+    turns: TurnCache,
 ) -> SlotDecoder | None:
     """The decoder `mode` selects for `model` on its device (None: HF `generate`); "static" on a model the
-    slots cannot run exactly is refused, "auto" falls back to `generate` there and logs why."""
+    slots cannot run exactly is refused, "auto" falls back to `generate` there and logs why. `graphs`: replay
+    the decode step as a CUDA graph (CUDA only; refused elsewhere)."""
+    if graphs and model.device.type != "cuda":
+        raise StrategyError(
+            f"Expected a CUDA model for decode_graphs=true, got one on {model.device}; set decode_graphs "
+            "to false on the CPU."
+        )
     if mode not in DECODE_MODES:
         raise StrategyError(f"Expected decode in {DECODE_MODES}, got {mode!r}.")
     if slots < 1:
@@ -113,7 +134,7 @@ def slot_decoder(
         return None
     refusal = static_decode_refusal(model)
     if refusal is None:
-        return SlotDecoder(model, tokenizer, slots, turns)
+        return SlotDecoder(model, tokenizer, slots, turns, graphs=graphs)
     if mode == "static":
         raise StrategyError(
             f"Expected a model the static decoder runs exactly for decode='static', got {type(model).__name__} "
@@ -137,11 +158,31 @@ class SlotDecoder:
     """Token ids in, token ids and log-probs out, over a static cache of slots (module docstring)."""
 
     def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, slots: int, turns: TurnCache
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        slots: int,
+        turns: TurnCache,
+        *,
+        graphs: bool = False,
     ) -> None:
         self.model, self.tokenizer, self.slots, self.turns = model, tokenizer, slots, turns
         self.pad_id = int(tokenizer.pad_token_id)
         self._keep_last = {"logits_to_keep": 1} if _supports_logits_to_keep(type(model)) else {}
+        self.graphs = graphs
+        self._graph: DecodeGraph | None = None  # with its cache, reused by calls of the same shape
+
+    def release(self) -> None:
+        """Drop the captured graph and its cache (the model is leaving its device, or its storage moves)."""
+        self._graph = None
+
+    def _cache(self, slots: int, length: int) -> SlotKVCache:
+        if not self.graphs:
+            return SlotKVCache(self.model, slots, length)
+        if self._graph is None or self._graph.shape != (slots, length):
+            self._graph = None  # free the old buffers before the new ones
+            self._graph = DecodeGraph(self._forward, SlotKVCache(self.model, slots, length))
+        return self._graph.cache
 
     @torch.no_grad()
     def generate(
@@ -159,7 +200,7 @@ class SlotDecoder:
         rows = [_Row(p, self._head(p)) for p in prompts]  # heads before any keep, as the generate path
         slots = min(self.slots, len(prompts))
         length = -(-(max(map(len, prompts)) + params.max_new_tokens) // CACHE_ROUND) * CACHE_ROUND
-        cache = SlotKVCache(self.model, slots, length)
+        cache = self._cache(slots, length)
         step = _Stepper(params, key_array(keys), frozenset(int(i) for i in stop_ids), self.tokenizer)
         owner = [-1] * slots  # the row each slot decodes, -1: free
         position = np.zeros(slots, dtype=np.int64)  # tokens in each slot's cache
@@ -250,16 +291,15 @@ class SlotDecoder:
         at = np.where(active, position, cache.scratch)
         limits = np.where(active, position, -1)
         device = self.model.device
-        ids = torch.tensor(last, device=device).unsqueeze(1)
-        logits.copy_(
-            self._forward(
-                cache,
-                None,
-                ids,
-                torch.from_numpy(at).to(device).unsqueeze(1),
-                torch.from_numpy(limits).to(device).unsqueeze(1),
-            )
+        inputs = (
+            torch.tensor(last, device=device).unsqueeze(1),
+            torch.from_numpy(at).to(device).unsqueeze(1),
+            torch.from_numpy(limits).to(device).unsqueeze(1),
         )
+        if self._graph is not None:
+            logits.copy_(self._graph.run(*inputs))
+        else:
+            logits.copy_(self._forward(cache, None, *inputs))
         position += active
 
     def _forward(
@@ -339,3 +379,34 @@ class _Stepper:
             if any(s in text for s in self.params.stop_strings):
                 return "stop"
         return "length" if len(row.ids) >= self.params.max_new_tokens else None
+
+
+class DecodeGraph:
+    """The decode step of one cache, captured once as a CUDA graph and replayed: one launch per step instead of
+    one per kernel (the HF `generate` loop on a GPU is bound by those launches). Capture writes only the
+    scratch column, so it leaves every slot's keys and values as they were."""
+
+    def __init__(self, forward: Any, cache: SlotKVCache) -> None:
+        slots = cache.cols.shape[0]
+        self.cache, self.shape = cache, (slots, cache.length)
+        device = cache.cols.device
+        self.ids = torch.zeros((slots, 1), dtype=torch.long, device=device)
+        self.cols = torch.full((slots, 1), cache.scratch, dtype=torch.long, device=device)
+        self.limits = torch.full((slots, 1), -1, dtype=torch.long, device=device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm-up off the capture stream, as torch's CUDA-graph docs require
+            for _ in range(2):
+                forward(cache, None, self.ids, self.cols, self.limits)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = forward(cache, None, self.ids, self.cols, self.limits)
+
+    def run(self, ids: torch.Tensor, cols: torch.Tensor, limits: torch.Tensor) -> torch.Tensor:
+        """The step's [slots, vocab] logits for these inputs (the graph's output buffer: copy it out)."""
+        self.ids.copy_(ids)
+        self.cols.copy_(cols)
+        self.limits.copy_(limits)
+        self.graph.replay()
+        return self.out
