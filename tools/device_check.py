@@ -32,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))  # device_sections, beside this file (also when run by runpy)
+import device_sections as gpu_path  # noqa: E402
+from device_sections import sync as _sync  # noqa: E402
+
 EXAMPLE = ("qwen2.5-0.5B-agentic", "agent_val_frozen_lake")
 NOT_NEEDED = ("ray", "vllm", "deepspeed")
 """Imported by none of the code the check runs (cluster.backend=local, hf strategies)."""
@@ -88,13 +92,6 @@ ON_THE_CPU = [
     *(f"{role}.model_args.dtype=float32" for role in ("actor_train", "actor_infer", "reference")),
 ]
 """The example's roles moved from GPU 0 to the CPU (the dry run)."""
-
-
-def _sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _timed(device: Any, repeats: int, run: Any) -> float:
@@ -368,6 +365,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "dtype": dtype,
+        "commit": gpu_path.commit_of(args.commit),
     }
     model = work / "model"
     sizes = DRY_SIZES if args.dry_run else GPU_SIZES
@@ -381,6 +379,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return report  # every later measurement needs the model
     _section(report, out, "strategies", lambda: measure_strategies(model, device, dtype, sizes))
     _free(device)
+    path_sizes = gpu_path.DRY_PATH if args.dry_run else gpu_path.GPU_PATH
+    _section(report, out, "generation", lambda: gpu_path.measure_generation(model, device, dtype, path_sizes))
+    _free(device)
+    _section(report, out, "mfu", lambda: gpu_path.measure_mfu(model, device, dtype, path_sizes))
+    _free(device)
     _section(report, out, "share_prefix", lambda: measure_share_prefix(model, device, dtype, sizes))
     _free(device)
     _section(
@@ -388,6 +391,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out,
         "roll_train",
         lambda: {"roll_train": roll_train(model, work / "runs", dry_run=args.dry_run)},
+    )
+    _free(device)
+    if not args.dry_run:
+        _section(report, out, "gpu_tests", gpu_path.gpu_tests)
+    _section(
+        report, out, "default_train", lambda: gpu_path.default_train(work / "default", device, args.dry_run)
     )
     # roll never imports them; transformers imports DeepSpeed on its own where it is installed
     report["imported"] = sorted(m for m in NOT_NEEDED if m in sys.modules)
@@ -411,6 +420,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="a folder of tools/device_check_wheels.sh: its wheels are unpacked and used",
     )
+    parser.add_argument("--commit", default=None, help="the commit measured (default: git HEAD of this tree)")
+    parser.add_argument(
+        "--record",
+        default=None,
+        help="also write the report to RECORD/<date>-<commit>.json (docs/device_runs for a kept run)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model is a local folder: never wait on a network
     wheels = (
@@ -418,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     report = {**run(args), "wheels": wheels}
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    if args.record:
+        kept = gpu_path.record_path(Path(args.record), report["commit"])
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"[device_check] recorded {kept}", flush=True)
     print(json.dumps(report, indent=2))
     return 1 if report.get("errors") else 0
 
