@@ -3,9 +3,12 @@
 On a CUDA device (default `cuda:0`), with a Qwen2.5-0.5B-shaped model of random weights in bfloat16
 (`roll_strategies.build_qwen_shaped_model`, all 24 layers): hf_train's train tokens/s, hf_infer's generation
 tokens/s, the weight-sync seconds (GPU to GPU and through the CPU), the trainer's offload and reload seconds and
-the GPU memory they free, then a 2-step `roll train` of examples/qwen2.5-0.5B-agentic with every role on
-device 0 (cluster.backend=local, so no Ray). `--dry-run` runs the same code on the CPU with a tiny Qwen2-shaped
-model in float32 and smaller batches (under 2 minutes on an idle machine).
+the GPU memory they free; generation of 64 sequences of 128 new tokens by HF `generate`, the static slot
+decoder and the slot decoder replaying CUDA graphs, side by side; training MFU at 16 x 2048 tokens
+(`device_sections`); then a 2-step `roll train` of examples/qwen2.5-0.5B-agentic with every role on device 0
+(cluster.backend=local, so no Ray), the `gpu` tests, and the default `roll train` of the tiny model to its end.
+`--record DIR` keeps the report as DIR/<date>-<commit>.json (docs/device_runs). `--dry-run` runs the same code
+on the CPU with a tiny Qwen2-shaped model in float32 and smaller batches (under 2 minutes on an idle machine).
 
 Needs only torch, transformers and the wheels tools/device_check_wheels.sh downloads (no Ray, vLLM or
 DeepSpeed), with PYTHONPATH naming the packages' src folders:
@@ -396,7 +399,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not args.dry_run:
         _section(report, out, "gpu_tests", gpu_path.gpu_tests)
     _section(
-        report, out, "default_train", lambda: gpu_path.default_train(work / "default", device, args.dry_run)
+        report,
+        out,
+        "default_train",
+        lambda: gpu_path.default_train(work / "default", device, args.dry_run, args.default_train_steps),
     )
     # roll never imports them; transformers imports DeepSpeed on its own where it is installed
     report["imported"] = sorted(m for m in NOT_NEEDED if m in sys.modules)
@@ -420,12 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="a folder of tools/device_check_wheels.sh: its wheels are unpacked and used",
     )
-    parser.add_argument("--commit", default=None, help="the commit measured (default: git HEAD of this tree)")
-    parser.add_argument(
-        "--record",
-        default=None,
-        help="also write the report to RECORD/<date>-<commit>.json (docs/device_runs for a kept run)",
-    )
+    gpu_path.add_arguments(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model is a local folder: never wait on a network
     wheels = (

@@ -4,6 +4,7 @@ with HF `generate` against the static slot decoder side by side, training MFU at
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -21,6 +22,8 @@ DATASHEET_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 36
 GPU_TEST_FILES = (
     "packages/roll-strategies/tests/test_gpu.py",
     "packages/roll-strategies/tests/test_slot_decode.py",
+    "packages/roll-strategies/tests/test_weight_transport.py",
+    "packages/roll-algos/tests/test_device.py",
 )
 
 
@@ -198,9 +201,11 @@ def _validation_curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def default_train(output_dir: Path, device: str, dry_run: bool) -> dict[str, Any]:
-    """`roll train`'s default config (the tiny model, FrozenLake) in process to its end, every role on `device`
-    (cut to one step in the dry run): seconds, steps and the validation curve."""
+def default_train(
+    output_dir: Path, device: str, dry_run: bool, max_steps: int | None = None
+) -> dict[str, Any]:
+    """`roll train`'s default config (the tiny model, FrozenLake) in process to its end (or `max_steps`), every
+    role on `device` (cut to one step in the dry run): seconds, steps and the validation curve."""
     from roll_pipeline import AgenticPipeline, compose
 
     on_device = (
@@ -212,6 +217,7 @@ def default_train(output_dir: Path, device: str, dry_run: bool) -> dict[str, Any
         "cluster.backend=local",
         "track_with=[]",
         *(DRY_DEFAULT_TRAIN if dry_run else []),
+        *([f"max_steps={max_steps}"] if max_steps and not dry_run else []),
         *on_device,
         f"output_dir={output_dir}",
     ]
@@ -242,7 +248,9 @@ def gpu_tests(timeout: float = 420.0) -> dict[str, Any]:
         "-p", "no:cacheprovider", "-m", "gpu", "-q", *GPU_TEST_FILES,
     ]  # fmt: skip
     try:
-        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        # the subprocess sees this process's modules (the unpacked wheels are on sys.path, not PYTHONPATH)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"gpu_tests": {"returncode": None, "summary": f"timed out after {timeout} s"}}
     lines = [line for line in done.stdout.splitlines() if line.strip()]
@@ -276,3 +284,16 @@ def record_path(folder: Path, commit: str) -> Path:
     """docs/device_runs/<UTC date>-<commit, 12 characters>.json (in `folder`)."""
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     return folder / f"{date}-{commit[:12]}.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The device check's options for these sections and the record."""
+    parser.add_argument(
+        "--default-train-steps", type=int, default=None, help="cut the default roll train (default: its end)"
+    )
+    parser.add_argument("--commit", default=None, help="the commit measured (default: git HEAD of this tree)")
+    parser.add_argument(
+        "--record",
+        default=None,
+        help="also write the report to RECORD/<date>-<commit>.json (docs/device_runs for a kept run)",
+    )
