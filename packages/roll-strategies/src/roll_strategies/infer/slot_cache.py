@@ -1,9 +1,10 @@
 """`SlotKVCache`: a static key/value cache of fixed slots for hf_infer's slot decoder (`slot_decode`).
 
-Each layer keeps one buffer [slots, kv heads, length + 1, head dim], allocated once per `generate` call. A
-slot holds one sequence, its token i at column i, so a slot's keys and values are those of its sequence alone.
-The last column is scratch: padding queries write there and attend only there, so their garbage never reaches
-a real query and stays finite (a NaN value times a zero weight would still be NaN).
+Each layer keeps one buffer [slots, kv heads, length + SCRATCH_COLUMNS, head dim]. A slot holds one sequence,
+its token i at column i, so a slot's keys and values are those of its sequence alone. Column `length` is
+scratch: padding queries write there and attend only there, so their garbage never reaches a real query and
+stays finite (a NaN value times a zero weight would still be NaN); the columns after it are never seen and only
+round the width to a multiple of 8 (the alignment CUDA's memory-efficient attention wants of a mask).
 
 A forward writes its queries' keys and values at the columns `cols` ([rows, width], one per query) of the
 slots `rows` (None: every slot, the decode step), so rows at different positions decode in one fixed-shape
@@ -22,7 +23,10 @@ from transformers import Cache, PreTrainedModel
 
 from roll_strategies.infer.turn_cache import LayerKV
 
-__all__ = ["SlotKVCache", "visibility_mask"]
+__all__ = ["SCRATCH_COLUMNS", "SlotKVCache", "visibility_mask"]
+
+SCRATCH_COLUMNS = 8
+"""Columns after a cache's `length`: the scratch column, then padding to keep widths multiples of 8."""
 
 
 def _text_config(model: PreTrainedModel) -> Any:
@@ -39,9 +43,10 @@ class SlotKVCache(Cache):
         heads = int(config.num_attention_heads)
         kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
         head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
-        shape = (slots, kv_heads, length + 1, head_dim)
+        shape = (slots, kv_heads, length + SCRATCH_COLUMNS, head_dim)
         like = next(model.parameters())
         self.length = length
+        self.width = length + SCRATCH_COLUMNS
         self.scratch = length
         """The column padding queries and idle slots write to (never visible to a real query)."""
         self.keys = [like.new_zeros(shape) for _ in range(config.num_hidden_layers)]
@@ -95,12 +100,12 @@ class SlotKVCache(Cache):
         ]
 
 
-def visibility_mask(limits: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
-    """[rows, 1, queries, width] additive mask: query (b, j) sees columns 0..limits[b, j]; a query with limit
-    -1 (padding, an idle slot) sees only the scratch column width - 1."""
+def visibility_mask(limits: torch.Tensor, width: int, scratch: int, dtype: torch.dtype) -> torch.Tensor:
+    """[rows, 1, queries, width] additive mask: query (b, j) sees columns 0..limits[b, j] (all below
+    `scratch`); a query with limit -1 (padding, an idle slot) sees only the scratch column."""
     columns = torch.arange(width, device=limits.device)
     limit = limits.unsqueeze(-1)
-    visible = (columns <= limit) & (columns < width - 1)
-    visible |= (limit < 0) & (columns == width - 1)
+    visible = (columns <= limit) & (columns < scratch)
+    visible |= (limit < 0) & (columns == scratch)
     mask = torch.zeros(visible.shape, dtype=dtype, device=limits.device)
     return mask.masked_fill_(~visible, torch.finfo(dtype).min).unsqueeze(1)

@@ -314,7 +314,7 @@ class SlotDecoder:
         cache.target(slots, cols)
         out = self.model(
             input_ids=ids,
-            attention_mask=visibility_mask(limits, cache.length + 1, self.model.dtype),
+            attention_mask=visibility_mask(limits, cache.width, cache.scratch, self.model.dtype),
             position_ids=limits.clamp(min=0),
             past_key_values=cache,
             use_cache=True,
