@@ -114,3 +114,18 @@ def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, monkey
         "strategies",
         "roll_train",
     }
+
+
+def test_the_gpu_tests_section_runs_pytest_without_the_repos_addopts(tmp_path, monkeypatch):
+    """The device has no xdist or benchmark plugin: the section's pytest must not read pyproject's addopts,
+    and must see the check's own modules; its summary is pytest's last line."""
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    import device_sections
+
+    test = tmp_path / "test_marked.py"
+    test.write_text(
+        "import pytest\n\n\n@pytest.mark.gpu\ndef test_one():\n    import device_sections  # on the check's sys.path, not PYTHONPATH\n"
+    )
+    monkeypatch.setattr(device_sections, "GPU_TEST_FILES", (str(test),))
+    result = device_sections.gpu_tests(timeout=120)["gpu_tests"]
+    assert result["returncode"] == 0 and "1 passed" in result["summary"], result
