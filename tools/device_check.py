@@ -270,24 +270,13 @@ def measure_share_prefix(folder: Path, device_name: str, dtype: str, sizes: Size
 
 def roll_train(folder: Path, output_dir: Path, *, dry_run: bool) -> dict[str, Any]:
     """A 2-step `roll train` of the Qwen example on `folder`, every role on GPU 0 (on the CPU when `dry_run`)."""
-    from roll_pipeline import AgenticPipeline, compose
-
     overrides = [
         *ROLL_TRAIN,
         *(ON_THE_CPU if dry_run else []),
         f"pretrain={folder}",
         f"output_dir={output_dir}",
     ]
-    cfg = compose(*EXAMPLE, overrides, search_from=ROOT / "examples", preflight=True)
-    started = time.perf_counter()
-    pipeline = AgenticPipeline(cfg, progress=False)
-    try:
-        summary = pipeline.run()
-    finally:
-        pipeline.close()
-    rows = [
-        json.loads(line) for line in (output_dir / cfg.exp_name / "metrics.jsonl").read_text().splitlines()
-    ]
+    seconds, steps, rows = gpu_path.run_pipeline(EXAMPLE, overrides, output_dir)
     trained = [r for r in rows if r.get("step", 0) > 0]
     keep = (
         "time/step_total",
@@ -297,8 +286,8 @@ def roll_train(folder: Path, output_dir: Path, *, dry_run: bool) -> dict[str, An
         "memory/rss_gb",
     )
     return {
-        "seconds": time.perf_counter() - started,
-        "steps": summary.steps,
+        "seconds": seconds,
+        "steps": steps,
         "overrides": overrides[:-2],
         "per_step": [{k: r[k] for k in ("step", *keep) if k in r} for r in trained],
     }

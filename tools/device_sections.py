@@ -201,12 +201,29 @@ def _validation_curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def run_pipeline(
+    config: tuple[str | None, str | None], overrides: list[str], output_dir: Path
+) -> tuple[float, int, list[dict[str, Any]]]:
+    """A `roll train` in process of `config` ((path, name) under examples/; (None, None): the default) with
+    `overrides`: its wall seconds, steps run and metrics.jsonl rows."""
+    from roll_pipeline import AgenticPipeline, compose
+
+    cfg = compose(*config, overrides, search_from=ROOT / "examples", preflight=True)
+    started = time.perf_counter()
+    pipeline = AgenticPipeline(cfg, progress=False)
+    try:
+        summary = pipeline.run()
+    finally:
+        pipeline.close()
+    lines = (output_dir / cfg.exp_name / "metrics.jsonl").read_text().splitlines()
+    return time.perf_counter() - started, summary.steps, [json.loads(line) for line in lines]
+
+
 def default_train(
     output_dir: Path, device: str, dry_run: bool, max_steps: int | None = None
 ) -> dict[str, Any]:
     """`roll train`'s default config (the tiny model, FrozenLake) in process to its end (or `max_steps`), every
     role on `device` (cut to one step in the dry run): seconds, steps and the validation curve."""
-    from roll_pipeline import AgenticPipeline, compose
 
     on_device = (
         []
@@ -221,20 +238,11 @@ def default_train(
         *on_device,
         f"output_dir={output_dir}",
     ]
-    cfg = compose(None, None, overrides, search_from=ROOT / "examples", preflight=True)
-    started = time.perf_counter()
-    pipeline = AgenticPipeline(cfg, progress=False)
-    try:
-        summary = pipeline.run()
-    finally:
-        pipeline.close()
-    rows = [
-        json.loads(line) for line in (output_dir / cfg.exp_name / "metrics.jsonl").read_text().splitlines()
-    ]
+    seconds, steps, rows = run_pipeline((None, None), overrides, output_dir)
     return {
         "default_train": {
-            "seconds": time.perf_counter() - started,
-            "steps": summary.steps,
+            "seconds": seconds,
+            "steps": steps,
             "overrides": overrides[:-1],
             "validation": _validation_curve(rows),
         }
