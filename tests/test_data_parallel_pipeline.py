@@ -99,7 +99,11 @@ def test_in_process_the_ranks_of_the_actor_and_a_gae_critic_are_child_processes(
     )
     pipeline = AgenticPipeline(cfg, progress=False)
     try:
-        assert pipeline.parts.actor_train.size == 2 and pipeline.parts.critic is not None and pipeline.parts.critic.size == 2
+        assert (
+            pipeline.parts.actor_train.size == 2
+            and pipeline.parts.critic is not None
+            and pipeline.parts.critic.size == 2
+        )
         summary = pipeline.run()
     finally:
         pipeline.close()

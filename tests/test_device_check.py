@@ -48,7 +48,15 @@ def test_the_dry_run_needs_no_ray_vllm_or_deepspeed(tmp_path):
     out = tmp_path / "device_check.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in SRC), "HF_HUB_OFFLINE": "1"}
     script = BLOCKER.replace("TOOL", repr(str(ROOT / "tools" / "device_check.py")))
-    args = ["--dry-run", "--out", str(out), "--work", str(tmp_path / "work")]
+    args = [
+        "--dry-run",
+        "--out",
+        str(out),
+        "--work",
+        str(tmp_path / "work"),
+        "--record",
+        str(tmp_path / "record"),
+    ]
     done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())
@@ -56,9 +64,22 @@ def test_the_dry_run_needs_no_ray_vllm_or_deepspeed(tmp_path):
     assert "errors" not in report and set(report["section_seconds"]) == {
         "model",
         "strategies",
+        "generation",
+        "mfu",
         "share_prefix",
         "roll_train",
+        "default_train",
     }
+    generation = report["generation"]  # float32: the slot decoder's greedy tokens are generate's
+    assert generation["static"]["rows_equal_to_generate"] == generation["prompts"] == 6
+    assert generation["generate"]["tokens_per_second"] > 0 and "static_graphs" not in generation
+    assert report["mfu"]["tokens_per_second"] > 0 and report["mfu"]["defer_sync"] is False
+    default = report["default_train"]
+    assert default["steps"] == 1 and default["validation"][-1]["step"] == 1
+    assert 0 <= default["validation"][-1]["val/score/mean"] <= 1
+    assert report["commit"] and (tmp_path / "record").is_dir()
+    (kept,) = (tmp_path / "record").iterdir()
+    assert json.loads(kept.read_text())["commit"] == report["commit"]
     shared = report["share_prefix"]  # float32: the prefix tree's log-probs are the dense ones
     assert shared["dense_seconds"] > 0 and shared["max_abs_log_prob_diff"] < 1e-4
     assert [(g["rows"], g["prompt_tokens"]) for g in shared["sweep"]] == [(6, 40)]
@@ -93,3 +114,18 @@ def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, monkey
         "strategies",
         "roll_train",
     }
+
+
+def test_the_gpu_tests_section_runs_pytest_without_the_repos_addopts(tmp_path, monkeypatch):
+    """The device has no xdist or benchmark plugin: the section's pytest must not read pyproject's addopts,
+    and must see the check's own modules; its summary is pytest's last line."""
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    import device_sections
+
+    test = tmp_path / "test_marked.py"
+    test.write_text(
+        "import pytest\n\n\n@pytest.mark.gpu\ndef test_one():\n    import device_sections  # on the check's sys.path, not PYTHONPATH\n"
+    )
+    monkeypatch.setattr(device_sections, "GPU_TEST_FILES", (str(test),))
+    result = device_sections.gpu_tests(timeout=120)["gpu_tests"]
+    assert result["returncode"] == 0 and "1 passed" in result["summary"], result

@@ -3,9 +3,12 @@
 On a CUDA device (default `cuda:0`), with a Qwen2.5-0.5B-shaped model of random weights in bfloat16
 (`roll_strategies.build_qwen_shaped_model`, all 24 layers): hf_train's train tokens/s, hf_infer's generation
 tokens/s, the weight-sync seconds (GPU to GPU and through the CPU), the trainer's offload and reload seconds and
-the GPU memory they free, then a 2-step `roll train` of examples/qwen2.5-0.5B-agentic with every role on
-device 0 (cluster.backend=local, so no Ray). `--dry-run` runs the same code on the CPU with a tiny Qwen2-shaped
-model in float32 and smaller batches (under 2 minutes on an idle machine).
+the GPU memory they free; generation of 64 sequences of 128 new tokens by HF `generate`, the static slot
+decoder and the slot decoder replaying CUDA graphs, side by side; training MFU at 16 x 2048 tokens
+(`device_sections`); then a 2-step `roll train` of examples/qwen2.5-0.5B-agentic with every role on device 0
+(cluster.backend=local, so no Ray), the `gpu` tests, and the default `roll train` of the tiny model to its end.
+`--record DIR` keeps the report as DIR/<date>-<commit>.json (docs/device_runs). `--dry-run` runs the same code
+on the CPU with a tiny Qwen2-shaped model in float32 and smaller batches (under 2 minutes on an idle machine).
 
 Needs only torch, transformers and the wheels tools/device_check_wheels.sh downloads (no Ray, vLLM or
 DeepSpeed), with PYTHONPATH naming the packages' src folders:
@@ -32,6 +35,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))  # device_sections, beside this file (also when run by runpy)
+import device_sections as gpu_path  # noqa: E402
+from device_sections import sync as _sync  # noqa: E402
+
 EXAMPLE = ("qwen2.5-0.5B-agentic", "agent_val_frozen_lake")
 NOT_NEEDED = ("ray", "vllm", "deepspeed")
 """Imported by none of the code the check runs (cluster.backend=local, hf strategies)."""
@@ -88,13 +95,6 @@ ON_THE_CPU = [
     *(f"{role}.model_args.dtype=float32" for role in ("actor_train", "actor_infer", "reference")),
 ]
 """The example's roles moved from GPU 0 to the CPU (the dry run)."""
-
-
-def _sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _timed(device: Any, repeats: int, run: Any) -> float:
@@ -270,24 +270,13 @@ def measure_share_prefix(folder: Path, device_name: str, dtype: str, sizes: Size
 
 def roll_train(folder: Path, output_dir: Path, *, dry_run: bool) -> dict[str, Any]:
     """A 2-step `roll train` of the Qwen example on `folder`, every role on GPU 0 (on the CPU when `dry_run`)."""
-    from roll_pipeline import AgenticPipeline, compose
-
     overrides = [
         *ROLL_TRAIN,
         *(ON_THE_CPU if dry_run else []),
         f"pretrain={folder}",
         f"output_dir={output_dir}",
     ]
-    cfg = compose(*EXAMPLE, overrides, search_from=ROOT / "examples", preflight=True)
-    started = time.perf_counter()
-    pipeline = AgenticPipeline(cfg, progress=False)
-    try:
-        summary = pipeline.run()
-    finally:
-        pipeline.close()
-    rows = [
-        json.loads(line) for line in (output_dir / cfg.exp_name / "metrics.jsonl").read_text().splitlines()
-    ]
+    seconds, steps, rows = gpu_path.run_pipeline(EXAMPLE, overrides, output_dir)
     trained = [r for r in rows if r.get("step", 0) > 0]
     keep = (
         "time/step_total",
@@ -297,8 +286,8 @@ def roll_train(folder: Path, output_dir: Path, *, dry_run: bool) -> dict[str, An
         "memory/rss_gb",
     )
     return {
-        "seconds": time.perf_counter() - started,
-        "steps": summary.steps,
+        "seconds": seconds,
+        "steps": steps,
         "overrides": overrides[:-2],
         "per_step": [{k: r[k] for k in ("step", *keep) if k in r} for r in trained],
     }
@@ -368,6 +357,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "dtype": dtype,
+        "commit": gpu_path.commit_of(args.commit),
     }
     model = work / "model"
     sizes = DRY_SIZES if args.dry_run else GPU_SIZES
@@ -381,6 +371,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return report  # every later measurement needs the model
     _section(report, out, "strategies", lambda: measure_strategies(model, device, dtype, sizes))
     _free(device)
+    path_sizes = gpu_path.DRY_PATH if args.dry_run else gpu_path.GPU_PATH
+    _section(report, out, "generation", lambda: gpu_path.measure_generation(model, device, dtype, path_sizes))
+    _free(device)
+    _section(report, out, "mfu", lambda: gpu_path.measure_mfu(model, device, dtype, path_sizes))
+    _free(device)
     _section(report, out, "share_prefix", lambda: measure_share_prefix(model, device, dtype, sizes))
     _free(device)
     _section(
@@ -388,6 +383,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out,
         "roll_train",
         lambda: {"roll_train": roll_train(model, work / "runs", dry_run=args.dry_run)},
+    )
+    _free(device)
+    if not args.dry_run:
+        _section(report, out, "gpu_tests", gpu_path.gpu_tests)
+    _section(
+        report,
+        out,
+        "default_train",
+        lambda: gpu_path.default_train(work / "default", device, args.dry_run, args.default_train_steps),
     )
     # roll never imports them; transformers imports DeepSpeed on its own where it is installed
     report["imported"] = sorted(m for m in NOT_NEEDED if m in sys.modules)
@@ -411,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="a folder of tools/device_check_wheels.sh: its wheels are unpacked and used",
     )
+    gpu_path.add_arguments(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model is a local folder: never wait on a network
     wheels = (
@@ -418,6 +423,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     report = {**run(args), "wheels": wheels}
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    if args.record:
+        kept = gpu_path.record_path(Path(args.record), report["commit"])
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"[device_check] recorded {kept}", flush=True)
     print(json.dumps(report, indent=2))
     return 1 if report.get("errors") else 0
 

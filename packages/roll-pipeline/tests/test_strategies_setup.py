@@ -41,7 +41,7 @@ def test_an_uninstalled_strategy_names_its_extra():
 
 def test_strategy_config_for_a_backend_that_reads_none_is_a_problem():
     (problem,) = strategy_problems(
-        {"reference": {"strategy_args": {"strategy_name": "hf_infer", "strategy_config": {"x": 1}}}}
+        {"reference": {"strategy_args": {"strategy_name": "hf_train", "strategy_config": {"x": 1}}}}
     )
     assert "reference.strategy_args.strategy_config" in problem and "reads no strategy_config" in problem
 

@@ -56,7 +56,10 @@ STRATEGIES: dict[str, StrategySpec] = {
             "hf_train", "roll_strategies.train.hf_train:HFTrainStrategy", frozenset({"train", "reference"})
         ),
         StrategySpec(
-            "hf_infer", "roll_strategies.infer.hf_infer:HFInferStrategy", frozenset({"infer", "reference"})
+            "hf_infer",
+            "roll_strategies.infer.hf_infer:HFInferStrategy",
+            frozenset({"infer", "reference"}),
+            takes_config=True,
         ),
         StrategySpec("hf_critic", "roll_strategies.train.critic:HFCriticStrategy", frozenset({"critic"})),
         StrategySpec(
@@ -140,7 +143,7 @@ def create_strategy(
 ) -> Any:
     """Build strategy `name` for `role` on `model_path`; `kwargs` are the backend's constructor arguments.
 
-    `strategy_config` goes to backends that read one (deepspeed_train, vllm); for the others it must be
+    `strategy_config` goes to backends that read one (deepspeed_train, vllm, hf_infer); for the others it must be
     empty. The reference role builds a frozen model (`trainable=False` for hf_train).
     """
     spec = check_strategy(name, role)
@@ -148,7 +151,7 @@ def create_strategy(
     if config and not spec.takes_config:
         raise StrategyError(
             f"Expected an empty strategy_config for {name!r} (it reads none), got keys {sorted(config)}; "
-            "move them to a backend that reads them (deepspeed_train, vllm) or drop them."
+            "move them to a backend that reads them (deepspeed_train, vllm, hf_infer) or drop them."
         )
     if spec.takes_config:
         kwargs["strategy_config"] = config

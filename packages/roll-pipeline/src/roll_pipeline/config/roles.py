@@ -143,8 +143,11 @@ class StrategyArgs(StrictModel):
     strategy_config: dict[str, Any] = Field(
         default_factory=dict,
         description="backend-specific options (deepspeed_train: DeepSpeed config keys; vllm: engine arguments,"
-        " plus sleep_level 0/1/2, how its engine sleeps while roles on its GPUs train); the hf backends read"
-        " none and reject a non-empty one",
+        " plus sleep_level 0/1/2, how its engine sleeps while roles on its GPUs train; hf_infer: decode, auto"
+        " (static on CUDA, generate on the CPU), generate (HF generate) or static (a static KV cache of"
+        " decode_slots sequences, default 64, refilled as they finish; decode_graphs: true replays each decode"
+        " step as a CUDA graph), refused on sliding-window models);"
+        " hf_train and hf_critic read none and reject a non-empty one",
     )
 
 

@@ -56,6 +56,6 @@ def strategy_problems(data: Mapping[str, Any]) -> list[str]:
         if isinstance(config, Mapping) and config and not STRATEGIES[spec.name].takes_config:
             problems.append(
                 f"{where}.strategy_config={dict(config)!r}: {name!r} reads no strategy_config; drop it, or "
-                "pick a backend that reads one (deepspeed_train for actor_train, vllm for actor_infer)"
+                "pick a backend that reads one (deepspeed_train for actor_train, vllm or hf_infer for actor_infer)"
             )
     return problems

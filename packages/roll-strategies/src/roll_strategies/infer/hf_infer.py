@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -40,6 +41,7 @@ from roll_strategies.compute.recompute import batched_log_probs
 from roll_strategies.errors import StrategyError
 from roll_strategies.infer.prompt_cache import TURN_CACHE_BYTES, Head, PromptCache, pad_left
 from roll_strategies.infer.sampling import KeyedSampler, row_keys
+from roll_strategies.infer.slot_decode import decode_settings, slot_decoder
 from roll_strategies.infer.turn_cache import TurnCache
 from roll_strategies.models._loading import load_model_and_tokenizer
 from roll_strategies.protocols import GenerationOutput, GenerationParams
@@ -63,10 +65,14 @@ class HFInferStrategy:
         gguf_file: str | None = None,
         share_prefix: bool = False,
         turn_cache_bytes: int = TURN_CACHE_BYTES,
+        strategy_config: Mapping[str, Any] | None = None,
     ) -> None:
         """`share_prefix`: encode each distinct prompt of a batch once, reuse the keys and values of earlier
         calls' sequences (at most `turn_cache_bytes` of them; 0 keeps none) and score log-probs as prefix
-        trees (module docstring); refused for a model on which the tree forward is not exact."""
+        trees (module docstring); refused for a model on which the tree forward is not exact.
+        `strategy_config`: `decode` ("auto": static on CUDA, generate on the CPU; "generate"; "static", the
+        `slot_decode.SlotDecoder`), `decode_slots` (sequences it decodes at once) and `decode_graphs` (CUDA:
+        each decode step replayed as a CUDA graph)."""
         if turn_cache_bytes < 0:
             raise StrategyError(f"Expected turn_cache_bytes >= 0 (0 keeps no turns), got {turn_cache_bytes}.")
         self.device = torch.device(device)
@@ -96,6 +102,7 @@ class HFInferStrategy:
             self._load_weights,
         )
         self._calls = itertools.count()
+        self.decoder = slot_decoder(self.model, self.tokenizer, *decode_settings(strategy_config), self.turns)
 
     policy_version = endpoints.policy_version
 
@@ -159,6 +166,9 @@ class HFInferStrategy:
                 f"{longest} tokens + {params.max_new_tokens}; shorten the history kept in prompts "
                 "or lower max_new_tokens."
             )
+        if self.decoder is not None:
+            keys = row_keys(self.seed, next(self._calls), len(prompts), sample_keys)
+            return [GenerationOutput(*row) for row in self.decoder.generate(prompts, params, keys, stop_ids)]
         heads: list[Head] = (
             self.prompt_cache.heads(prompts) if self.prompt_cache else [(None, 0)] * len(prompts)
         )
@@ -215,6 +225,8 @@ class HFInferStrategy:
         if self.device.type == "cpu":
             return False
         self.turns.clear()
+        if self.decoder is not None:
+            self.decoder.release()
         self.model.to("cpu")
         torch.cuda.empty_cache()
         return True

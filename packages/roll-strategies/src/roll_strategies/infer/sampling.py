@@ -14,6 +14,7 @@ inverse-CDF sampling, and leaves only that token finite, so the argmax is the sa
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,7 +22,15 @@ from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWa
 
 from roll_strategies.errors import StrategyError
 
-__all__ = ["KeyedSampler", "mix_key", "row_keys", "step_uniforms"]
+__all__ = [
+    "KeyedSampler",
+    "key_array",
+    "keyed_pick",
+    "mix_key",
+    "row_keys",
+    "sampling_warpers",
+    "step_uniforms",
+]
 
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -54,10 +63,26 @@ def row_keys(seed: int, call: int, count: int, sample_keys: Sequence[int | None]
     ]
 
 
-def step_uniforms(keys: np.ndarray, step: int) -> np.ndarray:
-    """Uniforms in [0, 1) (float64), one per key, for decode step `step`: splitmix64 of (key, step)."""
+def _splitmix64_array(x: np.ndarray) -> np.ndarray:
+    """`_splitmix64` of every entry (uint64, wrapping)."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + np.uint64(_GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(_C1)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(_C2)
+        return z ^ (z >> np.uint64(31))
+
+
+def key_array(keys: Sequence[int]) -> np.ndarray:
+    """Sampling keys as the uint64 array `step_uniforms` takes."""
+    return np.array([int(k) & _MASK for k in keys], dtype=np.uint64)
+
+
+def step_uniforms(keys: np.ndarray, step: int | np.ndarray) -> np.ndarray:
+    """Uniforms in [0, 1) (float64), one per key, for decode step `step` (one for all keys, or one per key):
+    splitmix64 of (key, step)."""
+    mixed = np.uint64(_splitmix64(step)) if isinstance(step, int) else _splitmix64_array(np.asarray(step))
     with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design
-        z = keys ^ np.uint64(_splitmix64(step))
+        z = keys ^ mixed
         z = z + np.uint64(_GOLDEN)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(_C1)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(_C2)
@@ -65,18 +90,35 @@ def step_uniforms(keys: np.ndarray, step: int) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
+def sampling_warpers(*, temperature: float, top_k: int, top_p: float) -> list[Any]:
+    """The warpers `generate` would apply for these settings, in its order (temperature, top-k, top-p)."""
+    warpers: list[Any] = []
+    if temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k=top_k))
+    if top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=top_p))
+    return warpers
+
+
+def keyed_pick(scores: torch.Tensor, uniforms: np.ndarray) -> torch.Tensor:
+    """[B, 1] ids: row b's token by inverse-CDF sampling of softmax(scores[b]) at 1 - uniforms[b]."""
+    cdf = torch.softmax(scores.float(), dim=-1).cumsum(dim=-1)
+    # u in (0, 1]; the first index whose cumulative mass reaches u * total is token i with probability
+    # p_i. A token the warpers removed adds no mass, so it is never the first to reach the target, and a
+    # target rounded up to the total lands on the last token that has mass.
+    u = torch.from_numpy(1.0 - uniforms).to(cdf.device, cdf.dtype)
+    picked = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1))
+    return picked.clamp_(max=scores.shape[-1] - 1)
+
+
 class KeyedSampler:
     """Logits processor that samples row b with the uniforms of `keys[b]` (use with `do_sample=False`)."""
 
     def __init__(self, keys: Sequence[int], *, temperature: float, top_k: int, top_p: float) -> None:
-        self._keys = np.array([int(k) & _MASK for k in keys], dtype=np.uint64)
-        self._warpers: list[object] = []
-        if temperature != 1.0:
-            self._warpers.append(TemperatureLogitsWarper(temperature))
-        if top_k:
-            self._warpers.append(TopKLogitsWarper(top_k=top_k))
-        if top_p < 1.0:
-            self._warpers.append(TopPLogitsWarper(top_p=top_p))
+        self._keys = key_array(keys)
+        self._warpers = sampling_warpers(temperature=temperature, top_k=top_k, top_p=top_p)
         self._step = 0
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -84,14 +126,8 @@ class KeyedSampler:
         if scores.shape[0] != len(self._keys):
             raise ValueError(f"KeyedSampler has {len(self._keys)} keys for a batch of {scores.shape[0]} rows")
         for warp in self._warpers:
-            scores = warp(input_ids, scores)  # type: ignore[operator]
-        cdf = torch.softmax(scores.float(), dim=-1).cumsum(dim=-1)
-        # u in (0, 1]; the first index whose cumulative mass reaches u * total is token i with probability
-        # p_i. A token the warpers removed adds no mass, so it is never the first to reach the target, and a
-        # target rounded up to the total lands on the last token that has mass.
-        u = torch.from_numpy(1.0 - step_uniforms(self._keys, self._step)).to(cdf.device, cdf.dtype)
-        picked = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1))
-        picked = picked.clamp_(max=scores.shape[-1] - 1)
+            scores = warp(input_ids, scores)
+        picked = keyed_pick(scores, step_uniforms(self._keys, self._step))
         self._step += 1
         out = torch.full_like(scores, float("-inf"))
         return out.scatter_(1, picked, 0.0)

@@ -59,9 +59,12 @@ class HFTrainStrategy:
         trainable: bool = True,
         data_parallel: DataParallelSpec | None = None,
         share_prefix: bool = False,
+        defer_sync: bool | None = None,
     ) -> None:
+        """`defer_sync`: no host sync between micro-batches (`train_loop.run_train_step`; None: on CUDA)."""
         torch.manual_seed(seed)
         self.device = torch.device(device)
+        self.defer_sync = self.device.type == "cuda" if defer_sync is None else defer_sync
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype=dtype)
         self.share_prefix = check_prefix_sharing(self.model, share_prefix, model_path)
         self.trainable = trainable
@@ -138,6 +141,7 @@ class HFTrainStrategy:
             data_parallel=self.data_parallel,
             counter=self.trainer.nonfinite,
             device=self.device,
+            defer_sync=self.defer_sync,
         )
         self.step += 1
         if applied:  # a skipped step keeps the weights: nothing new to sync

@@ -44,7 +44,7 @@ __all__ = [
 LAST_VALUE_METRICS = frozenset({"nonfinite_steps", "nonfinite_in_a_row", "overflow_steps", "grad_scale"})
 """Train-step metrics that are a running state, not a value of the step: a merge over steps keeps the last."""
 
-LossOf = Callable[[MicroBatch], tuple[torch.Tensor, Mapping[str, float], torch.Tensor]]
+LossOf = Callable[[MicroBatch], tuple[torch.Tensor, Mapping[str, float | torch.Tensor], torch.Tensor]]
 """loss_of(micro-batch on the device) -> (loss, metrics, outputs): the strategy's forward and the caller's loss;
 `outputs` is the tensor with grad the loss was computed from (log-probs, values), for `GradientBackend.discard`."""
 
@@ -84,14 +84,37 @@ class StepSums:
     nonfinite_loss: bool = False
     micro_batches: int = 0
 
-    def add(self, weight: float, loss: torch.Tensor, metrics: Mapping[str, float]) -> bool:
-        """Add one micro-batch's loss and metrics (weighted); False when its loss is NaN or inf."""
-        value = float(loss.detach())
+    pending: list[tuple[float, dict[str, float | torch.Tensor]]] = field(default_factory=list)
+    """Micro-batches added with `add_later`, read by `resolve` in one transfer."""
+
+    def add(self, weight: float, loss: torch.Tensor, metrics: Mapping[str, float | torch.Tensor]) -> bool:
+        """Add one micro-batch's loss and metrics (weighted) now; False when its loss is NaN or inf."""
+        return self._accumulate(
+            weight, {"loss": float(loss.detach()), **{k: float(v) for k, v in metrics.items()}}
+        )
+
+    def add_later(
+        self, weight: float, loss: torch.Tensor, metrics: Mapping[str, float | torch.Tensor]
+    ) -> None:
+        """Keep one micro-batch's loss and metrics (tensors stay on their device: no host sync) for `resolve`."""
+        self.pending.append((weight, {"loss": loss.detach(), **metrics}))
+
+    def resolve(self) -> None:
+        """Add every `add_later` micro-batch: their tensor values reach the host in one transfer."""
+        tensors = [v for _, values in self.pending for v in values.values() if isinstance(v, torch.Tensor)]
+        host = iter(torch.stack([t.float().reshape(()) for t in tensors]).tolist() if tensors else [])
+        for weight, values in self.pending:
+            self._accumulate(
+                weight, {k: next(host) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+            )
+        self.pending = []
+
+    def _accumulate(self, weight: float, values: Mapping[str, float]) -> bool:
         self.total_weight += weight
         self.micro_batches += 1
-        for key, item in {"loss": value, **metrics}.items():
+        for key, item in values.items():
             self.sums[key] = self.sums.get(key, 0.0) + weight * float(item)
-        finite = math.isfinite(value)
+        finite = math.isfinite(values["loss"])
         self.nonfinite_loss = self.nonfinite_loss or not finite
         return finite
 
@@ -160,8 +183,16 @@ def run_train_step(
     data_parallel: DataParallel,
     counter: NonFiniteCount,
     device: torch.device,
+    defer_sync: bool = False,
 ) -> tuple[dict[str, float], bool]:
     """One optimiser step over this rank's `micro_batches` (see the module docstring).
+
+    `defer_sync` (hf_train's default on CUDA; for a backend whose `step` alone skips a non-finite step, as
+    `MasterWeightOptimizer`'s does, not one that must `discard`): no host sync between micro-batches. Losses
+    and tensor metrics are read once after the last backward (`StepSums.resolve`), so a non-finite loss is
+    back-propagated too and found then; the step is skipped all the same (the weights, moments and warm-up
+    are untouched), but every micro-batch ran and its metrics count. Else each loss is read before its
+    backward and the loop stops at a non-finite one.
 
     Returns (metrics, applied): the micro-batches' weighted metric means over all ranks, plus grad_norm, lr,
     the non-finite counters and the backend's extras; and whether the weights changed."""
@@ -180,14 +211,19 @@ def run_train_step(
     sums = StepSums()
     for raw in micro_batches:
         mb = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
-        weight = float(mb.get("loss_scale", default_weight))
+        weight = float(raw.get("loss_scale", default_weight))  # read on the host, before the copy
         loss, metrics, outputs = loss_of(mb)
+        if defer_sync:
+            sums.add_later(weight, loss, metrics)
+            backend.backward(loss, weight)
+            continue
         if sums.add(weight, loss, metrics):
             backend.backward(loss, weight)
             continue
         backend.discard(outputs)
         if not backend.lockstep:
             break  # the step is lost whatever the remaining micro-batches hold
+    sums.resolve()
     sums = sums.merge(data_parallel.all_gather(sums))
     if sums.micro_batches == 0:
         raise StrategyError(
