@@ -19,10 +19,10 @@ takes its place), and a group episode with more than
 group moves on to a new seed. A worker that dies, or whose hung env calls need a new process, is
 killed and respawned, and its running episodes are replayed. See docs/rollout.md.
 
-Backups (roll_rollout.backups): an episode whose env call runs past the slow-call threshold gets one more
-episode of its group episode played on a free slot; in training the original still trains whenever it ends
-healthy (a backup replaces it only once it failed), in validation (`SchedulerSettings.race_backups`) the first
-to finish counts.
+Backups (roll_rollout.backups): an episode whose env call runs past the slow-call threshold gets a replica
+(same seed, sampling and sampling keys) on a free slot; in training the original trains whenever it ends
+healthy unless an exact replica ended first (a backup replaces it once it failed), in validation
+(`SchedulerSettings.race_backups`) the first to finish counts.
 
 Helpers: `SeedStream` (seeds.py: what checkpoints save), `GroupQueue`, `WorkerPool`, `RolloutMetrics`.
 """
@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from roll_rollout.backups import BACKUP_EPISODE_IDS, Attempts, plan_backups
+from roll_rollout.backups import BACKUP_EPISODE_IDS, Attempts, note_prefixes, plan_backups, replica_problem
 from roll_rollout.env_manager import EpisodeJob, failure_kind
 from roll_rollout.errors import SchedulerError
 from roll_rollout.group_queue import GroupQueue
@@ -248,17 +248,21 @@ class RolloutScheduler:
                 have += 1
 
     def _start_group(self, group: int, tag: str, seed: int, explicit: bool) -> None:
-        ge = GroupEpisode(self._seeds.new_group_key(), group, tag, seed, explicit, self.sampling_by_tag[tag])
+        key, sampling = self._seeds.new_group_key(), self.sampling_by_tag[tag]
+        ge = GroupEpisode(key, group, tag, seed, explicit, sampling, self.policy_version)
         self._busy[group] = ge
         self._dispatch([(ge, env_id, Attempts()) for env_id in self.layout.env_ids_of_group(group)])
 
     def _dispatch(self, slots: Sequence[tuple[GroupEpisode, int, Attempts]], backup: bool = False) -> None:
         """One episode of each group episode on its env slot, as the next attempt at its place; a backup's id
-        comes from a stream of its own, so the ids (sampling keys) of the rest never depend on call times."""
+        comes from a stream of its own, so the ids (sampling keys) of the rest never depend on call times, and
+        it samples with the keys of the attempt it replicates (roll_rollout.backups)."""
         by_worker: dict[int, list[EpisodeJob]] = {}
         for ge, env_id, attempts in slots:
             episode_id = next(self._backup_ids) if backup else self._seeds.new_episode_id()
-            job = EpisodeJob(env_id, ge.key, episode_id, ge.seed, ge.sampling)
+            if not backup:
+                attempts.key = (env_id, episode_id)
+            job = EpisodeJob(env_id, ge.key, episode_id, ge.seed, ge.sampling, attempts.key)
             self.dispatched += 1
             ge.running[episode_id] = env_id
             ge.attempts[episode_id] = attempts
@@ -277,6 +281,7 @@ class RolloutScheduler:
         for traj in done:
             self._on_finished(w, traj)
         self._metrics.note_stats(w, stats)
+        note_prefixes(stats.get("slow_prefixes") or (), self._owner)
         self._back_up(stats.get("slow_episodes") or ())
 
     def _back_up(self, slow: Sequence[int]) -> None:
@@ -331,6 +336,9 @@ class RolloutScheduler:
             return
         attempts.ended[episode_id] = traj
         kept = attempts.trained()
+        if kept is None and traj is not None:  # an attempt before it still runs: is it an exact replica?
+            self._metrics.note_replica(problem := replica_problem(attempts, traj, ge.version, self.settings))
+            kept = traj if problem is None else None
         if kept is None:
             if attempts.all_failed:
                 self._dispatch([(ge, env_id, attempts)])
