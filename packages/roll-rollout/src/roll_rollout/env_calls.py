@@ -304,8 +304,8 @@ class EnvCalls:
     def _run_inline(self, fn: Callable[..., T], args: tuple[Any, ...], what: str, pace: CallPace) -> T:
         """`fn(*args)` on the event loop, with the outcomes of a pool call: an error or an overrun of
         `timeout_s` fails the call the same way (the overrun only once it returned)."""
+        self.watch.begin(what, pace.grant.env_class)  # before the clock: its first call starts its thread
         began = time.perf_counter()
-        self.watch.begin(what, pace.grant.env_class)
         try:
             result = fn(*args)
         except Exception as exc:

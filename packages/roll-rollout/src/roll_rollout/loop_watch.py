@@ -3,8 +3,8 @@
 A call that runs inline (`roll_rollout.call_pace`: an env class declaring `never_blocks = True`) runs on the
 worker's event loop, where no timeout can end it. If the class's promise is false and the call hangs, every
 slot of the worker, and its polls, wait with it. A watch thread per worker (`EnvCalls`) therefore notes each
-inline call's start; one still running after `timeout_s` (the call timeout: the call has failed whatever it
-returns) is reported with its env class, its call and the event loop thread's stack, and `on_frozen` is
+inline call's start; one still running `FROZEN_GRACE_S` after `timeout_s` (the call timeout: the call has
+failed whatever it returns; the grace lets a call that merely overran return and fail as a timeout) is reported with its env class, its call and the event loop thread's stack, and `on_frozen` is
 called with that message. The default, `end_process`, logs it and ends the process: under Ray the env
 worker's actor dies and the scheduler replaces the worker (its episodes replayed, `max_worker_restarts`
 counting); in-process the run ends with that message instead of hanging (its event loop is frozen anyway).
@@ -25,6 +25,9 @@ _log = logging.getLogger(__name__)
 FROZEN_EXIT_CODE = 75
 """The exit status of a process `end_process` ends (EX_TEMPFAIL: the replaced worker may well run on)."""
 
+FROZEN_GRACE_S = 1.0
+"""How long past the call timeout an inline call may still run before its worker counts as frozen."""
+
 CHECK_EVERY_S = 1.0
 """The longest sleep of the watch thread between two looks (a quarter of a shorter timeout)."""
 
@@ -40,8 +43,14 @@ def end_process(message: str) -> None:
 class LoopWatch:
     """Watches the inline env calls of one worker (`begin` / `end` around each); see the module docstring."""
 
-    def __init__(self, timeout_s: float, on_frozen: Callable[[str], None] = end_process) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        on_frozen: Callable[[str], None] = end_process,
+        grace_s: float = FROZEN_GRACE_S,
+    ) -> None:
         self.timeout_s = timeout_s
+        self.frozen_after_s = timeout_s + grace_s
         self.on_frozen = on_frozen
         self._call: tuple[str, str, float, int] | None = None  # what, env class, began, thread: one at a time
         self._stop = threading.Event()
@@ -63,9 +72,9 @@ class LoopWatch:
         self._stop.set()
 
     def _watch(self) -> None:
-        while not self._stop.wait(min(CHECK_EVERY_S, self.timeout_s / 4)):
+        while not self._stop.wait(min(CHECK_EVERY_S, self.frozen_after_s / 4)):
             call = self._call
-            if call is not None and time.monotonic() - call[2] > self.timeout_s:
+            if call is not None and time.monotonic() - call[2] > self.frozen_after_s:
                 self._call = None  # reported once
                 self.on_frozen(self._message(*call))
 
