@@ -85,7 +85,14 @@ def run(
     rows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
     counts = {
         key: int(sum(r.get(f"rollout/{key}", 0) for r in rows))
-        for key in ("env_errors", "env_timeouts", "env_worker_recycles", "backup_episodes")
+        for key in (
+            "env_errors",
+            "env_timeouts",
+            "env_worker_recycles",
+            "backup_episodes",
+            "backup_replicas_raced",
+            "backup_replicas_unraced",
+        )
     }
     return {"run": name, "seconds": round(seconds, 1), **counts}
 

@@ -253,6 +253,21 @@ def test_rows_sharing_nothing_and_packing_requests():
     assert len(rows_) == len(cols_)
 
 
+def test_a_micro_batch_builds_its_trie_once(monkeypatch):
+    """Deciding whether the tree pays and running it read one trie."""
+    import roll_strategies.compute.prefix_tree as prefix_tree
+
+    built = []
+    real = prefix_tree.build_prefix_tree
+    monkeypatch.setattr(prefix_tree, "build_prefix_tree", lambda seqs: built.append(1) or real(seqs))
+    monkeypatch.setattr(
+        "roll_strategies.compute.layout_cost.build_prefix_tree", prefix_tree.build_prefix_tree
+    )
+    b = rows.one_turn_group(6)
+    run, *_ = _layout(b["input_ids"], b["attention_mask"], b["response_mask"], None, 0, True)
+    assert run.tree is not None and len(built) == 1
+
+
 class _NoMask(torch.nn.Module):
     """A causal LM that drops its attention mask: a tree's suffixes would see each other."""
 
@@ -290,8 +305,8 @@ def _detached_copy_tree(model, monkeypatch, prompt: int):
     original = forward_module.tree_forward
     copy_nodes: list[torch.Tensor] = []
 
-    def mutated(input_ids, starts, lengths, rows_, cols):
-        keyed = input_ids.clone()
+    def mutated(input_ids, starts, lengths, rows_, cols, _trie=None):
+        keyed = input_ids.clone()  # its own trie: the one built for the choice is of the unkeyed rows
         later = torch.arange(input_ids.shape[0]) > 0
         keyed[later, starts[later]] += 10_000  # rows 1.. branch off row 0 at the root: a second tree row
         tree = original(keyed, starts, lengths, rows_, cols)

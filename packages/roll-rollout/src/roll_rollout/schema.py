@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import msgpack
 import msgspec
 
 from roll_rollout.errors import PayloadError
@@ -283,3 +285,11 @@ def _raise_payload_error(payload: bytes) -> NoReturn:
         )
     decode_typed(_BODY, envelope.trajectory, "trajectory")
     raise PayloadError("trajectory payload is malformed")  # not reached: the body decode raised
+
+
+def prefix_digest(turns: Sequence[Turn]) -> str:
+    """A digest of what `turns` played: each turn's observation, response ids and policy version."""
+    digest = hashlib.blake2b(digest_size=16)
+    for turn in turns:
+        digest.update(msgpack.packb([turn.observation, turn.response_ids, turn.policy_version]))
+    return digest.hexdigest()

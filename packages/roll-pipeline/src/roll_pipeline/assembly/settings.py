@@ -99,9 +99,10 @@ def update_schedule(config: AgenticConfig, role: Literal["actor_train", "critic"
 def actor_loss_template(config: AgenticConfig) -> ActorLoss:
     """The actor loss a config asks for, with its configured KL loss coefficient (0 without use_kl_loss); the
     actor update sets the coefficient the KL controller holds at each step."""
+    low, high = config.clip_range
     return ActorLoss(
-        clip_low=config.pg_clip_low or config.pg_clip,
-        clip_high=config.pg_clip_high or config.pg_clip,
+        clip_low=low,
+        clip_high=high,
         dual_clip=DUAL_CLIP_C if config.dual_clip_loss else None,
         agg_mode=config.loss_agg_mode,
         ratio_level=config.ratio_level,

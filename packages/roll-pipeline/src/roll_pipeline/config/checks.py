@@ -347,7 +347,7 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
     if cfg.pg_clip_low is not None and cfg.pg_clip_high is not None and _is_set(cfg, "pg_clip"):
         problems.append("pg_clip set while pg_clip_low and pg_clip_high override it on both sides; drop one")
     skipped = skipped_tokens_problem(cfg.policy_loss, cfg.ratio_level, cfg.skip_confident_tokens)
-    clip = gspo_clip_problem(cfg.pg_clip_low or cfg.pg_clip, cfg.pg_clip_high or cfg.pg_clip)
+    clip = gspo_clip_problem(*cfg.clip_range)
     problems += [skipped] if skipped else []
     problems += [clip] if clip and cfg.policy_loss == "gspo" else []
     return problems

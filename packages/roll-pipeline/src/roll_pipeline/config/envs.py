@@ -48,9 +48,11 @@ class EnvManagerConfig(StrictModel):
         2.0,
         ge=0,
         description="a reset or step running longer than this (or 200x the median of its worker's recent ones, "
-        "if more) has its episode backed up: the same seed plays on a free env slot. In training the episode "
-        "still trains whenever it ends, whatever its time, and the backup replaces it only if it fails or hits "
-        "env_step_timeout_s (a hung call holds its group until that timeout, but no replay follows it); in "
+        "if more) has its episode backed up: a replica (the same seed and sampling keys) plays on a free env slot. "
+        "In training the episode still trains whenever it ends, whatever its time, and the backup replaces it "
+        "if it fails or hits env_step_timeout_s, or if it ends first and replayed what the episode had played "
+        "with the same weights (the policy servers sample by key: it took the same actions; docs/rollout.md, "
+        "Faults); otherwise a hung call holds its group until that timeout, but no replay follows it. In "
         "validation the first episodes to finish count, so a hung call holds a pass for about this long; 0 turns "
         "backups off",
     )

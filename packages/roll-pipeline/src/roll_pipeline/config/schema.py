@@ -353,26 +353,21 @@ class AgenticConfig(StrictModel):
     @field_validator("adv_estimator")
     @classmethod
     def _registered_estimator(cls, name: str) -> str:
-        problem = estimator_problem(name)
-        if problem:
+        if problem := estimator_problem(name):
             raise ValueError(problem)
         return name
 
     @field_validator("policy_loss")
     @classmethod
     def _registered_policy_loss(cls, name: str) -> str:
-        problem = policy_loss_problem(name)
-        if problem:
+        if problem := policy_loss_problem(name):
             raise ValueError(problem)
         return name
 
     @model_validator(mode="after")
     def _consistent(self) -> AgenticConfig:
-        for name, manager in (
-            ("train_env_manager", self.train_env_manager),
-            ("val_env_manager", self.val_env_manager),
-        ):
-            unknown = [t for t in manager.tags if t not in self.custom_envs]
+        for name in ("train_env_manager", "val_env_manager"):
+            unknown = [t for t in getattr(self, name).tags if t not in self.custom_envs]
             if unknown:
                 raise ValueError(
                     f"{name}.tags {unknown} have no entry in custom_envs (defined: {sorted(self.custom_envs)}); "
@@ -423,12 +418,17 @@ class AgenticConfig(StrictModel):
     def spawned_roles(self) -> list[str]:
         """The roles a run spawns a worker for: the critic only for an estimator that needs one, the reference
         only when a KL term reads it and the trainer does not hold it."""
-        names = ["actor_train", "actor_infer"]
-        if self.uses_critic:
-            names.append("critic")
-        if self.uses_reference and not self.reference_in_trainer:
-            names.append("reference")
-        return names
+        spawned = {
+            "critic": self.uses_critic,
+            "reference": self.uses_reference and not self.reference_in_trainer,
+        }
+        return ["actor_train", "actor_infer", *(name for name, spawn in spawned.items() if spawn)]
+
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        """(low, high) of the PPO ratio clip: `pg_clip_low` / `pg_clip_high` where set, else `pg_clip`."""
+        low, high = self.pg_clip_low, self.pg_clip_high
+        return (self.pg_clip if low is None else low, self.pg_clip if high is None else high)
 
     @property
     def train_rollout_batch_size(self) -> int:

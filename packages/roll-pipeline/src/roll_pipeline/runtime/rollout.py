@@ -168,6 +168,7 @@ def build_scheduler(
             max_failures_per_group=manager.max_failures_per_group,
             batch_timeout_s=settings.batch_timeout_s,
             filter_keep_fraction=settings.filter_ratio if rl else 1.0,
+            keyed_sampling=True,  # the pipeline's policy servers sample each turn by its key
         )
         group_filter = std_filter if rl and settings.filter_ratio < 1 else None
     sampling = sampling_of(settings, manager.tags, greedy=validation, demonstrate=demonstration)

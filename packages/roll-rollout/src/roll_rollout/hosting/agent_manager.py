@@ -200,7 +200,7 @@ class AgentEnvManager:
             job.sampling,
             self.max_calls,
             self.max_context_tokens,
-            lambda i: sample_key(job.seed, job.env_id, job.episode_id, i),
+            lambda i: sample_key(job.seed, *job.key_fields, i),
         )
         base_url = self.proxy.open(session)
         try:

@@ -24,7 +24,8 @@ child process, see `roll_rollout.hosting.env_manager` and `roll_rollout.hosting.
 (an env process is killed), so its thread comes back instead of counting as hung.
 
 A call made by `run_paced` (with a `CallPace`, one per env that owns its random state) may run on the event loop
-itself, with no thread hop: which, and when, is `roll_rollout.hosting.call_pace`'s rule.
+itself, with no thread hop: which, and when, is `roll_rollout.hosting.call_pace`'s rule; one that hangs there ends the
+worker (`roll_rollout.hosting.loop_watch`).
 
 Slow calls (`EnvCalls.slow_after_s`): a reset or step that has run longer than `max(backup_after_s,
 SLOW_CALL_FACTOR x the median of this worker's recent resets and steps)` is *slow*; the worker reports its
@@ -52,6 +53,7 @@ from roll_envs.random_state import EnvRandomState, IsolatedCall
 
 from roll_rollout.errors import RolloutError
 from roll_rollout.hosting.call_pace import INLINE_BELOW_S, INLINE_REVOKE_S, CallPace, InlineGrant, pace_for
+from roll_rollout.hosting.loop_watch import LoopWatch
 
 T = TypeVar("T")
 
@@ -183,6 +185,9 @@ class EnvCalls:
         self._lock = threading.Lock()
         self._hung = 0
         self._grants: dict[type, InlineGrant] = {}  # per env class: may its calls still run inline?
+        self.watch = LoopWatch(
+            timeout_s
+        )  # ends the worker if an inline call hangs (roll_rollout.hosting.loop_watch)
 
     def note_duration(self, seconds: float) -> None:
         """Record how long a reset or step took (what `slow_after_s` reads)."""
@@ -301,12 +306,15 @@ class EnvCalls:
     def _run_inline(self, fn: Callable[..., T], args: tuple[Any, ...], what: str, pace: CallPace) -> T:
         """`fn(*args)` on the event loop, with the outcomes of a pool call: an error or an overrun of
         `timeout_s` fails the call the same way (the overrun only once it returned)."""
+        self.watch.begin(what, pace.grant.env_class)  # before the clock: its first call starts its thread
         began = time.perf_counter()
         try:
             result = fn(*args)
         except Exception as exc:
             pace.fast = False
             raise EnvCallError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+        finally:
+            self.watch.end()
         took = time.perf_counter() - began
         pace.fast = took < pace.inline_below_s
         pace.grant.record(what, took, max(INLINE_REVOKE_S, pace.inline_below_s))  # held the loop? (revokes)
@@ -355,6 +363,7 @@ class EnvCalls:
     def shutdown(self) -> None:
         """Stop accepting calls; idle threads exit, hung ones when their call returns."""
         self._pool.shutdown()
+        self.watch.stop()
 
 
 class _Expired(Exception):

@@ -67,13 +67,24 @@ def failure_kind(traj: Trajectory) -> str | None:
 
 @dataclass(frozen=True)
 class EpisodeJob:
-    """Which episode an env slot plays: `group_id` names the group episode (shared seed) it belongs to."""
+    """Which episode an env slot plays: `group_id` names the group episode (shared seed) it belongs to.
+
+    `key` is the (env slot, episode id) its turns' sampling keys are made of (`seeds.sample_key`): a backup
+    carries its original's, so with a policy that samples by key it takes the original's actions
+    (`roll_rollout.scheduling.backups`, replicas); None: its own.
+    """
 
     env_id: int
     group_id: int
     episode_id: int
     seed: int
     sampling: SamplingSettings
+    key: tuple[int, int] | None = None
+
+    @property
+    def key_fields(self) -> tuple[int, int]:
+        """(env slot, episode id) of the sampling keys."""
+        return self.key if self.key is not None else (self.env_id, self.episode_id)
 
 
 class TrajEnvManager:
@@ -118,10 +129,12 @@ class TrajEnvManager:
         call has run past `EnvCalls.slow_after_s` (a backup is played)."""
         self._pace: CallPace = calls.pace(env)  # set anew with each new env
         self._hinted: tuple[Any, bool] = (None, False)  # (env, whether it owns its random state)
+        self.playing: Trajectory | None = None
+        """The episode played last, its turns so far (a slow one's are reported: `backups.prefix_digest`)."""
 
     async def run_episode(self, job: EpisodeJob, policy: PolicyClient) -> Trajectory:
         """Play one episode from `env.reset(seed=job.seed)`; never raises (but can be cancelled)."""
-        traj = Trajectory(job.env_id, job.group_id, job.episode_id, self.tag, job.seed)
+        traj = self.playing = Trajectory(job.env_id, job.group_id, job.episode_id, self.tag, job.seed)
         try:
             await self._play(traj, job, policy)
         except EnvCallTimeout as exc:
@@ -251,7 +264,7 @@ class TrajEnvManager:
         if sampling.demonstrate:
             return prompt_ids, *await self._demonstration(sampling.max_new_tokens)
         messages = self.prompts.messages(history.observations, history.texts) if wants_messages else None
-        key = sample_key(job.seed, job.env_id, job.episode_id, move)
+        key = sample_key(job.seed, *job.key_fields, move)
         result = await policy.generate(GenerateRequest(prompt_ids, sampling, messages, key))
         text = self.prompts.full_response(
             self.prompts.tokenizer.decode(result.output_ids, skip_special_tokens=True)

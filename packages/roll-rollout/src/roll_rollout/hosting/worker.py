@@ -43,7 +43,7 @@ from roll_rollout.hosting.players import check_fixed_players
 from roll_rollout.policies.agent_proxy import AgentProxy
 from roll_rollout.policies.policy import PolicyClient, SamplingSettings
 from roll_rollout.prompts import ChatTokenizer, PromptBuilder, instruction_for
-from roll_rollout.schema import Trajectory, encode_trajectory
+from roll_rollout.schema import Trajectory, encode_trajectory, prefix_digest
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,7 @@ def encode_jobs(jobs: Sequence[EpisodeJob]) -> bytes:
                 "episode_id": j.episode_id,
                 "seed": j.seed,
                 "sampling": asdict(j.sampling),
+                "key": j.key,
             }
             for j in jobs
         ]
@@ -103,9 +104,17 @@ def decode_jobs(payload: bytes) -> list[EpisodeJob]:
     """Inverse of `encode_jobs`."""
     try:
         raw = msgpack.unpackb(payload, raw=False)
-        return [EpisodeJob(**{**j, "sampling": SamplingSettings(**j["sampling"])}) for j in raw]
+        return [
+            EpisodeJob(**{**j, "sampling": SamplingSettings(**j["sampling"]), "key": _pair(j.get("key"))})
+            for j in raw
+        ]
     except Exception as exc:
         raise PayloadError(f"episode jobs payload is malformed: {exc}") from exc
+
+
+def _pair(key: Any) -> tuple[int, int] | None:
+    """A job's sampling key fields as msgpack brought them (a list), or None."""
+    return None if key is None else (int(key[0]), int(key[1]))
 
 
 def decode_episode_ids(payload: bytes) -> list[int]:
@@ -283,26 +292,30 @@ class EnvWorker:
             "hung_env_calls": self.calls.hung,
             "needs_recycle": self.calls.needs_recycle,
             "threads": threading.active_count(),
-            "slow_episodes": self._slow_episodes(),
+            **self._slow_episodes(),
         }
         return msgpack.packb({"done": done, "cancelled": cancelled, "stats": stats})
 
-    def _slow_episodes(self) -> list[int]:
-        """The running episodes whose reset or step has run past `EnvCalls.slow_after_s` (the scheduler backs
-        them up); each such call hands its concurrency permit on (`CallTimer.hand_over`)."""
+    def _slow_episodes(self) -> dict[str, list[Any]]:
+        """`slow_episodes`: the running episodes whose reset or step has run past `EnvCalls.slow_after_s` (the
+        scheduler backs them up), and `slow_prefixes`: [episode id, turns played, their digest] of each
+        (`backups.prefix_digest`: what a replica of it must have played). Each such call hands its
+        concurrency permit on (`CallTimer.hand_over`)."""
         threshold = self.calls.slow_after_s()
-        if threshold is None:
-            return []
+        slow: list[int] = []
+        prefixes: list[list[Any]] = []
         now = time.monotonic()
-        slow = []
-        for slot in self._slots.values():
+        for slot in self._slots.values() if threshold is not None else ():
             timer = getattr(slot.manager, "timer", None)  # an agent slot's manager makes no timed env calls
             started = None if timer is None else timer.started
             if started is not None and slot.current is not None and now - started > threshold:
                 slow.append(slot.current.episode_id)
+                played = slot.manager.playing
+                if played is not None and played.episode_id == slot.current.episode_id:
+                    prefixes.append([played.episode_id, len(played.turns), prefix_digest(played.turns)])
                 if timer.hand_over is not None:
                     timer.hand_over()
-        return slow
+        return {"slow_episodes": slow, "slow_prefixes": prefixes}
 
     # ------------------------------------------------------------------ slot loops
     def _ensure_loop(self, env_id: int, slot: _Slot) -> None:

@@ -1,40 +1,52 @@
 """Backup episodes: which episodes get one, on which env slot, and which attempt at a place trains.
 
 An env worker reports an episode whose reset or step has run past its slow-call threshold
-(`EnvCalls.slow_after_s`: `max(backup_after_s, 200x the median of the worker's recent calls)`); the
-scheduler then plays one more episode of that group episode (same seed, same sampling) on a free env slot
-of the same tag: a finished slot of the group itself, or of a layout group nothing else needs,
-which stays lent until the group episode closes. A backup that is slow in turn gets one too, up to
-`BACKUPS_PER_SLOT` per episode the group needs (`plan_backups`). What a backup counts for depends on
+(`EnvCalls.slow_after_s`: `max(backup_after_s, 200x the median of the worker's recent calls)`), with the
+turns it played so far (`prefix_digest`); the scheduler then plays one more episode of that group episode on
+a free env slot of the same tag: a finished slot of the group itself, or of a layout group nothing else
+needs, which stays lent until the group episode closes. A backup is a *replica*: it plays the same seed with
+the same sampling and the same sampling keys (`EpisodeJob.key`: its original's env slot and episode id), so
+a policy that samples by key takes the original's actions. A backup that is slow in turn gets one too, up
+to `BACKUPS_PER_SLOT` per episode the group needs (`plan_backups`). What a backup counts for depends on
 `SchedulerSettings.race_backups`:
 
 - training (False): a call is slow because of the action the policy chose (heavy code in a sandbox), so
-  keeping the first episodes to finish would train a sample filtered by speed. An episode, its backups and
-  its replays are the `Attempts` at one place of the group, and the place trains the first of them, in
-  dispatch order, that did not fail: the original whenever it ends healthy, whatever its time (its backups
-  are cancelled, or booked as stragglers), a backup only once the original failed (an env error, or its
-  call hit `env_step_timeout_s`). A hung call so holds its group until that timeout; then its backup,
-  already running or done, takes its place at once instead of a replay from the start. A place replays
-  only when every attempt at it failed.
+  keeping the first episodes to finish among independent draws would train a sample filtered by speed. An
+  episode, its backups and its replays are the `Attempts` at one place of the group, and the place trains
+  the first of them, in dispatch order, that did not fail: the original whenever it ends healthy, whatever
+  its time (its backups are cancelled, or booked as stragglers), a backup only once the original failed (an
+  env error, or its call hit `env_step_timeout_s`). A replica that ends healthy while the attempts before
+  it still run trains at once instead, when it is exact (`replica_problem`): the policy samples by key
+  (`SchedulerSettings.keyed_sampling`), every turn of the replica comes from the weights the group began
+  with, and every attempt still running reported a prefix the replica played token for token (response
+  ids, observations and policy versions). Then the attempts are one trajectory played twice and whichever
+  ends first selects nothing the policy chose. Otherwise the rule above holds, and the scheduler counts
+  `rollout/backup_replicas_unraced` and logs why once. What the check cannot see: the turns an original
+  would still play after its slow call (with the same weights, key and prompt, the same tokens, up to the
+  float rounding of a batched forward moving a sampled token across its draw; and the same observations
+  only if the env's outcomes depend on its seed and the actions alone, as a game's do, not a clock's or a
+  service's), and turns an original played after its last report (polls are about `poll_wait_s` apart).
 - validation (True): whichever episodes finish first complete the group and the rest are cancelled, as
   for redundant slots, so a hung call holds a pass, which needs every seed, for about the threshold
   instead of the whole `env_step_timeout_s`. Validation seeds are fixed and its scores train nothing.
 
 A backup's episode id comes from a stream of its own (`BACKUP_EPISODE_IDS`), so how many backups call times
-caused never shifts the ids, and the sampling keys, of the episodes dispatched after them.
+caused never shifts the ids, and the sampling keys, of the episodes dispatched after them; a place's replay
+after every attempt failed is a fresh draw (its own id and slot make its keys).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from roll_rollout.schema import Trajectory
+from roll_rollout.schema import Trajectory, prefix_digest
 
 if TYPE_CHECKING:
     from roll_rollout.plan.layout import EnvLayout
     from roll_rollout.scheduling.groups import GroupEpisode
+    from roll_rollout.scheduling.settings import SchedulerSettings
 
 BACKUP_EPISODE_IDS = 1 << 62
 """Where backups' episode ids start: they count on from here, apart from the ids (and so the sampling keys,
@@ -56,6 +68,12 @@ class Attempts:
 
     order: list[int] = field(default_factory=list)  # episode ids
     ended: dict[int, Trajectory | None] = field(default_factory=dict)
+    prefixes: dict[int, tuple[int, str]] = field(
+        default_factory=dict
+    )  # id -> latest slow report (turns, digest)
+    key: tuple[int, int] | None = (
+        None  # sampling key fields of its latest non-backup attempt: its backups' too
+    )
 
     def trained(self) -> Trajectory | None:
         """The attempt this place trains; None while an attempt before it runs, or when every one failed."""
@@ -77,6 +95,33 @@ class Attempts:
         running = [e for e in self.order if e not in self.ended]
         healthy = sum(1 for t in self.ended.values() if t is not None and t is not trained)
         return running, healthy
+
+
+def replica_problem(
+    attempts: Attempts, traj: Trajectory, group_version: int, settings: SchedulerSettings
+) -> str | None:
+    """Why healthy attempt `traj` may not train at once, ahead of the attempts before it that still run
+    (None: it is an exact replica of each; module docstring). Called only while one of those runs."""
+    if not settings.keyed_sampling:
+        return "the policy is not declared to sample by key (SchedulerSettings.keyed_sampling)"
+    if any(turn.policy_version != group_version for turn in traj.turns):
+        return f"a turn of the replica comes from other weights than version {group_version}, the group's"
+    earlier = attempts.order[: attempts.order.index(traj.episode_id)]
+    for episode_id in (e for e in earlier if e not in attempts.ended):
+        if episode_id not in attempts.prefixes:
+            return "an attempt it would replace never reported what it played"
+        played, digest = attempts.prefixes[episode_id]
+        if played > len(traj.turns) or prefix_digest(traj.turns[:played]) != digest:
+            return "it did not play what the attempt it would replace played (sampling or env not replayed)"
+    return None
+
+
+def note_prefixes(reports: Sequence[Sequence[Any]], owner: Mapping[int, GroupEpisode]) -> None:
+    """Keep each slow episode's latest [episode id, turns played, digest] report on its place."""
+    for episode_id, played, digest in reports:
+        ge = owner.get(episode_id)
+        if ge is not None and (attempts := ge.attempts.get(episode_id)) is not None:
+            attempts.prefixes[episode_id] = (int(played), str(digest))
 
 
 def plan_backups(

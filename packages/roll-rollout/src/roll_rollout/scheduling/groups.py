@@ -74,6 +74,7 @@ class GroupEpisode:
     seed: int
     explicit_seed: bool
     sampling: SamplingSettings  # of every episode of it: replays and backups sample as its first episodes do
+    version: int = 0  # the scheduler's policy version when it began (a replica's turns must all be of it)
     running: dict[int, int] = field(default_factory=dict)  # episode id -> env slot, not yet back
     finished: list[Trajectory] = field(default_factory=list)
     failures: int = 0

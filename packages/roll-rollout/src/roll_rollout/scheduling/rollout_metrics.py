@@ -14,6 +14,7 @@ or not an action was refused).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,8 +31,12 @@ COUNTED = (
     "rollout/env_worker_restarts",
     "rollout/env_worker_recycles",
     "rollout/backup_episodes",
+    "rollout/backup_replicas_raced",
+    "rollout/backup_replicas_unraced",
 )
 """Event counters present in every batch's metrics."""
+
+_log = logging.getLogger(__name__)
 
 
 class RolloutMetrics:
@@ -42,6 +47,7 @@ class RolloutMetrics:
         self._failed: list[Trajectory] = []
         self._counts: dict[str, float] = {}
         self._worker_stats: dict[int, dict[str, Any]] = {}
+        self._replica_problems: set[str] = set()
 
     def count(self, name: str, value: float = 1.0) -> None:
         """Add `value` to the event counter `name`."""
@@ -50,6 +56,17 @@ class RolloutMetrics:
     def note_stats(self, w: int, stats: dict[str, Any]) -> None:
         """The latest stats env worker `w` reported (hung env calls, threads)."""
         self._worker_stats[w] = stats
+
+    def note_replica(self, problem: str | None) -> None:
+        """A backup replica ended healthy before the attempts it replicates: it trained at once (None), or it
+        waits under the keep rule for `problem`, which is logged the first time it comes."""
+        if problem is None:
+            self.count("rollout/backup_replicas_raced")
+            return
+        self.count("rollout/backup_replicas_unraced")
+        if problem not in self._replica_problems:
+            self._replica_problems.add(problem)
+            _log.warning("a backup replica waits for its original (the keep rule): %s", problem)
 
     def note_failure(self, traj: Trajectory, kind: str) -> None:
         """A failed episode (`kind` from `failure_kind`): kept for the next batch and counted."""

@@ -14,15 +14,11 @@ Modes (`async_generation_ratio` r):
 
 Faults: a failed episode (env error, env timeout, policy error) is never trained on; its slot replays
 the same group episode (same seed) with a fresh env (in training, unless a backup of it still runs: that
-takes its place), and a group episode with more than
-`max_failures_per_group` failures is given up (its healthy episodes counted as dropped) and the layout
-group moves on to a new seed. A worker that dies, or whose hung env calls need a new process, is
+takes its place), and a group episode with more than `max_failures_per_group` failures is given up (its
+healthy episodes counted as dropped) and the layout group moves on to a new seed. A worker that dies, or whose hung env calls need a new process, is
 killed and respawned, and its running episodes are replayed. See docs/rollout.md.
 
-Backups (roll_rollout.scheduling.backups): an episode whose env call runs past the slow-call threshold gets one more
-episode of its group episode played on a free slot; in training the original still trains whenever it ends
-healthy (a backup replaces it only once it failed), in validation (`SchedulerSettings.race_backups`) the first
-to finish counts.
+Backups of episodes whose env call runs slow, and which attempt at a place trains: roll_rollout.scheduling.backups.
 
 Helpers: `SeedStream` (seeds.py: what checkpoints save), `GroupQueue`, `WorkerPool`, `RolloutMetrics`.
 """
@@ -44,7 +40,8 @@ from roll_rollout.hosting.players import split_group
 from roll_rollout.plan.layout import EnvLayout
 from roll_rollout.plan.seeds import SeedStream
 from roll_rollout.policies.policy import SamplingSettings
-from roll_rollout.scheduling.backups import BACKUP_EPISODE_IDS, Attempts, plan_backups
+from roll_rollout.scheduling import backups
+from roll_rollout.scheduling.backups import Attempts
 from roll_rollout.scheduling.group_queue import GroupQueue
 from roll_rollout.scheduling.groups import GroupEpisode, GroupFilter, Ledger, RolloutBatch, SpawnWorker
 from roll_rollout.scheduling.pool import WorkerPool
@@ -90,7 +87,7 @@ class RolloutScheduler:
         )
         self._busy: dict[int, GroupEpisode] = {}  # layout group -> its running group episode
         self._owner: dict[int, GroupEpisode] = {}  # running episode id -> its group episode
-        self._backup_ids = itertools.count(BACKUP_EPISODE_IDS)
+        self._backup_ids = itertools.count(backups.BACKUP_EPISODE_IDS)
         self._ready = GroupQueue(layout.tags, self.ledger, self._metrics.count, group_filter)
         self._want: dict[str, int] = dict.fromkeys(layout.tags, 0)
         self._seed_queue: dict[str, deque[int]] = {tag: deque() for tag in layout.tags}
@@ -248,17 +245,21 @@ class RolloutScheduler:
                 have += 1
 
     def _start_group(self, group: int, tag: str, seed: int, explicit: bool) -> None:
-        ge = GroupEpisode(self._seeds.new_group_key(), group, tag, seed, explicit, self.sampling_by_tag[tag])
+        key, sampling = self._seeds.new_group_key(), self.sampling_by_tag[tag]
+        ge = GroupEpisode(key, group, tag, seed, explicit, sampling, self.policy_version)
         self._busy[group] = ge
         self._dispatch([(ge, env_id, Attempts()) for env_id in self.layout.env_ids_of_group(group)])
 
     def _dispatch(self, slots: Sequence[tuple[GroupEpisode, int, Attempts]], backup: bool = False) -> None:
         """One episode of each group episode on its env slot, as the next attempt at its place; a backup's id
-        comes from a stream of its own, so the ids (sampling keys) of the rest never depend on call times."""
+        comes from a stream of its own, so the ids (sampling keys) of the rest never depend on call times, and
+        it samples with the keys of the attempt it replicates (roll_rollout.scheduling.backups)."""
         by_worker: dict[int, list[EpisodeJob]] = {}
         for ge, env_id, attempts in slots:
             episode_id = next(self._backup_ids) if backup else self._seeds.new_episode_id()
-            job = EpisodeJob(env_id, ge.key, episode_id, ge.seed, ge.sampling)
+            if not backup:
+                attempts.key = (env_id, episode_id)
+            job = EpisodeJob(env_id, ge.key, episode_id, ge.seed, ge.sampling, attempts.key)
             self.dispatched += 1
             ge.running[episode_id] = env_id
             ge.attempts[episode_id] = attempts
@@ -277,11 +278,12 @@ class RolloutScheduler:
         for traj in done:
             self._on_finished(w, traj)
         self._metrics.note_stats(w, stats)
+        backups.note_prefixes(stats.get("slow_prefixes") or (), self._owner)
         self._back_up(stats.get("slow_episodes") or ())
 
     def _back_up(self, slow: Sequence[int]) -> None:
         """Play the backups of the slow episodes that get one now (roll_rollout.scheduling.backups)."""
-        for ge, episode_id, env_id in plan_backups(slow, self._owner, self._busy, self.layout):
+        for ge, episode_id, env_id in backups.plan_backups(slow, self._owner, self._busy, self.layout):
             self._metrics.count("rollout/backup_episodes")
             self._dispatch([(ge, env_id, ge.attempts[episode_id])], backup=True)
 
@@ -331,6 +333,11 @@ class RolloutScheduler:
             return
         attempts.ended[episode_id] = traj
         kept = attempts.trained()
+        if kept is None and traj is not None:  # an attempt before it still runs: is it an exact replica?
+            self._metrics.note_replica(
+                problem := backups.replica_problem(attempts, traj, ge.version, self.settings)
+            )
+            kept = traj if problem is None else None
         if kept is None:
             if attempts.all_failed:
                 self._dispatch([(ge, env_id, attempts)])

@@ -29,7 +29,13 @@ class SchedulerSettings:
     """True (validation, whose episodes train nothing and whose pass needs every seed): a backup races the
     episode it backs up, and the first episodes of a group episode to finish complete it. False (training): an
     episode that ends is trained whatever its time; its backup replaces it only when it fails (an env error, or
-    its call timed out), so call durations never choose which episodes train (see `roll_rollout.scheduling.scheduler`)."""
+    its call timed out), so call durations never choose which episodes train (see `roll_rollout.scheduling.scheduler`),
+    except that an exact replica may race it (`keyed_sampling`)."""
+    keyed_sampling: bool = False
+    """Whether the policy samples each turn as a function of its prompt ids, its sample key and its weights
+    (roll's hf and vLLM servers: `GenerateRequest.sample_key`): then a backup, which reuses its original's
+    keys, replays the original, and in training the first of the two to end trains, when the checks of
+    `roll_rollout.scheduling.backups.replica_problem` pass. False: backups never race in training."""
 
     def __post_init__(self) -> None:
         if self.async_generation_ratio < 0 or self.max_failures_per_group < 0:

@@ -20,7 +20,7 @@ the same layout and the caller's loss never knows which ran.
   padded path's. A sliding-window layer sees only the ancestors inside its window (`attention_windows`):
   the masks are a dict keyed by layer type where layers differ (transformers passes a 4D mask unchanged
   to every layer). The tree runs only where it costs less than the padded or packed rows would
-  (`layout_cost.trie_pays`: its nodes save tokens, each row's dense [M, M] mask costs attention pairs); rows
+  (`layout_cost.prefix_tree_pays`, on the one trie it builds: its nodes save tokens, each row's dense [M, M] mask costs attention pairs); rows
   that share nothing, or too little, run padded or packed. `probes.prefix_sharing_supported` checks that a
   model honours the masks (its probe forces the tree, `pair_weight=0`).
 
@@ -41,7 +41,7 @@ from roll_algos.micro_batch import MicroBatch
 from torch import nn
 
 from roll_strategies.compute.attention_windows import EVERY_LAYER, attention_windows
-from roll_strategies.compute.layout_cost import model_pair_weight, trie_pays
+from roll_strategies.compute.layout_cost import model_pair_weight, prefix_tree_pays
 from roll_strategies.compute.logprobs import (
     Head,
     TokenStats,
@@ -49,7 +49,7 @@ from roll_strategies.compute.logprobs import (
     run_lm,
     vocab_stats,
 )
-from roll_strategies.compute.prefix_tree import TreeForward, tree_forward, tree_masks
+from roll_strategies.compute.prefix_tree import TreeForward, row_trie, tree_forward, tree_masks
 from roll_strategies.errors import StrategyError
 
 __all__ = [
@@ -171,11 +171,22 @@ def _tree_mask(tree: TreeForward, model: nn.Module | None) -> torch.Tensor | dic
 
 
 def _tree(
-    ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, model: nn.Module | None
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    model: nn.Module | None,
+    pack_capacity: int | None,
+    pair_weight: float,
 ) -> _Run | None:
-    """The rows' trie, a row per root's subtree (`prefix_tree`); None when they share no prefix."""
+    """The rows' trie, a row per root's subtree (`prefix_tree`), where it costs less than the rows
+    (`layout_cost.prefix_tree_pays`); None where it does not, or the rows share no prefix. The trie is built
+    once for both: it takes about 1% of the tree's inputs (3,856 nodes: 1.5 ms against 137 ms with its masks)."""
     starts, lengths = _spans(mask)
-    tree = tree_forward(ids, starts, lengths, rows, cols)
+    trie = row_trie(ids, starts, lengths)
+    if not prefix_tree_pays(trie, lengths.tolist(), pack_capacity, pair_weight):
+        return None
+    tree = tree_forward(ids, starts, lengths, rows, cols, trie)
     if tree is None:
         return None
     return _Run(tree.input_ids, tree.position_ids, _tree_mask(tree, model), tree.rows, tree.cols, tree)
@@ -189,18 +200,6 @@ def _weight(model: nn.Module, share_prefix: bool, pair_weight: float | None) -> 
     return model_pair_weight(model) if share_prefix else 0.0
 
 
-def _tree_pays(ids: torch.Tensor, mask: torch.Tensor, pack_capacity: int | None, pair_weight: float) -> bool:
-    """Whether the rows' trie, a row per root, costs less than the rows (`layout_cost.trie_pays`): the trie
-    alone takes about 1% of the tree's inputs (3,856 nodes: 1.5 ms against 137 ms with its masks)."""
-    starts, lengths = _spans(mask)
-    host = ids.cpu()
-    seqs = [
-        host[b, s : s + n].tolist()
-        for b, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True))
-    ]
-    return trie_pays(seqs, pack_capacity, pair_weight)[0]
-
-
 def _layout(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -212,11 +211,11 @@ def _layout(
     pair_weight: float = 0.0,
 ) -> tuple[_Run, torch.Tensor, torch.Tensor]:
     """The forward to run and the (rows, cols) of the needed positions in the batch: under `share_prefix` the
-    tree where it pays (`trie_pays`, one attention pair weighing `pair_weight` tokens; 0: wherever rows share a
+    tree where it pays (`prefix_tree_pays`, one attention pair weighing `pair_weight` tokens; 0: wherever rows share a
     token), its masks built for `model`'s attention windows and dtype."""
     rows, cols = _positions(attention_mask, needed)
-    if share_prefix and _tree_pays(input_ids, attention_mask, pack_capacity, pair_weight):
-        tree = _tree(input_ids, attention_mask, rows, cols, model)
+    if share_prefix:
+        tree = _tree(input_ids, attention_mask, rows, cols, model, pack_capacity, pair_weight)
         if tree is not None:
             return tree, rows, cols
     if pack_capacity is None:

@@ -28,7 +28,7 @@ from typing import NamedTuple
 from roll_algos.packing import pack_lengths
 from torch import nn
 
-from roll_strategies.compute.prefix_tree import build_prefix_tree, root_sizes
+from roll_strategies.compute.prefix_tree import PrefixTree, build_prefix_tree, root_sizes
 from roll_strategies.errors import StrategyError
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "packed_work",
     "padded_work",
     "pair_weight",
+    "prefix_tree_pays",
     "tree_pays",
     "tree_work",
     "trie_pays",
@@ -124,8 +125,16 @@ def trie_pays(sequences: Sequence[Sequence[int]], capacity: int | None, weight: 
     (True, 4)
     """
     tree = build_prefix_tree(sequences)
-    nodes = int(tree.tokens.numel())
-    return tree_pays(root_sizes(tree), [len(s) for s in sequences], capacity, weight), nodes
+    return prefix_tree_pays(tree, [len(s) for s in sequences], capacity, weight), int(tree.tokens.numel())
+
+
+def prefix_tree_pays(tree: PrefixTree, lengths: Sequence[int], capacity: int | None, weight: float) -> bool:
+    """`trie_pays` for a trie already built (`prefix_tree.build_prefix_tree`) of rows of real `lengths`.
+
+    >>> prefix_tree_pays(build_prefix_tree([[1, 2, 3], [1, 2, 4]]), [3, 3], None, 0.0)
+    True
+    """
+    return tree_pays(root_sizes(tree), lengths, capacity, weight)
 
 
 def pair_weight(layers: int, query_width: int, body_parameters: int) -> float:

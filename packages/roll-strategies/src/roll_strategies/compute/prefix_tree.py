@@ -24,6 +24,7 @@ __all__ = [
     "ancestor_mask",
     "build_prefix_tree",
     "root_sizes",
+    "row_trie",
     "tree_forward",
     "tree_masks",
 ]
@@ -167,24 +168,34 @@ def tree_masks(
     return {layer_type: by_window[w] for layer_type, w in windows.items()}
 
 
+def row_trie(input_ids: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor) -> PrefixTree:
+    """The trie of the rows whose real tokens are input_ids[b, starts[b] : starts[b] + lengths[b]]."""
+    host_ids = input_ids.cpu()
+    return build_prefix_tree(
+        [
+            host_ids[b, s : s + n].tolist()
+            for b, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True))
+        ]
+    )
+
+
 def tree_forward(
     input_ids: torch.Tensor,
     starts: torch.Tensor,
     lengths: torch.Tensor,
     rows: torch.Tensor,
     cols: torch.Tensor,
+    tree: PrefixTree | None = None,
 ) -> TreeForward | None:
     """The trie forward of rows whose real tokens are input_ids[b, starts[b] : starts[b] + lengths[b]],
     reading outputs at (rows, cols) (each predicted by the token before it); None when no two rows share
     a first token (every branch at the root: the trie saves nothing and the dense forward runs instead).
-    Rows of unrelated roots never share a mask: each root's subtree is a batch row of its own."""
+    Rows of unrelated roots never share a mask: each root's subtree is a batch row of its own. `tree`: the
+    rows' trie where the caller built it already (`row_trie`)."""
     device = input_ids.device
-    host_ids, host_starts, host_lengths = input_ids.cpu(), starts.tolist(), lengths.tolist()
-    seqs = [
-        host_ids[b, s : s + n].tolist()
-        for b, (s, n) in enumerate(zip(host_starts, host_lengths, strict=True))
-    ]
-    tree = build_prefix_tree(seqs)
+    host_lengths = lengths.tolist()
+    if tree is None:
+        tree = row_trie(input_ids, starts, lengths)
     if int(tree.tokens.numel()) == sum(host_lengths):
         return None
     nodes, sizes = _batched(tree)
