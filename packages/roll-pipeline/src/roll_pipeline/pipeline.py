@@ -39,6 +39,7 @@ from roll_pipeline.state.run_state import (
 )
 from roll_pipeline.trainer.actor_update import ActorUpdater
 from roll_pipeline.trainer.critic_update import CriticUpdater
+from roll_pipeline.trainer.drift import StartDrift
 
 CRITIC_DIR = "critic"
 """Where a checkpoint keeps the critic (next to `model/`)."""
@@ -72,6 +73,8 @@ class AgenticPipeline:
         self.update_actor: ActorUpdater | None = None  # built at the start of `run` (packing is probed)
         self.update_critic: CriticUpdater | None = None
         self.val_flips = ValidationFlips()  # validation episodes won and lost since the last pass
+        # the KL to the policy the RL phase started from (its first step's rows)
+        self.drift = StartDrift(self.actor_train, self.make_experience.settings.actor_batch_size)
         self.step = 0
         self._skipped_in_a_row = 0
 
@@ -102,7 +105,7 @@ class AgenticPipeline:
                 bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
             while self.step < cfg.max_steps:
                 metrics = await self._train_step()
-                validated = self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps
+                validated = self._validates()
                 if validated:
                     val = await self._validate()
                     summary.val_history.append((self.step, val))
@@ -160,6 +163,8 @@ class AgenticPipeline:
             metrics["train/skipped_step"] = 1.0
             self._skip("every trajectory ended before its first turn (a prompt longer than sequence_length?)")
         self.step += 1
+        if self._validates():  # before the offload: the trainer scores the first RL step's rows again
+            metrics.update(await self.drift.measure())
         t1 = time.perf_counter()
         timings.update(await self.infer_sleep.before_weight_sync())
         metrics.update(await self._sync_weights())
@@ -175,6 +180,11 @@ class AgenticPipeline:
         `demonstrated` batch only trains the actor, with the sft loss."""
         assert self.update_actor is not None
         exp, metrics = await self.make_experience(trajectories, timings, demonstrated)
+        if not demonstrated:  # the first RL step's rows and log-probs, before its update (`trainer.drift`)
+            own = self.config.recompute_old_log_probs  # else the sampler's: the trainer scores them
+            await self.drift.keep(
+                exp.samples.tensors(), exp.samples.response_mask, exp.old_log_probs if own else None
+            )
         if demonstrated:
             metrics.update(await self.update_actor(exp, self.step, timings, demonstration=True))
             return metrics
@@ -194,6 +204,10 @@ class AgenticPipeline:
         if exp.kl_mean is not None:
             self.kl.update(exp.kl_mean, exp.num_trajectories)
         return metrics
+
+    def _validates(self) -> bool:
+        """Whether the step just trained ends with a validation."""
+        return self.step % self.config.eval_steps == 0 or self.step == self.config.max_steps
 
     def _skip(self, reason: str) -> None:
         """Log a step with nothing to train on; stop the run after too many in a row."""
@@ -290,6 +304,8 @@ class AgenticPipeline:
             state, self.train_rollout, self.val_rollout, self.kl, demo=self.demo_rollout
         )
         self.val_flips.load_state(state)
+        if self.step > self.config.demonstration_steps:  # the RL phase's start is not in the checkpoint
+            self.drift.resumed()
 
     def close(self) -> None:
         """Stop the workers."""

@@ -13,7 +13,7 @@ from typing import Any
 from roll_rollout import RemotePolicy, RolloutScheduler
 
 from roll_pipeline.assembly import settings
-from roll_pipeline.assembly.roles import config_model, plan_roles
+from roll_pipeline.assembly.roles import concrete_dtypes, config_model, plan_roles
 from roll_pipeline.config.colocation import infer_sleep, offloaded_roles
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.observe.render import EpisodeRenderer, env_sources, renderer_of
@@ -81,6 +81,7 @@ def assemble(config: AgenticConfig, *, verbose: bool = False) -> RunParts:
     resume state, tracker, renderer, then the workers."""
     from transformers import AutoTokenizer
 
+    config = concrete_dtypes(config, _log)
     run_dir = Path(config.output_dir) / config.exp_name
     run_dir.mkdir(parents=True, exist_ok=True)
     model_path = config_model(config, tuple(settings.spawn_settings(config).roles))
@@ -245,7 +246,7 @@ async def build_updaters(
 
 def inference_server(config: AgenticConfig, model: Path | str) -> Any:
     """A `PolicyServer` in this process, as the config's actor_infer role: backend, dtype, device, stops."""
-    infer = config.actor_infer
+    infer = concrete_dtypes(config, _log).actor_infer
     return PolicyServer(
         model,
         dtype=infer.model_args.dtype,

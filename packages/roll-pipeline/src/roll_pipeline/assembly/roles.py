@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from roll_pipeline.config.roles import WorkerConfig
@@ -22,7 +24,7 @@ from roll_pipeline.runtime.placement import (
 )
 from roll_pipeline.runtime.workers import RolePlan, SpawnSettings
 
-__all__ = ["config_model", "plan_roles", "role_threads"]
+__all__ = ["concrete_dtypes", "config_model", "plan_roles", "role_threads"]
 
 
 def role_threads(role: WorkerConfig, device: str, thread_share: float, ranks: int = 1) -> int | None:
@@ -73,6 +75,26 @@ def plan_roles(spawn: SpawnSettings, capacity: CpuCapacity | None) -> tuple[dict
             gpus=GpuSlots(pool, placement.gpus) if placement.gpus else None,
         )
     return plans, cpus
+
+
+def concrete_dtypes(config: AgenticConfig, log: Callable[[str], None] = print) -> AgenticConfig:
+    """`config` with each role's `model_args.dtype: auto` replaced by what its device computes natively
+    (`roll_strategies.choose_dtype`), each choice logged once; every part of the run then reads a concrete
+    dtype."""
+    from roll_strategies import choose_dtype
+
+    roles = {name: getattr(config, name) for name in ("actor_train", "actor_infer", "reference", "critic")}
+    auto = {name: role for name, role in roles.items() if role.model_args.dtype == "auto"}
+    placements = plan_placement(auto, config.cluster.backend)
+    update, chosen = {}, defaultdict(list)
+    for name, role in auto.items():
+        dtype, why = choose_dtype("auto", placements[name].device)
+        chosen[(dtype, why)].append(name)
+        model_args = role.model_args.model_copy(update={"dtype": dtype})
+        update[name] = role.model_copy(update={"model_args": model_args})
+    for (dtype, why), names in chosen.items():
+        log(f"[roll] model_args.dtype auto -> {dtype} for {', '.join(names)} ({why})")
+    return config.model_copy(update=update) if update else config
 
 
 def config_model(config: AgenticConfig, roles: tuple[str, ...] = ("actor_infer",)) -> Path | str:
