@@ -50,6 +50,11 @@ def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
     # sft reads no old log-probs: a demonstration step does not recompute them, the RL step does
     assert all("actor/train_infer_logprob_diff" not in rows[s] for s in (1, 2, 3))
     assert "actor/train_infer_logprob_diff" in rows[4]
+    # the RL step's diagnostics: its turns sampled off the argmax, and the KL to the policy it started from
+    # (the cloned one), measured at its validation on its own rows after its update
+    assert 0.0 <= rows[4]["actor/sampled_not_greedy"] <= 1.0
+    assert rows[4]["signal/kl_to_start/k3"] > 0.0
+    assert all("signal/kl_to_start/k3" not in rows[s] for s in (1, 2, 3))
 
 
 def test_roll_config_refuses_an_env_without_demonstrations():

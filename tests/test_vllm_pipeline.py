@@ -93,7 +93,7 @@ def test_roll_train_on_vllm_samples_the_trainers_log_probs(tmp_path, monkeypatch
         "async_generation_ratio=0",  # lockstep: every turn sampled by the weights the trainer scores it with
         "recompute_old_log_probs=true",  # what vllm requires (config.checks)
         "actor_infer.strategy_args.strategy_name=vllm",
-        # float32, not the recipe's bfloat16: the tolerances measure the two engines' agreement, not rounding
+        # float32, not the recipe's auto (bfloat16 on a GPU): the tolerances measure the two engines' agreement, not rounding
         *(f"{role}.model_args.dtype=float32" for role in ("actor_train", "actor_infer", "reference")),
         "+actor_infer.strategy_args.strategy_config={enforce_eager: true, max_model_len: 1024, max_num_seqs: 64}",
         "train_env_manager.num_env_groups=4",

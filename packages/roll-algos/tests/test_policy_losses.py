@@ -261,3 +261,23 @@ def test_turn_max_entropy_is_the_mean_of_each_turns_most_uncertain_token():
         },
     )
     assert metrics["actor/entropy/turn_max"] == pytest.approx(3.3 / 3)
+
+
+def test_turns_not_greedy_counts_each_turn_with_a_token_off_the_argmax_once():
+    from roll_algos.objectives import turns_not_greedy
+
+    # row 0: two turns (segment 1: tokens 1-2, both argmax; segment 2: tokens 3-4, both off it); row 1: one
+    # turn, its second token off the argmax; the off-mask 0s never count
+    greedy = torch.tensor([[0.0, 1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[False, True, True, True, True], [True, True, False, False, False]])
+    segments = torch.tensor([[0, 1, 1, 2, 2], [1, 1, 0, 0, 0]])
+    assert turns_not_greedy(greedy, mask, segments) == pytest.approx(2 / 3)
+    assert turns_not_greedy(greedy, mask, None) == pytest.approx(2 / 2)
+    assert turns_not_greedy(torch.ones(2, 5), mask, segments) == 0.0
+    batch = {"response_mask": mask, "old_log_probs": torch.zeros(2, 5), "advantages": torch.ones(2, 5)}
+    _, metrics = ActorLoss()(
+        torch.zeros(2, 5), torch.ones(2, 5), {**batch, "segment_ids": segments, "greedy": greedy}
+    )
+    assert metrics["actor/sampled_not_greedy"] == pytest.approx(2 / 3)
+    _, metrics = ActorLoss()(torch.zeros(2, 5), torch.ones(2, 5), batch)
+    assert "actor/sampled_not_greedy" not in metrics  # no argmax column, no metric (not a 0)

@@ -100,15 +100,31 @@ def test_the_learning_signal_and_the_validation_flips_get_a_panel(tmp_path, monk
     run = tmp_path / "run"
     run.mkdir()
     rows = [
-        {"step": s, "signal/zero_adv_groups": 0.2 * s, "signal/zero_adv_step_groups": 0.1} for s in (1, 2)
+        {
+            "step": s,
+            "signal/zero_adv_groups": 0.2 * s,
+            "signal/zero_adv_step_groups": 0.1,
+            "actor/sampled_not_greedy": 0.3,
+        }
+        for s in (1, 2)
     ]
-    rows += [{"step": 2, "val/flips/fail_to_success": 3.0, "val/flips/success_to_fail": 1.0}]
+    rows += [
+        {
+            "step": 2,
+            "val/flips/fail_to_success": 3.0,
+            "val/flips/success_to_fail": 1.0,
+            "signal/kl_to_start/k3": 1.5,
+        }
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     figures = []
     monkeypatch.setattr(plotting, "save_figure", lambda fig, out: figures.append(fig) or out)
     plotting.plot_learning_curve(run, run / "curve.png")
     (fig,) = figures
-    panel = next(a for a in fig.axes if a.get_title().startswith("groups without signal"))
-    assert [line.get_label() for line in panel.get_lines()] == sorted(k for k in rows[0] if k != "step")
+    panel = next(a for a in fig.axes if a.get_title().startswith("learning signal"))
+    labels = [line.get_label() for line in panel.get_lines()]
+    assert labels == sorted([*(k for k in rows[0] if k != "step"), "signal/kl_to_start/k3"])
+    kl = panel.get_lines()[labels.index("signal/kl_to_start/k3")]
+    assert kl.get_linestyle() == "--" and panel.get_ylim()[1] >= 1.5  # nats, not a share: the axis grows
     right = next(a for a in fig.axes if a is not panel and a.get_shared_x_axes().joined(a, panel))
     assert [line.get_ydata().tolist() for line in right.get_lines()] == [[3.0], [1.0]]

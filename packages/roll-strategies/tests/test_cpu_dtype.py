@@ -6,8 +6,14 @@ import logging
 
 import pytest
 import torch
+from roll_strategies.errors import StrategyError
 from roll_strategies.models import _loading
-from roll_strategies.models._loading import cpu_matmul_rate, load_model_and_tokenizer, warn_slow_cpu_dtype
+from roll_strategies.models._loading import (
+    choose_dtype,
+    cpu_matmul_rate,
+    load_model_and_tokenizer,
+    warn_slow_cpu_dtype,
+)
 
 
 def _rates(monkeypatch: pytest.MonkeyPatch, rates: dict[torch.dtype, float]) -> None:
@@ -43,3 +49,33 @@ def test_loading_in_bfloat16_on_a_slow_cpu_warns(monkeypatch, caplog, tiny_model
 
 def test_the_rate_is_measured():
     assert cpu_matmul_rate(torch.float32, size=64) > 0
+
+
+def test_auto_picks_float32_where_the_cpu_emulates_bfloat16(monkeypatch):
+    _rates(monkeypatch, {torch.bfloat16: 0.29, torch.float32: 160.0})  # AMD EPYC Zen 3
+    dtype, why = choose_dtype("auto", "cpu")
+    assert dtype == "float32"
+    assert "0.29 GFLOP/s" in why and "160.0" in why
+
+
+def test_auto_picks_bfloat16_where_the_cpu_computes_it_at_least_as_fast(monkeypatch):
+    for half in (160.0, 214.0):  # equal, and an AMX CPU
+        _rates(monkeypatch, {torch.bfloat16: half, torch.float32: 160.0})
+        assert choose_dtype("auto", "cpu")[0] == "bfloat16"
+    _rates(monkeypatch, {torch.bfloat16: 159.0, torch.float32: 160.0})
+    assert choose_dtype("auto", "cpu")[0] == "float32"
+
+
+def test_auto_on_cuda_follows_the_device_capability(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for capability, expected in (((9, 0), "bfloat16"), ((8, 0), "bfloat16"), ((7, 5), "float32")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert choose_dtype("auto", "cuda:0")[0] == expected
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(StrategyError, match=r"set model_args\.dtype to bfloat16 or float32"):
+        choose_dtype("auto", "cuda")
+
+
+def test_a_named_dtype_is_kept_without_measuring(monkeypatch):
+    monkeypatch.setattr(_loading, "cpu_matmul_rate", lambda dtype, size=256: pytest.fail("measured"))
+    assert choose_dtype("bfloat16", "cpu") == ("bfloat16", "as configured")

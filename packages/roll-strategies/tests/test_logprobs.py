@@ -67,3 +67,33 @@ def test_needed_positions_skip_the_prompt_and_match_the_slow_reference(tiny_mode
     assert torch.all(lp[:, :4] == 0)  # before the first needed column (4): never computed
     with pytest.raises(StrategyError, match="needed"):
         token_log_probs(model, ids, mask, with_entropy=False, needed=needed[:, :5])
+
+
+def test_vocab_stats_marks_the_targets_that_are_the_argmax_in_every_chunking():
+    from roll_strategies.compute.logprobs import vocab_stats
+
+    # 4 positions over 3 tokens: the argmaxes are 0, 2, 1, 1 (by hand)
+    logits = torch.tensor([[3.0, 1.0, 0.0], [0.0, 1.0, 2.0], [0.5, 4.0, -1.0], [0.0, 0.1, 0.0]])
+    targets = torch.tensor([0, 1, 1, 2])
+    for chunk in (3, 6, 1 << 20):  # one position a chunk, two, all
+        stats = vocab_stats(logits, lambda x: x, 3, targets, with_entropy=True, chunk_elements=chunk)
+        assert stats.greedy.tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert vocab_stats(logits, lambda x: x, 3, targets, with_entropy=False).greedy is None
+
+
+def test_lm_outputs_greedy_matches_the_models_own_argmax(tiny_model_dir):
+    from roll_strategies import lm_outputs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    ids = torch.randint(8, 200, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        argmax = model(input_ids=ids).logits.argmax(-1)  # the prediction of the token after each position
+        ids[0, 3] = argmax[0, 2]  # one target that is surely the argmax
+        argmax = model(input_ids=ids).logits.argmax(-1)
+        needed = torch.zeros_like(ids, dtype=torch.bool)
+        needed[:, 2:] = True
+        out = lm_outputs(model, ids, torch.ones_like(ids), needed, with_entropy=True)
+    expected = torch.zeros(ids.shape)
+    expected[:, 2:] = (ids[:, 2:] == argmax[:, 1:-1]).float()
+    assert out.greedy[0, 3] == 1.0
+    torch.testing.assert_close(out.greedy, expected)

@@ -33,6 +33,7 @@ __all__ = [
     "skipped_tokens_problem",
     "token_kl",
     "turn_max_entropy",
+    "turns_not_greedy",
 ]
 
 FULL_KL_KINDS = ("full", "full_forward")
@@ -90,6 +91,16 @@ def skipped_tokens_problem(
     )
 
 
+def _turn_max(values: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor | None) -> torch.Tensor:
+    """Each turn's largest value of `values` [B, T] over its response tokens (`mask`, not empty), [turns]:
+    a turn is a row's tokens of one `segment_ids` value (None: each row is one turn)."""
+    rows, cols = mask.bool().nonzero(as_tuple=True)
+    seg = torch.zeros_like(rows) if segment_ids is None else segment_ids[rows, cols].long()
+    keys, index = torch.unique(rows * (int(seg.max()) + 1) + seg, return_inverse=True)
+    peak = torch.full((keys.numel(),), float("-inf"), device=values.device)
+    return peak.scatter_reduce(0, index, values.detach()[rows, cols].float(), "amax")
+
+
 def turn_max_entropy(entropy: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor | None) -> float:
     """The mean over turns of each turn's largest per-token entropy: the entropy where a turn decides.
 
@@ -97,17 +108,19 @@ def turn_max_entropy(entropy: torch.Tensor, mask: torch.Tensor, segment_ids: tor
     format tokens are near-certain once learnt, so a mean over every token falls with them; a turn's most
     uncertain token is its choice (a move), and this stays high while the policy still explores its choices.
     """
-    m = mask.bool()
-    if not bool(m.any()):
+    if not bool(mask.bool().any()):
         return 0.0
-    rows, cols = m.nonzero(as_tuple=True)
-    seg = torch.zeros_like(rows) if segment_ids is None else segment_ids[rows, cols].long()
-    turn = rows * (int(seg.max()) + 1) + seg
-    keys, index = torch.unique(turn, return_inverse=True)
-    values = entropy.detach()[rows, cols].float()
-    peak = torch.full((keys.numel(),), float("-inf"), device=values.device)
-    peak = peak.scatter_reduce(0, index, values, "amax")
-    return float(peak.mean())
+    return float(_turn_max(entropy, mask, segment_ids).mean())
+
+
+def turns_not_greedy(greedy: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor | None) -> float:
+    """The share of turns whose sampled response is not what greedy decoding would have written: turns with
+    a token that is not its distribution's argmax (`greedy` [B, T]: 1.0 where it is). Each token is judged
+    given the sampled tokens before it, so a turn counts from its first departure on, once; 0 when nothing
+    is sampled off the argmax (the samples of a group then agree wherever their observations do)."""
+    if not bool(mask.bool().any()):
+        return 0.0
+    return float(_turn_max(1.0 - greedy, mask, segment_ids).mean())
 
 
 def _valid_rows(mask: torch.Tensor) -> int:
@@ -230,6 +243,8 @@ class ActorLoss:
             loss = loss - self.entropy_loss_coef * ent * _coverage(scope, mask, self.agg_mode)
             metrics["actor/entropy"] = float(ent.detach())
             metrics["actor/entropy/turn_max"] = turn_max_entropy(entropy, mask, mb.get("segment_ids"))
+        if "greedy" in mb:  # the strategy's argmax column (it comes with the entropy)
+            metrics["actor/sampled_not_greedy"] = turns_not_greedy(mb["greedy"], mask, mb.get("segment_ids"))
         metrics["actor/loss"] = float(loss.detach())
         return loss, metrics
 

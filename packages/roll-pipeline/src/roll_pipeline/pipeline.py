@@ -40,6 +40,7 @@ from roll_pipeline.state.run_state import (
 from roll_pipeline.trainer.actor_update import ActorUpdater
 from roll_pipeline.trainer.critic_update import CriticUpdater
 from roll_pipeline.trainer.demonstration import Demonstration
+from roll_pipeline.trainer.drift import StartDrift
 
 CRITIC_DIR = "critic"
 """Where a checkpoint keeps the critic (next to `model/`)."""
@@ -59,6 +60,9 @@ class AgenticPipeline:
         self.update_actor: ActorUpdater | None = None  # built at the start of `run` (packing is probed)
         self.update_critic: CriticUpdater | None = None
         self.val_flips = ValidationFlips()  # validation episodes won and lost since the last pass
+        # the KL to the policy the RL phase started from (its first step's rows)
+        # the KL to the policy the RL phase started from (its first step's rows)
+        self.drift = StartDrift(self.parts.actor_train, self.parts.settings.experience.actor_batch_size)
         self.step = 0
         self._skipped_in_a_row = 0
 
@@ -89,7 +93,7 @@ class AgenticPipeline:
                 bar.set_postfix_str(f"val success {summary.val_success(-1):.2f}")
             while self.step < loop.max_steps:
                 metrics = await self._train_step()
-                validated = self.step % loop.eval_steps == 0 or self.step == loop.max_steps
+                validated = self._validates()
                 if validated:
                     val = await self._validate()
                     summary.val_history.append((self.step, val))
@@ -147,6 +151,8 @@ class AgenticPipeline:
             metrics["train/skipped_step"] = 1.0
             self._skip("every trajectory ended before its first turn (a prompt longer than sequence_length?)")
         self.step += 1
+        if self._validates():  # before the offload: the trainer scores the first RL step's rows again
+            metrics.update(await self.drift.measure())
         t1 = time.perf_counter()
         timings.update(await parts.infer_sleep.before_weight_sync())
         metrics.update(await self._sync_weights())
@@ -168,6 +174,12 @@ class AgenticPipeline:
         """Experience -> critic update (gae) -> actor update (after critic_warmup) -> KL controller update."""
         assert self.update_actor is not None
         exp, metrics = await self.parts.make_experience(trajectories, timings)
+        # the first RL step's rows and log-probs, before its update (`trainer.drift`); without recompute the
+        # old log-probs are the sampler's, so the trainer scores the rows itself
+        own = self.parts.settings.experience.recompute_old_log_probs
+        await self.drift.keep(
+            exp.samples.tensors(), exp.samples.response_mask, exp.old_log_probs if own else None
+        )
         if self.update_critic is not None:
             metrics.update(await self.update_critic(exp, self.step, timings))
         if self.step >= self.loop.critic_warmup:
@@ -184,6 +196,10 @@ class AgenticPipeline:
         if exp.kl_mean is not None:
             self.parts.kl.update(exp.kl_mean, exp.num_trajectories)
         return metrics
+
+    def _validates(self) -> bool:
+        """Whether the step just trained ends with a validation."""
+        return self.step % self.loop.eval_steps == 0 or self.step == self.loop.max_steps
 
     def _skip(self, reason: str) -> None:
         """Log a step with nothing to train on; stop the run after too many in a row."""
@@ -271,6 +287,10 @@ class AgenticPipeline:
             await parts.critic.call_all("load_checkpoint", str(critic_dir))
         self.step, self._skipped_in_a_row = restore_pipeline_state(state, parts.rollouts, parts.kl)
         self.val_flips.load_state(state)
+        if (
+            self.step > self.parts.settings.demonstration_steps
+        ):  # the RL phase's start is not in the checkpoint
+            self.drift.resumed()
 
     def close(self) -> None:
         """Stop the workers."""

@@ -20,6 +20,7 @@ from roll_strategies.errors import (
 )
 from roll_strategies.infer.hf_infer import HFInferStrategy
 from roll_strategies.infer.vllm_infer import VLLMInferStrategy
+from roll_strategies.models._loading import choose_dtype
 from roll_strategies.models.gguf import ensure_model_folder
 from roll_strategies.models.qwen_shaped import build_qwen_shaped_model, build_qwen_style_tokenizer
 from roll_strategies.models.tiny_model import (
@@ -146,6 +147,7 @@ __all__ = [
     "build_tiny_model",
     "build_tiny_tokenizer",
     "check_strategy",
+    "choose_dtype",
     "configure_allocator",
     "create_strategy",
     "encode_chat_example",

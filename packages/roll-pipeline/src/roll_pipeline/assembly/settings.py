@@ -14,6 +14,8 @@ pieces are the small settings each component takes:
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -22,7 +24,7 @@ from roll_algos import ActorLoss, AdvantageConfig, CriticLoss
 
 from roll_pipeline.config.roles import ClusterConfig
 from roll_pipeline.config.schema import AgenticConfig, EnvManagerConfig
-from roll_pipeline.runtime.placement import roles_model
+from roll_pipeline.runtime.placement import plan_placement, roles_model
 from roll_pipeline.runtime.rollout import RolloutSettings, layout_of
 from roll_pipeline.runtime.workers import SpawnSettings
 from roll_pipeline.trainer.demonstration import sft_loss
@@ -38,6 +40,7 @@ __all__ = [
     "RunSettings",
     "actor_loss",
     "actor_loss_template",
+    "concrete_dtypes",
     "config_model",
     "critic_loss",
     "experience_settings",
@@ -229,9 +232,29 @@ def _picked(cls: type[T], config: AgenticConfig, **derived: Any) -> T:
     return cls(**picked, **derived)
 
 
-def run_settings(config: AgenticConfig) -> RunSettings:
-    """The `RunSettings` of a config."""
-    c = config
+def concrete_dtypes(config: AgenticConfig, log: Callable[[str], None] = print) -> AgenticConfig:
+    """`config` with each role's `model_args.dtype: auto` replaced by what its device computes natively
+    (`roll_strategies.choose_dtype`), each choice logged once; every part of the run then reads a concrete
+    dtype."""
+    from roll_strategies import choose_dtype
+
+    roles = {name: getattr(config, name) for name in ("actor_train", "actor_infer", "reference", "critic")}
+    auto = {name: role for name, role in roles.items() if role.model_args.dtype == "auto"}
+    placements = plan_placement(auto, config.cluster.backend)
+    update, chosen = {}, defaultdict(list)
+    for name, role in auto.items():
+        dtype, why = choose_dtype("auto", placements[name].device)
+        chosen[(dtype, why)].append(name)
+        model_args = role.model_args.model_copy(update={"dtype": dtype})
+        update[name] = role.model_copy(update={"model_args": model_args})
+    for (dtype, why), names in chosen.items():
+        log(f"[roll] model_args.dtype auto -> {dtype} for {', '.join(names)} ({why})")
+    return config.model_copy(update=update) if update else config
+
+
+def run_settings(config: AgenticConfig, log: Callable[[str], None] = print) -> RunSettings:
+    """The `RunSettings` of a config, `dtype: auto` resolved per role (`concrete_dtypes`, logged by `log`)."""
+    c = concrete_dtypes(config, log)
     assert c.pretrain is not None  # AgenticConfig refuses a config without a model
     actor_schedule, actor = update_schedule(c, "actor_train"), actor_loss_template(c)
     demo_rate = c.demonstration_learning_rate / c.actor_train.training_args.learning_rate

@@ -1,7 +1,7 @@
 """Settings that run but work against each other: `roll config`, `roll train` and `roll sweep` print each as a
 warning with its fix and go on (a setting that would do nothing at all is a problem of `checks.py`, refused).
 
-- half-precision sampling (`actor_infer.model_args.dtype` bfloat16 or float16) with an asynchronous rollout
+- half-precision sampling (`actor_infer.model_args.dtype` bfloat16, float16 or auto) with an asynchronous rollout
   and `recompute_old_log_probs=false`: the PPO ratio starts from the sampler's rounded log-probs, not the
   trainer's (the field's own description says to recompute for bf16);
 - stop strings that do not follow the answer format of a played tag's env (`roll_envs.AnswerFormat`): an
@@ -30,10 +30,15 @@ none: eos or the token cap ends its response)."""
 def _precision_warnings(cfg: AgenticConfig) -> list[str]:
     dtype = cfg.actor_infer.model_args.dtype
     vllm = cfg.actor_infer.strategy_args.strategy_name == "vllm"  # checks.py refuses it without recompute
-    if dtype not in HALF_PRECISION or cfg.async_generation_ratio == 0 or cfg.recompute_old_log_probs or vllm:
+    if (
+        dtype not in (*HALF_PRECISION, "auto")
+        or cfg.async_generation_ratio == 0
+        or cfg.recompute_old_log_probs
+        or vllm
+    ):
         return []
     return [
-        f"actor_infer samples in {dtype} with async_generation_ratio={cfg.async_generation_ratio} and"
+        f"actor_infer samples in {dtype}{' (bfloat16 where the device computes it natively)' if dtype == 'auto' else ''} with async_generation_ratio={cfg.async_generation_ratio} and"
         f" recompute_old_log_probs=false: the PPO ratio starts from the sampler's {dtype} log-probs, which differ"
         " from the trainer's by rounding even for the same weights, and the clip bounds that noise along with the"
         " staleness; set recompute_old_log_probs=true (tis_cap can then correct for the staleness), or"

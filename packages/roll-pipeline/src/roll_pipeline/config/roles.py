@@ -28,7 +28,12 @@ class StrictModel(BaseModel):
 class ModelArgs(StrictModel):
     """How to load the model weights."""
 
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "float32",
+        description="weights dtype; auto: bfloat16 on a CUDA device that supports it and on a CPU whose bfloat16"
+        " matmuls measure at least as fast as float32's at load, float32 elsewhere (a CPU without avx512_bf16 or"
+        " AMX emulates bfloat16 tens to hundreds of times slower); the choice is logged at load",
+    )
     gguf_file: str | None = Field(
         None,
         description="GGUF file inside `pretrain` (needs the gguf extra), converted once into a cached model folder"

@@ -53,7 +53,10 @@ KL_COEF_KEYS = ("critic/kl_coef", "actor/kl_loss_coef")
 """The KL coefficients in use (scaled by the adaptive controller), drawn in a panel when they move."""
 
 SIGNAL_PREFIX = "signal/"
-"""The learning-signal shares (`trainer.signal`), drawn in a panel with the validation flips when logged."""
+"""The learning-signal shares (`trainer.signal`) and the KL to the RL phase's start (`trainer.drift`), drawn
+in a panel with the validation flips when logged."""
+SIGNAL_KEYS = ("actor/sampled_not_greedy",)
+"""The other series of that panel: the share of sampled turns that greedy decoding would not have written."""
 FLIP_KEYS = ("val/flips/fail_to_success", "val/flips/success_to_fail")
 
 
@@ -63,10 +66,15 @@ def _points(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[f
 
 
 def _draw_signal(ax: object, rows: list[dict[str, float]], keys: list[str]) -> None:
-    """The shares of groups / turns without advantage (left axis) and the validation flips (right axis)."""
+    """The shares of groups / turns without advantage and of turns sampled off the argmax, the KL to the RL
+    phase's start in nats, dashed (left axis), and the validation flips (right axis)."""
+    top = 1.0
     for key in keys:
-        ax.plot(*_points(rows, key), label=key)  # type: ignore[attr-defined]
-    ax.set(xlabel="step", ylabel="share", ylim=(0, 1), title="groups without signal / validation flips")  # type: ignore[attr-defined]
+        xs, ys = _points(rows, key)
+        top = max(top, *ys) if ys else top
+        ax.plot(xs, ys, "--" if "kl_to_start" in key else "-", label=key)  # type: ignore[attr-defined]
+    title = "learning signal / validation flips"
+    ax.set(xlabel="step", ylabel="share / KL (nats)", ylim=(0, top * 1.05), title=title)  # type: ignore[attr-defined]
     add_legend(ax, loc="upper left")
     flips = [k for k in FLIP_KEYS if any(k in r for r in rows)]
     if flips:
@@ -93,7 +101,7 @@ def plot_learning_curve(
     rows = read_metrics(run_dir)
     coefs = {k: [(r["step"], r[k]) for r in rows if k in r] for k in KL_COEF_KEYS}
     coefs = {k: pts for k, pts in coefs.items() if len({v for _, v in pts}) > 1}
-    signal = sorted({k for r in rows for k in r if k.startswith(SIGNAL_PREFIX)})
+    signal = sorted({k for r in rows for k in r if k.startswith(SIGNAL_PREFIX) or k in SIGNAL_KEYS})
     panels = 2 + bool(coefs) + bool(signal)
     fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4))
     ax, ax2 = axes[0], axes[1]

@@ -78,6 +78,7 @@ class TokenOutputs(NamedTuple):
     full_kl: torch.Tensor | None
     full_kl_forward: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None
+    greedy: torch.Tensor | None = None  # 1.0 where the token is the argmax of its distribution (with entropy)
 
 
 class ReferenceKL(NamedTuple):
@@ -260,7 +261,8 @@ def lm_outputs(
     Args:
         model: a causal LM (a Hugging Face model, or a DeepSpeed engine wrapping one).
         input_ids, attention_mask: [B, T]; needed: [B, T] bool (e.g. the response mask).
-        with_entropy: also the entropy of each predicting distribution.
+        with_entropy: also the entropy of each predicting distribution, and whether each token is its
+            argmax (`greedy`).
         reference: a frozen causal LM of the same vocabulary: adds the exact per-token KL(pi || ref) over
             the vocabulary (`full_kl`), KL(ref || pi) (`full_kl_forward`) and the reference's log-probs
             (`ref_log_probs`), computed chunk by chunk of positions (no grad through the reference).
@@ -303,6 +305,7 @@ def lm_outputs(
         scatter(stats.kl),
         scatter(stats.kl_forward),
         scatter(stats.ref_log_probs),
+        scatter(stats.greedy),
     )
 
 

@@ -58,6 +58,7 @@ class TokenStats(NamedTuple):
     kl: torch.Tensor | None  # exact KL(pi || ref) over the vocabulary
     kl_forward: torch.Tensor | None  # exact KL(ref || pi)
     ref_log_probs: torch.Tensor | None  # log ref of the target token
+    greedy: torch.Tensor | None = None  # 1.0 where the target is the distribution's argmax (with the entropy)
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -206,8 +207,9 @@ def _chunk_stats(
     logits = head(features).float()
     logp = torch.log_softmax(logits, dim=-1)
     out = [logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)]
-    if with_entropy:
+    if with_entropy:  # and whether the target is the argmax: the logits are at hand for both
         out.append(entropy_from_logits(logits))
+        out.append((logits.argmax(-1) == targets).float())
     if ref_features is not None and ref_head is not None:
         with torch.no_grad():  # the reference is frozen: its logits are constants of the loss
             logq = torch.log_softmax(ref_head(ref_features).float(), dim=-1)
@@ -231,7 +233,7 @@ def vocab_stats(
 
     Args:
         features: [N, D] (hidden states, or logits with the identity head); targets: [N] token ids.
-        with_entropy: also the entropy of each distribution.
+        with_entropy: also the entropy of each distribution, and whether the target is its argmax (`greedy`).
         reference: (features [N, D'], head) of a frozen reference at the same positions: adds the exact
             KL(pi || ref), KL(ref || pi) and the reference's log-prob of the target (no grad through it).
         chunk_elements: positions x vocabulary per chunk (default: `LOGITS_CHUNK_ELEMENTS`, read per call).
@@ -262,10 +264,10 @@ def vocab_stats(
     stats = torch.cat(parts)
     cols = iter(stats.unbind(-1))
     log_probs = next(cols)
-    entropy = next(cols) if with_entropy else None
+    entropy, greedy = (next(cols), next(cols)) if with_entropy else (None, None)
     if reference is None:
-        return TokenStats(log_probs, entropy, None, None, None)
-    return TokenStats(log_probs, entropy, next(cols), next(cols), next(cols))
+        return TokenStats(log_probs, entropy, None, None, None, greedy)
+    return TokenStats(log_probs, entropy, next(cols), next(cols), next(cols), greedy)
 
 
 def token_log_probs(

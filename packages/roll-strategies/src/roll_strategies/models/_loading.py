@@ -12,7 +12,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from roll_strategies.errors import ModelNotFoundError, StrategyError
 
-__all__ = ["cpu_matmul_rate", "load_model_and_tokenizer", "resolve_dtype", "warn_slow_cpu_dtype"]
+__all__ = [
+    "choose_dtype",
+    "cpu_matmul_rate",
+    "load_model_and_tokenizer",
+    "resolve_dtype",
+    "warn_slow_cpu_dtype",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -39,6 +45,32 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
         raise StrategyError(
             f"Expected dtype one of {sorted(_DTYPES)}, got {dtype!r}; fix the strategy's dtype."
         ) from None
+
+
+def choose_dtype(dtype: str, device: str) -> tuple[str, str]:
+    """`dtype` itself, or for "auto" the precision `device` computes natively: bfloat16 on a CUDA device that
+    supports it and on a CPU whose bfloat16 matmuls run at least as fast as float32's (AMX, avx512_bf16);
+    float32 on a GPU without bfloat16 and on a CPU that emulates it (tens to hundreds of times slower).
+    Returns the dtype and why, for the load log."""
+    if dtype != "auto":
+        return dtype, "as configured"
+    kind = torch.device(device).type
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise StrategyError(
+                f"Expected to see {device} to choose dtype auto for it, got no CUDA device in this process"
+                " (a Ray worker's GPU the driver lacks); set model_args.dtype to bfloat16 or float32."
+            )
+        native = torch.cuda.get_device_capability(torch.device(device)) >= (8, 0)  # Ampere on
+        return ("bfloat16" if native else "float32"), f"{device}: bfloat16 {'' if native else 'not '}native"
+    if kind != "cpu":
+        raise StrategyError(
+            f"Expected dtype auto on a cpu or cuda device, got device {device!r}; set model_args.dtype"
+            " to float32, bfloat16 or float16 for it."
+        )
+    half, full = cpu_matmul_rate(torch.bfloat16), cpu_matmul_rate(torch.float32)
+    why = f"cpu: bfloat16 matmuls at {half:.2f} GFLOP/s, float32 at {full:.1f}"
+    return ("bfloat16" if half >= full else "float32"), why
 
 
 def load_model_and_tokenizer(

@@ -269,6 +269,8 @@ class DeepSpeedTrainStrategy:
                 log_probs, entropy = out.log_probs, out.entropy
                 if out.full_kl is not None:
                     mb["full_kl"], mb["full_kl_forward"] = out.full_kl, out.full_kl_forward
+                if out.greedy is not None:  # the loss's actor/sampled_not_greedy
+                    mb["greedy"] = out.greedy
             else:
                 log_probs, entropy = token_log_probs(
                     self.engine,

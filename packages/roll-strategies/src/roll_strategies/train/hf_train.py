@@ -125,6 +125,8 @@ class HFTrainStrategy:
                 if out.full_kl is not None:
                     mb["full_kl"] = out.full_kl
                     mb["full_kl_forward"] = out.full_kl_forward
+                if out.greedy is not None:  # the loss's actor/sampled_not_greedy
+                    mb["greedy"] = out.greedy
             else:
                 log_probs, entropy = token_log_probs(
                     self.model, mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy
