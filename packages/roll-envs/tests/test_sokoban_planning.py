@@ -10,6 +10,7 @@ import pytest
 import roll_envs
 from roll_envs.envs.sokoban import SokobanEnv
 from roll_envs.envs.sokoban.baselines import fixed_sequence_success, held_out_rooms, room_graph
+from roll_envs.envs.sokoban.generator import greedy_solvable
 from roll_envs.envs.sokoban.push_rule import push_rule, read_grid
 from roll_envs.envs.sokoban.rules import ACTIONS
 
@@ -129,3 +130,20 @@ def test_describe_line_is_the_hand_written_one(grid, line):
     assert observation == f"{grid}\n{line}"
     assert "Below the map, a line says" in env.instruction
     assert "Below the map" not in SokobanEnv().instruction
+
+
+def test_greedy_solvable_tells_the_detour_room_from_the_open_one():
+    assert greedy_solvable(read_grid(OPEN_ROOM)) and greedy_solvable(read_grid(ONE_PUSH))
+    assert not greedy_solvable(read_grid(DETOUR))
+    assert not greedy_solvable(read_grid(CORNERED))  # no solution at all
+
+
+def test_needs_detour_draws_solvable_rooms_no_greedy_pushes_solve():
+    env = roll_envs.make("sokoban", needs_detour=True, render_mode=None)
+    for seed in range(4):
+        env.reset(seed=seed)
+        room = env.room
+        assert not greedy_solvable(room), seed
+        assert room_graph(room).solution is not None, seed  # reverse play: solvable by construction
+        env.reset(seed=seed)
+        assert env.room == room  # the same seed, the same room

@@ -181,11 +181,25 @@ def _held_out_graphs(
     num_boxes: int,
     search_depth: int,
     seeds: tuple[int, ...] | None = None,
+    *,
+    needs_detour: bool = False,
 ) -> tuple[RoomGraph, ...]:
     """The rooms' state graphs, of `seeds` or else the `episodes` held-out seeds (cached: the turn cap only
     changes the cheap part)."""
-    config = SokobanConfig(dim_x=dim_x, dim_y=dim_y, num_boxes=num_boxes, search_depth=search_depth)
+    config = SokobanConfig(
+        dim_x=dim_x, dim_y=dim_y, num_boxes=num_boxes, search_depth=search_depth, needs_detour=needs_detour
+    )
     return tuple(room_graph(room) for room in held_out_rooms(episodes, config, seeds))
+
+
+def _config_graphs(
+    config: SokobanConfig, episodes: int, seeds: tuple[int, ...] | None
+) -> tuple[RoomGraph, ...]:
+    """`_held_out_graphs` for the generator settings of `config`."""
+    c = config
+    return _held_out_graphs(
+        episodes, c.dim_x, c.dim_y, c.num_boxes, c.search_depth, seeds, needs_detour=c.needs_detour
+    )
 
 
 def sokoban_baselines(
@@ -200,7 +214,7 @@ def sokoban_baselines(
 
     `max_steps` defaults to the env's `max_steps`; pass the episode's real turn limit (the smaller of the
     env's `max_steps` and the pipeline's `max_actions_per_traj`). Only the room generator's settings of
-    `config` matter (`dim_x`, `dim_y`, `num_boxes`, `search_depth`). The state graphs are cached per
+    `config` matter (`dim_x`, `dim_y`, `num_boxes`, `search_depth`, `needs_detour`). The state graphs are cached per
     (rooms, generator settings): the first call takes about 1 s for 1000 default rooms (6x6, one box, at most
     a few hundred states each) and about 12 s for 8x8 two-box rooms (thousands); later ones milliseconds.
 
@@ -214,7 +228,7 @@ def sokoban_baselines(
     turns = cfg.max_steps if max_steps is None else max_steps
     played = None if seeds is None else tuple(seeds)
     count = episodes if played is None else len(played)
-    graphs = _held_out_graphs(count, cfg.dim_x, cfg.dim_y, cfg.num_boxes, cfg.search_depth, played)
+    graphs = _config_graphs(cfg, count, played)
     lengths = [len(g.solution) for g in graphs if g.solution is not None]
     return {
         "random": random_policy_success(graphs, turns),
@@ -233,7 +247,5 @@ def fixed_sequence_baseline(
     128 6x6 one-box rooms at 10 moves, 12 s on 128 8x8 two-box rooms, and about 30 s on 1000 6x6 rooms."""
     played = None if seeds is None else tuple(seeds)
     count = episodes if played is None else len(played)
-    graphs = _held_out_graphs(
-        count, config.dim_x, config.dim_y, config.num_boxes, config.search_depth, played
-    )
+    graphs = _config_graphs(config, count, played)
     return fixed_sequence_name(turns), fixed_sequence_success(graphs, turns)[0]

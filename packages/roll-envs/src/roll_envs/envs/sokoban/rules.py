@@ -14,7 +14,8 @@ from pydantic import Field, field_validator
 
 from roll_envs.config import EnvConfig
 from roll_envs.envs.frozen_lake.rules import goal_offset
-from roll_envs.envs.sokoban.generator import Room, generate_room
+from roll_envs.envs.sokoban.generator import Room, generate_room, greedy_solvable
+from roll_envs.errors import EnvConfigError
 
 ACTIONS = ("Up", "Down", "Left", "Right")
 """Action names (ROLL's order: 1 Up, 2 Down, 3 Left, 4 Right, here indexed from 0)."""
@@ -70,6 +71,12 @@ class SokobanConfig(EnvConfig):
     search_depth: int = Field(100, ge=1, le=10_000, description="random moves of the reverse play per walk")
     grid_vocab: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_GRID), description=f"symbol of each of {', '.join(ROLES)}"
+    )
+    needs_detour: bool = Field(
+        False,
+        description="keep only rooms that pushes each bringing a box nearer its nearest target cannot solve"
+        " (`greedy_solvable`): a box must first go sideways or away; about 1 room in 256 at 6x6 with one box,"
+        " so a reset draws about 256 rooms (0.1-0.4 s)",
     )
     describe: bool = Field(
         False,
@@ -133,8 +140,20 @@ def sokoban_description(room: Room, boxes: frozenset[int], player: int) -> str:
     return f"You are at {place(player)}. {things} {', '.join(leads)}."
 
 
+DETOUR_DRAWS = 20_000
+"""How many rooms a `needs_detour` reset draws at most before it gives up (at 1 in 256, never in practice)."""
+
+
 def draw_room(rng: np.random.Generator, config: SokobanConfig) -> Room:
     """The room `SokobanEnv.reset` plays when it is given none: reverse play seeded by one draw from `rng`
-    (the env's `np_random`), with the config's room generator settings."""
+    (the env's `np_random`), with the config's room generator settings; with `needs_detour`, the first room
+    of that stream that `greedy_solvable` rejects."""
     py_rng = random.Random(int(rng.integers(2**63)))
-    return generate_room(py_rng, config.dim_y, config.dim_x, config.num_boxes, config.search_depth)
+    for _ in range(DETOUR_DRAWS if config.needs_detour else 1):
+        room = generate_room(py_rng, config.dim_y, config.dim_x, config.num_boxes, config.search_depth)
+        if not config.needs_detour or not greedy_solvable(room):
+            return room
+    raise EnvConfigError(
+        f"sokoban: no room needing a detour in {DETOUR_DRAWS} draws of {config.dim_x}x{config.dim_y} with"
+        f" {config.num_boxes} boxes; such rooms are rarer on this grid: set needs_detour=false or change the size."
+    )
