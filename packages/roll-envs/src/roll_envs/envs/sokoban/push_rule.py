@@ -1,9 +1,10 @@
 """The best simple rule found for Sokoban, a policy that reads only the grid of the observation: push a box
-towards the nearest free target, never into a dead corner, walking to the pushing cell the shortest way.
+towards the nearest free target, never into a dead corner, walking to the pushing cell the shortest way; when
+no push brings a box nearer, the nearest other push.
 
-It plans the player's walk (breadth-first around the boxes) but never a box's path: it takes one greedy push
-at a time, so it fails where a box must first go away from its target or sideways, or where the closest
-improving push leads to a dead end. `SokobanEnv.baselines` scores it as `push_rule`.
+It plans the player's walk (breadth-first around the boxes) but never a box's path: it takes one push at a
+time, so it fails where the nearest push leads the box into a dead end or back and forth.
+`SokobanEnv.baselines` scores it as `push_rule`.
 """
 
 from __future__ import annotations
@@ -53,29 +54,29 @@ def read_grid(observation: str, grid_vocab: dict[str, str] | None = None) -> Roo
 
 
 def push_rule(observation: str, grid_vocab: dict[str, str] | None = None) -> str:
-    """The rule's move: of the pushes that bring a box (off its target) strictly closer, in Manhattan
-    distance, to the nearest target without a box and do not put it into a corner that is not a target, the
-    one whose pushing cell the player reaches in fewest moves (ties in `ACTIONS` order); the first move of
-    that walk, or the push itself. Without such a push, the first move of `ACTIONS` onto free floor.
+    """The rule's move: of the pushes that do not put a box (off its target, where there are several) into a
+    corner that is not a target, those that bring it strictly nearer (Manhattan) the nearest target without a
+    box first, then any other; of those, the one whose pushing cell the player reaches in fewest moves (ties
+    in `ACTIONS` order); the first move of that walk, or the push itself. Without any push, the first move of
+    `ACTIONS` onto free floor.
 
     >>> push_rule("######\\n#P_X_O\\n######")
     'Right'
     """
     room = read_grid(observation, grid_vocab)
     steps = deltas(room.width)
-    best: tuple[tuple[int, int], str] | None = None
+    best: tuple[tuple[bool, int, int], str] | None = None
     for box in room.boxes - room.targets if len(room.boxes) > 1 else room.boxes:
         free = room.targets - (room.boxes - {box})
         here = _distance(room, box, free)
         for a, d in enumerate(steps):
             beyond, stand = box + d, box - d
-            if not (_open(room, beyond) and _open(room, stand)) or _distance(room, beyond, free) >= here:
-                continue
-            if _dead_corner(room, beyond):
+            if not (_open(room, beyond) and _open(room, stand)) or _dead_corner(room, beyond):
                 continue
             walk = _walk(room, stand)
-            if walk is not None and (best is None or (len(walk), a) < best[0]):
-                best = ((len(walk), a), (*walk, ACTIONS[a])[0])
+            key = (_distance(room, beyond, free) >= here, len(walk or ()), a)
+            if walk is not None and (best is None or key < best[0]):
+                best = (key, (*walk, ACTIONS[a])[0])
     if best is not None:
         return best[1]
     return next((ACTIONS[a] for a, d in enumerate(steps) if _open(room, room.player + d)), ACTIONS[0])
