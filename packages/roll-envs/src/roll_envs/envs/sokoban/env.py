@@ -184,8 +184,8 @@ class SokobanEnv(BaseEnv):
         rates["optimal"] = found.pop("optimal")
         note = (
             f"Shortest solutions (BFS) take {found['optimal_moves_mean']:.1f} moves on average, "
-            f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns. push_rule: the greedy push"
-            " of a box towards the nearest target, avoiding corners, walking there the shortest way."
+            f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns. push_rule: the push of a box"
+            " nearest the player that brings it nearer a target (else any), never into a corner."
         )
         if fixed != "best_fixed_sequence":
             note += f" {fixed}: the best fixed sequence of {FIXED_SEARCH_MOVES} moves (searched no longer)."
