@@ -89,6 +89,8 @@ def test_a_multi_tag_run_gets_one_curve_per_tag_and_each_tags_baselines(tmp_path
         "FrozenLake random baseline",
         "FrozenLake best_fixed_sequence baseline",
         "Sokoban random baseline",
+        "Sokoban best_fixed_10_moves baseline",
+        "Sokoban push_rule baseline",
         "Sokoban optimal baseline",
     }
     assert lines[1.0] == sk  # Sokoban's optimal line

@@ -64,10 +64,17 @@ def test_a_sokoban_run_prints_the_sokoban_baselines_only(capsys):
     assert "FrozenLake" not in out  # the defaults' FrozenLake entry stays in custom_envs, unplayed
     assert (
         "[roll] Sokoban baselines on the 128 validation rooms (seeds 1000000000-1000000127; 6 of them also among"
-        " the first 2,000 training rooms): random 34.9%, optimal 100.0%. Shortest solutions (BFS) take 4.3 moves on average, at most 13; the cap is 30 turns.\n"
+        " the first 2,000 training rooms): random 34.9%, best_fixed_10_moves 35.2%, push_rule 96.9%, optimal 100.0%."
+        " Shortest solutions (BFS) take 4.3 moves on average, at most 13; the cap is 30 turns."
     ) in out
     assert baseline_lines(cfg) == pytest.approx(
-        {"random baseline": 0.3489, "optimal baseline": 1.0}, abs=1e-4
+        {
+            "random baseline": 0.3489,
+            "best_fixed_10_moves baseline": 0.3516,
+            "push_rule baseline": 0.9688,
+            "optimal baseline": 1.0,
+        },
+        abs=1e-4,
     )
 
 
@@ -81,6 +88,8 @@ def test_a_multi_tag_run_reports_each_tag_at_its_own_cap(capsys):
         "FrozenLake random baseline",
         "FrozenLake best_fixed_sequence baseline",
         "Sokoban random baseline",
+        "Sokoban best_fixed_sequence baseline",
+        "Sokoban push_rule baseline",
         "Sokoban optimal baseline",
     }
     # 128 validation groups split 64/64 (num_groups_partition), in tag order, as the validation scheduler does
@@ -126,14 +135,17 @@ def test_roll_baselines_names_no_env_by_default(capsys):
 def test_roll_baselines_of_sokoban(capsys):
     assert cli.main(["baselines", "--env", "sokoban", "--max-steps", "30"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0].strip() for line in out] == [
+    assert [line.split(":")[0].strip() for line in out][:7] == [
         "random",
+        "best_fixed_10_moves",
+        "push_rule",
         "optimal",
         "optimal_moves_mean",
         "optimal_moves_max",
         "unsolvable",
     ]
-    assert out[0].endswith("0.371") and out[1].endswith("1.000") and out[3].endswith(" 15")
+    assert out[0].endswith("0.371") and out[2].endswith("0.989") and out[3].endswith("1.000")
+    assert out[5].endswith(" 15")
 
 
 def test_roll_baselines_of_an_env_without_any(capsys):

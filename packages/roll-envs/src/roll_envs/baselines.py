@@ -81,7 +81,7 @@ def env_baselines(
     >>> import roll_envs
     >>> found = env_baselines(roll_envs.make("sokoban"), turns=30, episodes=20)
     >>> found.env, sorted(found.success), found.seeds[:2]
-    ('Sokoban', ['optimal', 'random'], (1000000, 1000001))
+    ('Sokoban', ['best_fixed_10_moves', 'optimal', 'push_rule', 'random'], (1000000, 1000001))
     """
     if not has_baselines(env):
         return None

@@ -95,12 +95,14 @@ def goal_distances(table: np.ndarray, goals: np.ndarray) -> np.ndarray:
 
 
 def best_fixed_sequence(
-    table: np.ndarray, starts: np.ndarray, goals: np.ndarray, steps: int
+    table: np.ndarray, starts: np.ndarray, goals: np.ndarray, steps: int, actions: Sequence[str] = ACTIONS
 ) -> tuple[str, ...]:
     """The move sequence of length `steps` that solves the most maps: exact branch and bound.
 
     A branch is cut when even the maps whose goal is still within reach cannot beat the best so
-    far; the goal is absorbing, so a map counts as solved if it ends on its goal.
+    far; the goal is absorbing, so a map counts as solved if it ends on its goal. Any game whose episodes
+    are such tables (one absorbing goal state each) can use it: `actions` names the table's columns
+    (Sokoban's rooms do, `roll_envs.envs.sokoban.baselines`).
     """
     rows = np.arange(table.shape[0])
     dist = goal_distances(table, goals)
@@ -126,17 +128,21 @@ def best_fixed_sequence(
                 search(nxt, depth - 1, (*prefix, a))
 
     search(starts.astype(np.int64), steps, ())
-    return tuple(ACTIONS[a] for a in best[0][1])
+    return tuple(actions[a] for a in best[0][1])
 
 
 def sequence_success(
-    table: np.ndarray, starts: np.ndarray, goals: np.ndarray, sequence: tuple[str, ...]
+    table: np.ndarray,
+    starts: np.ndarray,
+    goals: np.ndarray,
+    sequence: tuple[str, ...],
+    actions: Sequence[str] = ACTIONS,
 ) -> float:
-    """Fraction of maps solved by playing `sequence` regardless of the board."""
+    """Fraction of maps solved by playing `sequence` (moves named by `actions`) regardless of the board."""
     rows = np.arange(table.shape[0])
     state = starts.copy()
     for name in sequence:
-        state = table[rows, state, ACTIONS.index(name)]
+        state = table[rows, state, list(actions).index(name)]
     return float((state == goals).mean())
 
 

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 
 from roll_envs.base import BASE_METRICS, ActionOutcome, Aggregation, BaseEnv
 from roll_envs.baseline_types import EnvBaselines, scored_seeds
-from roll_envs.envs.sokoban.baselines import sokoban_baselines
+from roll_envs.envs.frozen_lake.baselines import played_success
+from roll_envs.envs.sokoban.baselines import (
+    FIXED_SEARCH_MOVES,
+    fixed_sequence_baseline,
+    room_graph,
+    sokoban_baselines,
+)
 from roll_envs.envs.sokoban.generator import Room
+from roll_envs.envs.sokoban.push_rule import push_rule
 from roll_envs.envs.sokoban.rules import (
     ACTIONS,
     ALTERNATIVE_GRID,
@@ -22,7 +30,9 @@ from roll_envs.envs.sokoban.rules import (
     STEP_PENALTY,
     WORST_MOVE_REWARD,
     SokobanConfig,
+    deltas,
     draw_room,
+    sokoban_description,
 )
 from roll_envs.errors import EnvConfigError
 from roll_envs.tiles import Color, Tile
@@ -48,7 +58,8 @@ class SokobanEnv(BaseEnv):
 
     Rewards (gym-sokoban's): -0.1 per move, +1 for a box pushed onto a target, -1 for a box pushed
     off one, +10 when the room is solved (which terminates the episode).
-    `reset(options={"room": Room(...)})` plays a given room.
+    `reset(options={"room": Room(...)})` plays a given room. With `describe`, a line in words follows the
+    grid (`sokoban_description`); `demonstration()` gives the first move of a shortest solution.
     """
 
     config_cls = SokobanConfig
@@ -69,12 +80,17 @@ class SokobanEnv(BaseEnv):
         """The system prompt, with this env's symbols."""
         g = self.config.grid_vocab
         multi = self.multi_action_hint("moves")
+        line = (
+            " Below the map, a line says where you, the boxes and the targets are and what each move leads to."
+            if self.config.describe
+            else ""
+        )
         return (
             "You are a Sokoban player. Push every box onto a target. You can push a box but not pull it, "
             "and you cannot push two boxes. "
             f"The map: {g['wall']} is a wall, {g['empty']} is floor, {g['target']} is a target, "
             f"{g['box']} is a box, {g['box_on_target']} is a box on a target, {g['player']} is you, "
-            f"{g['player_on_target']} is you on a target. Moves: Up, Down, Left, Right.{multi} "
+            f"{g['player_on_target']} is you on a target.{line} Moves: Up, Down, Left, Right.{multi} "
             f"Answer with one move, like {self.format_answer('Left')}."
         )
 
@@ -98,7 +114,7 @@ class SokobanEnv(BaseEnv):
         """Move, pushing the box in front if the cell behind it is free floor."""
         room = self.room
         assert room is not None
-        d = (-room.width, room.width, -1, 1)[ACTIONS.index(action)]
+        d = deltas(room.width)[ACTIONS.index(action)]
         nxt = self.player + d
         reward = STEP_PENALTY
         if nxt not in room.floor:
@@ -115,7 +131,7 @@ class SokobanEnv(BaseEnv):
         return ActionOutcome(reward + SOLVED_BONUS * solved, solved, True)
 
     def text_observation(self) -> str:
-        """The grid, one row per line."""
+        """The grid, one row per line; with `describe`, then the state in words (`sokoban_description`)."""
         room = self.room
         assert room is not None
         g = self.config.grid_vocab
@@ -128,7 +144,21 @@ class SokobanEnv(BaseEnv):
             cells[b] = g["box_on_target"] if b in room.targets else g["box"]
         cells[self.player] = g["player_on_target"] if self.player in room.targets else g["player"]
         w = room.width
-        return "\n".join("".join(cells[r * w : (r + 1) * w]) for r in range(room.height))
+        grid = "\n".join("".join(cells[r * w : (r + 1) * w]) for r in range(room.height))
+        if not self.config.describe:
+            return grid
+        return f"{grid}\n{sokoban_description(room, frozenset(self.boxes), self.player)}"
+
+    def demonstration(self) -> str | None:
+        """The first move of a shortest solution from the current state (`room_graph`: breadth-first over
+        (player, boxes), ties in `ACTIONS` order), as an answer; None once the episode ended (solved or
+        after `max_steps` turns) or when no solution is left (a box pushed into a dead end)."""
+        room = self.room
+        if room is None or self.is_success() or self.elapsed_steps >= self.config.max_steps:
+            return None
+        here = Room(room.height, room.width, room.floor, room.targets, frozenset(self.boxes), self.player)
+        solution = room_graph(here).solution
+        return self.format_answer(solution[0]) if solution else None
 
     def is_success(self) -> bool:
         """Every box on a target."""
@@ -140,15 +170,25 @@ class SokobanEnv(BaseEnv):
         return {"boxes_on_target": float(len(self.boxes & self.room.targets))}
 
     def baselines(self, turns: int, episodes: int = 1000, seeds: Sequence[int] | None = None) -> EnvBaselines:
-        """`random` and `optimal` (`sokoban_baselines`) on rooms of this config's generator settings, those of
-        `seeds` (None: `episodes` seeds from `HELD_OUT_SEED_START`)."""
+        """`random`, the best fixed sequence (`fixed_sequence_baseline`) and `optimal` (`sokoban_baselines`) on rooms of this config's
+        generator settings, those of `seeds` (None: `episodes` seeds from `HELD_OUT_SEED_START`), and
+        `push_rule` played on a copy of this env."""
         played = scored_seeds(episodes, seeds)
         found = sokoban_baselines(len(played), turns, self.config, seeds)
-        rates = {name: found.pop(name) for name in ("random", "optimal")}
+        fixed, fixed_success = fixed_sequence_baseline(len(played), turns, self.config, seeds)
+        rates = {"random": found.pop("random"), fixed: fixed_success}
+        player = SokobanEnv(self.config, render_mode=None)
+        rates["push_rule"] = played_success(
+            player, partial(push_rule, grid_vocab=self.config.grid_vocab), played, turns
+        )
+        rates["optimal"] = found.pop("optimal")
         note = (
             f"Shortest solutions (BFS) take {found['optimal_moves_mean']:.1f} moves on average, "
-            f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns."
+            f"at most {found['optimal_moves_max']:.0f}; the cap is {turns} turns. push_rule: the push of a box"
+            " nearest the player that brings it nearer a target (else any), never into a corner."
         )
+        if fixed != "best_fixed_sequence":
+            note += f" {fixed}: the best fixed sequence of {FIXED_SEARCH_MOVES} moves (searched no longer)."
         return EnvBaselines("Sokoban", "rooms", turns, rates, note, found, played)
 
     def render_frame(self) -> np.ndarray:

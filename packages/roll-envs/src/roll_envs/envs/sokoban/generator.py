@@ -13,6 +13,7 @@ Cells are flat indices `row * width + col`; all randomness comes from one `rando
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass
 
 from roll_envs.errors import EnvConfigError
@@ -122,3 +123,36 @@ def generate_room(
         f"sokoban: no room with {num_boxes} boxes in {_MAX_ROOM_ATTEMPTS} attempts for a {height}x{width} "
         "grid; use a larger grid, fewer boxes or a larger search_depth."
     )
+
+
+def greedy_solvable(room: Room) -> bool:
+    """Whether pushes that each bring a box strictly nearer (Manhattan) its nearest target can solve the room:
+    a breadth-first search over (player, boxes) that allows no other push. A room where this is False needs
+    a detour: some box must first go sideways or away from every target.
+
+    >>> greedy_solvable(Room(3, 5, frozenset({6, 7, 8}), frozenset({8}), frozenset({7}), 6))
+    True
+    """
+    w = room.width
+    start = (room.player, room.boxes)
+    seen = {start}
+    queue = deque([start])
+    while queue:
+        player, boxes = queue.popleft()
+        if boxes == room.targets:
+            return True
+        for d in (-w, w, -1, 1):
+            nxt, moved = player + d, boxes
+            if nxt not in room.floor:
+                continue
+            if nxt in boxes:
+                beyond = nxt + d
+                if beyond not in room.floor or beyond in boxes:
+                    continue
+                if displacement({beyond}, room.targets, w) >= displacement({nxt}, room.targets, w):
+                    continue
+                moved = boxes - {nxt} | {beyond}
+            if (nxt, moved) not in seen:
+                seen.add((nxt, moved))
+                queue.append((nxt, moved))
+    return False
