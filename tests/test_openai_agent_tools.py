@@ -85,6 +85,14 @@ def test_each_move_call_steps_the_task_env_and_its_steps_give_the_reward() -> No
     assert traj.success is success
 
 
+def test_a_reply_without_a_tool_call_ends_the_episode_the_env_unmoved() -> None:
+    from roll_rollout.testing import ScriptedPolicy
+
+    traj = _play(ScriptedPolicy(_tokenizer().encode("Left", add_special_tokens=False)))
+    assert traj.error is None, traj.error
+    assert len(traj.turns) == 1 and traj.turns[0].reward == 0.0 and not traj.success
+
+
 def test_a_demonstrated_episode_answers_each_call_with_the_shortest_path_move() -> None:
     from roll_envs.envs.frozen_lake.env import FrozenLakeEnv
     from roll_envs.envs.frozen_lake.rules import shortest_path_moves

@@ -3,7 +3,7 @@
 `run(base_url, task)` walks a FrozenLake board: it shows the model the board, the model calls
 `move(direction)`, the agent posts the move to the task's `step_url` (the world's HTTP endpoint,
 `{"action": ...}` in, `{"observation", "done", ...}` out) and shows the model the next board, until the
-world says done or `MAX_MOVES` moves were made. Each call sends only the instruction and the current board:
+world says done, the model answers without a tool call, or `MAX_MOVES` moves were made. Each call sends only the instruction and the current board:
 the board says everything a move needs, and the prompts stay short. roll trains it by handing it a
 per-episode base_url and step_url (examples/openai_agent/README.md).
 """
@@ -50,12 +50,14 @@ def run(base_url: str, task: dict) -> None:
     for _ in range(MAX_MOVES):
         messages = [{"role": "system", "content": system}, {"role": "user", "content": board}]
         reply = client.chat.completions.create(model="policy", messages=messages, tools=TOOLS)
-        calls = reply.choices[0].message.tool_calls or []
+        calls = reply.choices[0].message.tool_calls
+        if not calls:  # a reply without a tool call is the model's last word, as in any agent loop
+            return None
         try:
-            direction = str(json.loads(calls[0].function.arguments)["direction"]) if calls else ""
+            direction = str(json.loads(calls[0].function.arguments)["direction"])
         except (json.JSONDecodeError, KeyError, TypeError):
-            direction = ""
-        world = post(task["step_url"], {"action": direction})  # no call: a move that is not one
+            direction = ""  # the world answers a move that is not one as it does
+        world = post(task["step_url"], {"action": direction})
         if world["done"]:
             return None
         board = world["observation"]

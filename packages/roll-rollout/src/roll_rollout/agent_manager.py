@@ -15,8 +15,9 @@ is `{"prompt": <the reset observation>, "instruction": <the env's instruction>, 
 `valid_actions`, [] when it has none>, "seed": <seed>, "tag": <tag>, "step_url": <base_url>/env/step}`.
 An agent whose tools act on the task env (a multi-turn task: FrozenLake's `move`) posts `{"action": ...}`
 to `step_url` and gets `{"observation", "reward", "done", "success"}` back (roll_rollout.agent_env_tools);
-then the episode's reward is the sum of those steps' and its success the last step's, and the agent returns
-None. Otherwise what the agent returns is its episode's outcome:
+such an agent returns None: the episode's reward is the sum of those steps' rewards (0 when it made none:
+the env was never acted on) and its success the last step's. Otherwise what the agent returns is its
+episode's outcome:
 
 - a number: the reward;
 - a string, or a dict with `"answer"`: the answer, which the task env's `step` checks (its reward and
@@ -251,7 +252,7 @@ class AgentEnvManager:
             )
         if session.refused:
             reward, success = 0.0, False
-        elif steps.steps:
+        elif steps.steps or outcome is None:
             reward, success = self._stepped_outcome(outcome, steps)
         else:
             reward, success = await self._outcome(outcome)
@@ -300,7 +301,8 @@ class AgentEnvManager:
         if isinstance(outcome, bool) or not isinstance(outcome, int | float | str | Mapping):
             raise AgentFailed(
                 f"agent {self.config.agent!r} returned {type(outcome).__name__}; return a number (the reward), "
-                "a string (the answer the task env checks) or a dict with 'reward' or 'answer'"
+                "a string (the answer the task env checks), a dict with 'reward' or 'answer', or None after stepping the task "
+                "env through step_url"
             )
         if isinstance(outcome, Mapping) and "reward" in outcome:
             reward = _finite(outcome["reward"], self.config.agent)
