@@ -236,6 +236,12 @@ class AgentEnvManager:
             outcome = await self._run_agent(base_url, task)
         finally:
             self.proxy.close_session(base_url)
+        await self._score(traj, session, steps, outcome)
+
+    async def _score(
+        self, traj: Trajectory, session: AgentSession, steps: TaskEnvSteps, outcome: Any
+    ) -> None:
+        """`traj`'s turns, reward and success from the episode's calls and what the agent returned."""
         recorded = session.ordered_calls()
         if steps.error is not None:
             raise steps.error
