@@ -38,6 +38,7 @@ READ_TASK = '<tool_call>{"name": "read_task", "arguments": {}}</tool_call>'
         ("langchain_agent.py", {"langchain_core", "langchain_openai"}),
         ("agents_sdk_agent.py", {"agents", "openai"}),
         ("streaming_agent.py", {"openai"}),
+        ("frozen_lake_agent.py", {"openai"}),
     ],
 )
 def test_each_example_agent_is_short_and_imports_nothing_of_roll(file: str, imports: set[str]) -> None:
@@ -250,6 +251,7 @@ def test_the_docs_say_what_the_proxy_does_with_every_field() -> None:
     [
         ("custom_envs.Agent.env_config.agent=no_such_module:run", "does not load"),
         ("custom_envs.Agent.env_config.task_env=no_such_env", "task_env_type='no_such_env'"),
+        ("demonstration_steps=1", "env_config.demonstration_tool: {name: <tool>, argument: <its parameter>}"),
     ],
 )
 def test_the_config_check_says_what_is_wrong_with_an_agent_tag(override: str, says: str) -> None:

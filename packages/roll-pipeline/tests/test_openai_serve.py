@@ -237,3 +237,45 @@ def test_server_rejects_bad_requests_with_openai_style_errors(served):
         assert err.value.code == status and needle in reply["error"]["message"], reply
     models = json.loads(urllib.request.urlopen(server.url + "/models", timeout=10).read())
     assert models["data"][0]["id"] == "tiny"
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "value"),
+    [
+        ("/completions", "presence_penalty", 0.5),
+        ("/completions", "seed", 3),
+        ("/completions", "best_of", 2),
+        ("/completions", "stream", True),
+        ("/chat/completions", "response_format", {"type": "json_object"}),
+        ("/chat/completions", "tool_choice", "required"),
+        ("/chat/completions", "n", 2),
+        ("/chat/completions", "frobnicate", 1),
+    ],
+)
+def test_a_field_that_would_change_sampling_is_refused_by_name(served, path, field, value):
+    import urllib.error
+
+    server, _, _ = served
+    body = {"model": "tiny", "max_tokens": 4, field: value}
+    body |= {"messages": [{"role": "user", "content": "go"}]} if "chat" in path else {"prompt": "go"}
+    with pytest.raises(urllib.error.HTTPError) as err:
+        _post(server.url + path, body)
+    message = json.loads(err.value.read())["error"]["message"]
+    assert err.value.code == 400 and field in message, message
+
+
+def test_serve_honours_stop_and_streams_chat(served):
+    server, backend, tokenizer = served
+    prompt = _prompt(tokenizer, "Board: go.")
+    direct = asyncio.run(backend.policy.generate(GenerateRequest(prompt, GREEDY)))
+    text = tokenizer.decode(direct.output_ids, skip_special_tokens=True)
+    assert len(text.strip()) >= 2
+    stop = text.strip()[1]  # the reply's second character: the stopped reply is what comes before it
+    messages = [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": "Board: go."}]
+    body = {"model": "tiny", "messages": messages, "max_tokens": 12, "temperature": 0, "stop": [stop]}
+    reply = json.loads(_post(server.url + "/chat/completions", body))
+    assert reply["choices"][0]["message"]["content"] == text[: text.find(stop)]
+    events = _post(server.url + "/chat/completions", {**body, "stream": True}).decode()
+    chunks = [json.loads(line[6:]) for line in events.splitlines() if line.startswith("data: {")]
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert streamed == text[: text.find(stop)] and events.rstrip().endswith("data: [DONE]")

@@ -361,7 +361,8 @@ def preflight_problems(data: Mapping[str, Any]) -> list[str]:
 
 def check_demonstrations(data: Mapping[str, Any]) -> list[str]:
     """With `demonstration_steps` > 0: one problem per training tag whose env gives no demonstration after a
-    reset (seed 0), or one that does not start with the tag's `response_prefix`."""
+    reset (seed 0), or one that does not start with the tag's `response_prefix`; an `openai_agent` tag's task
+    env demonstrates, as calls of its `demonstration_tool`, which it must name."""
     import roll_envs
     from pydantic import ValidationError
 
@@ -379,13 +380,22 @@ def check_demonstrations(data: Mapping[str, Any]) -> list[str]:
             f"demonstration_steps={steps}: custom_envs.{tag} ({cfg.custom_envs[tag].env_type})",
         )
         fix = "set demonstration_steps: 0, or give the env a demonstration() (docs/envs/README.md)"
-        if env_kind(spec.env_type).agent_plays:
-            problems.append(
-                f"{where}: an agent program plays this tag, not the policy, so nothing demonstrates; {fix}"
+        env_type, env_config, prefix = spec.env_type, spec.env_config, spec.response_prefix
+        if env_kind(env_type).agent_plays:  # the task env demonstrates, as calls of the agent's tool
+            if not spec.env_config.get("demonstration_tool"):
+                problems.append(
+                    f"{where}: name the agent's tool a demonstrated action is a call of, env_config."
+                    "demonstration_tool: {name: <tool>, argument: <its parameter>} (docs/openai_agent.md); or"
+                    " set demonstration_steps: 0"
+                )
+                continue
+            env_type, env_config = (
+                spec.env_config.get("task_env"),
+                spec.env_config.get("task_env_config") or {},
             )
-            continue
+            prefix = ""
         try:
-            env = roll_envs.make(spec.env_type, render_mode=None, **spec.env_config)
+            env = roll_envs.make(env_type, render_mode=None, **env_config)
         except Exception:  # check_env_configs reports a bad env type or config
             continue
         try:
@@ -398,10 +408,10 @@ def check_demonstrations(data: Mapping[str, Any]) -> list[str]:
             problems.append(
                 f"{where} gives no demonstration (demonstration() after a reset: {answer!r:.60}); {fix}"
             )
-        elif not answer.startswith(spec.response_prefix):
+        elif not answer.startswith(prefix):
             problems.append(
                 f"{where}: its demonstration {answer!r:.60} does not start with response_prefix"
-                f" {spec.response_prefix!r}, which the prompt already holds; drop the prefix or make it the start"
+                f" {prefix!r}, which the prompt already holds; drop the prefix or make it the start"
                 " of the env's answer format"
             )
     return problems

@@ -7,12 +7,17 @@ A tag with `env_type: openai_agent` names its agent and where its tasks come fro
       task_env: four_choice        # any registered roll env: its reset gives the task, its step checks answers
       task_env_config: {}
       agent_timeout_s: 600
+      demonstration_tool: {name: move, argument: direction}   # only for demonstration_steps (below)
 
 Per episode the task env is reset with the episode's seed and the agent is called, in a thread of its own,
 as `agent(base_url, task)`: `base_url` is the episode's own address on the worker's `AgentProxy`, `task`
 is `{"prompt": <the reset observation>, "instruction": <the env's instruction>, "actions": <the env's
-`valid_actions`, [] when it has none>, "seed": <seed>, "tag": <tag>}`.
-What the agent returns is its episode's outcome:
+`valid_actions`, [] when it has none>, "seed": <seed>, "tag": <tag>, "step_url": <base_url>/env/step}`.
+An agent whose tools act on the task env (a multi-turn task: FrozenLake's `move`) posts `{"action": ...}`
+to `step_url` and gets `{"observation", "reward", "done", "success"}` back (roll_rollout.hosting.agent_env_tools);
+such an agent returns None: the episode's reward is the sum of those steps' rewards (0 when it made none:
+the env was never acted on) and its success the last step's. Otherwise what the agent returns is its
+episode's outcome:
 
 - a number: the reward;
 - a string, or a dict with `"answer"`: the answer, which the task env's `step` checks (its reward and
@@ -20,6 +25,10 @@ What the agent returns is its episode's outcome:
   the env's answer format first (`env.format_answer`, e.g. `<answer>C</answer>`); any other text is stepped
   as it is, as a model's turn would be;
 - a dict with `"reward"` (and optionally `"success"`): those.
+
+With `demonstration_steps` (behaviour cloning), a tag that names its `demonstration_tool` has each call of a
+demonstrated episode answered by the task env: its demonstrated action as a call of that tool
+(`agent_env_tools.Demonstrator`), which the agent runs as it would a sampled one.
 
 Each call the agent made through the proxy (chat.completions or responses) becomes one `Turn` (in call
 order): its prompt ids exactly as the policy was given them, the sampled ids and log-probs (up to a
@@ -54,6 +63,7 @@ from roll_envs.hints import declares_own_random_state
 from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
 from roll_rollout.errors import RolloutError
+from roll_rollout.hosting.agent_env_tools import Demonstrator, TaskEnvSteps, demonstration_tool
 from roll_rollout.hosting.agent_turns import UNCHAINED_METRIC, calls_to_turns
 from roll_rollout.hosting.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
 from roll_rollout.hosting.env_manager import EpisodeJob
@@ -83,10 +93,13 @@ class AgentConfig:
     task_env: str
     task_env_config: dict[str, Any] = field(default_factory=dict)
     agent_timeout_s: float = 600.0
+    demonstration_tool: tuple[str, str] | None = (
+        None  # (tool name, argument) a demonstrated call answers with
+    )
 
     @classmethod
     def from_env_config(cls, env_config: Mapping[str, Any]) -> AgentConfig:
-        known = {"agent", "task_env", "task_env_config", "agent_timeout_s"}
+        known = {"agent", "task_env", "task_env_config", "agent_timeout_s", "demonstration_tool"}
         unknown = sorted(set(env_config) - known)
         if unknown:
             raise AgentConfigError(
@@ -108,7 +121,11 @@ class AgentConfig:
             raise AgentConfigError(
                 "openai_agent env_config needs task_env_config a mapping and agent_timeout_s > 0"
             )
-        return cls(agent, task_env, dict(task_config), float(timeout))
+        try:
+            tool = demonstration_tool(env_config.get("demonstration_tool"))
+        except ValueError as exc:
+            raise AgentConfigError(f"openai_agent env_config.{exc}") from None
+        return cls(agent, task_env, dict(task_config), float(timeout), tool)
 
 
 def load_agent(ref: str) -> Callable[[str, dict[str, Any]], Any]:
@@ -187,13 +204,16 @@ class AgentEnvManager:
             self.env = await self._env_call(self._make_env, "constructor")
         self.random_state.reseed(job.seed)
         obs, _ = await self._env_call(functools.partial(self.env.reset, seed=job.seed), "reset")
-        task = {
-            "prompt": obs,
-            "instruction": getattr(self.env, "instruction", ""),
-            "actions": list(getattr(self.env, "valid_actions", None) or []),
-            "seed": job.seed,
-            "tag": self.tag,
-        }
+        steps = TaskEnvSteps(self.env, self._env_call)
+        if job.sampling.demonstrate:
+            if self.config.demonstration_tool is None:
+                raise AgentFailed(
+                    f"demonstration_steps: openai_agent tag {self.tag!r} names no env_config.demonstration_tool,"
+                    " the tool call a demonstrated action is written as"
+                )
+            policy = Demonstrator(
+                steps, self.config.demonstration_tool, self.proxy.tokenizer, self.proxy.tokenizer_lock
+            )
         session = AgentSession(
             policy,
             asyncio.get_running_loop(),
@@ -201,13 +221,30 @@ class AgentEnvManager:
             self.max_calls,
             self.max_context_tokens,
             lambda i: sample_key(job.seed, *job.key_fields, i),
+            step_env=steps.step,
         )
         base_url = self.proxy.open(session)
+        task = {
+            "prompt": obs,
+            "instruction": getattr(self.env, "instruction", ""),
+            "actions": list(getattr(self.env, "valid_actions", None) or []),
+            "seed": job.seed,
+            "tag": self.tag,
+            "step_url": f"{base_url}/env/step",
+        }
         try:
             outcome = await self._run_agent(base_url, task)
         finally:
             self.proxy.close_session(base_url)
+        await self._score(traj, session, steps, outcome)
+
+    async def _score(
+        self, traj: Trajectory, session: AgentSession, steps: TaskEnvSteps, outcome: Any
+    ) -> None:
+        """`traj`'s turns, reward and success from the episode's calls and what the agent returned."""
         recorded = session.ordered_calls()
+        if steps.error is not None:
+            raise steps.error
         if session.policy_error is not None:
             raise RolloutError(f"a chat.completions call of the agent failed: {session.policy_error}")
         if isinstance(outcome, BaseException) and session.refused is None:
@@ -219,7 +256,12 @@ class AgentEnvManager:
                 f"agent {self.config.agent!r} made no chat.completions call through its base_url; nothing to "
                 "train on (the agent must send its requests to the base_url it is given)"
             )
-        reward, success = (0.0, False) if session.refused else await self._outcome(outcome)
+        if session.refused:
+            reward, success = 0.0, False
+        elif steps.steps or outcome is None:
+            reward, success = self._stepped_outcome(outcome, steps)
+        else:
+            reward, success = await self._outcome(outcome)
         traj.turns, chained = calls_to_turns(recorded, reward, self.tag)
         traj.success, traj.terminated, traj.truncated = (
             success,
@@ -250,12 +292,23 @@ class AgentEnvManager:
                 f"agent {self.config.agent!r} did not return within agent_timeout_s={self.config.agent_timeout_s:g} s"
             ) from None
 
+    def _stepped_outcome(self, outcome: Any, steps: TaskEnvSteps) -> tuple[float, bool]:
+        """(reward, success) of an episode whose agent stepped the task env: the steps' (module docstring)."""
+        if outcome is not None:
+            raise AgentFailed(
+                f"agent {self.config.agent!r} stepped the task env through step_url and returned"
+                f" {type(outcome).__name__} {outcome!r:.60}: the env's steps give the episode's reward, so an"
+                " agent that steps it returns None"
+            )
+        return steps.reward, steps.success
+
     async def _outcome(self, outcome: Any) -> tuple[float, bool]:
         """(reward, success) of what the agent returned (see the module docstring)."""
         if isinstance(outcome, bool) or not isinstance(outcome, int | float | str | Mapping):
             raise AgentFailed(
                 f"agent {self.config.agent!r} returned {type(outcome).__name__}; return a number (the reward), "
-                "a string (the answer the task env checks) or a dict with 'reward' or 'answer'"
+                "a string (the answer the task env checks), a dict with 'reward' or 'answer', or None after stepping the task "
+                "env through step_url"
             )
         if isinstance(outcome, Mapping) and "reward" in outcome:
             reward = _finite(outcome["reward"], self.config.agent)

@@ -11,7 +11,9 @@ sees is only ever decoded from them, never encoded back.
 It serves what agent frameworks send: `POST .../chat/completions` and `POST .../responses` (the Responses
 API, `roll_rollout.policies.openai_responses`: rendered to the same prompt as the same conversation in chat form),
 either with `stream: true` (server-sent events, `roll_rollout.policies.openai_stream`: the reply is sampled whole,
-then sent as the events a streaming server sends), and `GET .../models`. Every request field is honoured,
+then sent as the events a streaming server sends), and `GET .../models`. `POST .../env/step` with
+`{"action": <text>}` is the agent's tools acting on the episode's task env (the session's `step_env`, on
+the env worker's loop): it answers the env's observation, reward and whether the episode is done. Every request field is honoured,
 inert, or refused with HTTP 400 naming it (`roll_rollout.policies.openai_fields`): sampling is the run's, so that the
 agent samples what training assumes. A request's `stop` cuts the reply at the first stop string; the ids
 after the token that completed it are neither answered nor recorded (`cut_at_stop`).
@@ -25,9 +27,10 @@ it `policy_error`.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from http.server import ThreadingHTTPServer
@@ -74,6 +77,7 @@ class AgentSession:
     calls: dict[int, RecordedCall] = field(default_factory=dict)
     refused: str | None = None  # why a call was refused (the episode is then truncated)
     policy_error: str | None = None
+    step_env: Callable[[str], Awaitable[dict[str, Any]]] | None = None  # `POST .../env/step`; None: 404
     _issued: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -106,7 +110,7 @@ class AgentProxy:
         self.timeout_s = timeout_s
         self._sessions: dict[str, AgentSession] = {}
         self._lock = threading.Lock()
-        self._tokenizer_lock = threading.Lock()  # a fast tokenizer is not safe to share between threads
+        self.tokenizer_lock = threading.Lock()  # held to use `tokenizer`: a fast one is not thread-safe
         self._http = ThreadingHTTPServer((host, port), _handler_class(self))
         self._http.daemon_threads = True
         self._thread = threading.Thread(target=self._http.serve_forever, name="agent-proxy", daemon=True)
@@ -167,11 +171,25 @@ class AgentProxy:
         )
         return response_stream(response) if options.stream else response
 
+    def env_step(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The session's task env stepped with `body["action"]`: `{observation, reward, done, success}`."""
+        session = self.session(key)
+        if session.step_env is None:
+            raise HttpError(404, "this episode has no task env to step")
+        if set(body) != {"action"} or not isinstance(body["action"], str):
+            raise HttpError(400, f'env/step takes {{"action": <text>}}; got {json.dumps(body)[:200]}')
+        future = asyncio.run_coroutine_threadsafe(session.step_env(body["action"]), session.loop)
+        try:
+            return future.result(timeout=self.timeout_s)
+        except FutureTimeout as exc:
+            future.cancel()
+            raise HttpError(504, f"the task env's step took longer than {self.timeout_s} s") from exc
+
     def _sample(self, session: AgentSession, messages: Any, tools: Any, options: CallOptions) -> _Reply:
         """Render, sample and record one call; the reply's assistant message (tool calls read back)."""
         tools = tools if options.offer_tools else None
         try:
-            with self._tokenizer_lock:
+            with self.tokenizer_lock:
                 prompt_ids = chat_prompt_ids(self.tokenizer, messages, tools)
         except ChatRequestError as exc:
             raise HttpError(400, str(exc)) from exc
@@ -189,7 +207,7 @@ class AgentProxy:
         except Exception as exc:
             session.policy_error = f"{type(exc).__name__}: {exc}"
             raise HttpError(500, session.policy_error) from exc
-        with self._tokenizer_lock:
+        with self.tokenizer_lock:
             result, text = cut_at_stop(self.tokenizer, result, options.stop)
             tokens = [self.tokenizer.decode([t], skip_special_tokens=False) for t in result.output_ids]
         last = messages[-1].get("content")
@@ -279,12 +297,16 @@ def _handler_class(proxy: AgentProxy) -> type[JsonRequestHandler]:
         def do_POST(self) -> None:
             key, rest = self._route()
             try:
-                serve = {"chat/completions": proxy.chat, "responses": proxy.responses}.get(rest)
+                serve = {
+                    "chat/completions": proxy.chat,
+                    "responses": proxy.responses,
+                    "env/step": proxy.env_step,
+                }.get(rest)
                 if serve is None:
                     raise HttpError(
                         404,
-                        f"no route POST {self.path}; the proxy serves <base_url>/chat/completions and "
-                        "<base_url>/responses",
+                        f"no route POST {self.path}; the proxy serves <base_url>/chat/completions, "
+                        "<base_url>/responses and <base_url>/env/step",
                     )
                 answer = serve(key, self.read_json_object())
                 if isinstance(answer, str):

@@ -162,6 +162,15 @@ def _native_message(m: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def tool_call_block(name: str, arguments: Any) -> str:
+    """A tool call as a template without tool support shows it: `<tool_call>{"name", "arguments"}</tool_call>`."""
+    return (
+        "<tool_call>"
+        + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        + "</tool_call>"
+    )
+
+
 def _plain_messages(messages: Sequence[Mapping[str, Any]], tools: list[dict] | None) -> list[dict[str, str]]:
     """Messages a template without tool support renders: {role, content: str}, tools in the system text."""
     out: list[dict[str, str]] = []
@@ -170,10 +179,7 @@ def _plain_messages(messages: Sequence[Mapping[str, Any]], tools: list[dict] | N
         if role == "tool":
             out.append({"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"})
             continue
-        blocks = [
-            "<tool_call>" + json.dumps({"name": n, "arguments": a}, ensure_ascii=False) + "</tool_call>"
-            for n, a in _calls_of(m)
-        ]
+        blocks = [tool_call_block(n, a) for n, a in _calls_of(m)]
         out.append(
             {
                 "role": role,

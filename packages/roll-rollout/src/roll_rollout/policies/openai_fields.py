@@ -124,7 +124,7 @@ def call_options(
     unknown = sorted(set(body) - set(fields))
     if unknown:
         raise ChatRequestError(
-            f"roll's training proxy does not know the field(s) {unknown}; it refuses what it cannot honour "
+            f"roll's OpenAI endpoint does not know the field(s) {unknown}; it refuses what it cannot honour "
             "rather than ignore it (docs/openai_agent.md lists every field): remove them"
         )
     for name, rule in fields.items():
