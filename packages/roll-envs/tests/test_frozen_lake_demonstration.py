@@ -151,6 +151,6 @@ def test_on_slippery_ice_the_demonstration_is_the_shortest_path_move():
 
 
 def test_the_default_hook_has_no_expert():
-    env = roll_envs.make("sokoban")
+    env = roll_envs.make("tictactoe")
     env.reset(seed=0)
     assert type(env).demonstration is roll_envs.BaseEnv.demonstration and env.demonstration() is None

@@ -1,5 +1,6 @@
 """The KL to the policy the RL phase started from (`trainer.drift`): k1 / k3 on the first RL step's own
-samples against hand-computed values, kept once, measured on demand, none after a resume past the start."""
+samples against hand-computed values, kept once, measured on demand, carried through a checkpoint (none after a
+resume past the start from a checkpoint without them)."""
 
 from __future__ import annotations
 
@@ -49,12 +50,18 @@ def test_the_first_rows_are_kept_and_scored_again_at_each_measure():
     assert trainer.calls == 2
 
 
-def test_the_samplers_log_probs_are_replaced_by_the_trainers_and_a_resume_keeps_nothing():
+def test_the_samplers_log_probs_are_replaced_by_the_trainers_and_a_checkpoint_carries_the_start(tmp_path):
     trainer = _Trainer(torch.full((1, 2), -2.0))
     drift = StartDrift(trainer, 4)
     asyncio.run(drift.keep({"input_ids": torch.ones(1, 2)}, torch.ones(1, 2, dtype=torch.bool), None))
     assert trainer.calls == 1 and asyncio.run(drift.measure())["signal/kl_to_start/k1"] == 0.0
+    drift.save(tmp_path / "drift.safetensors")
+    trainer.now = torch.full((1, 2), -2.5)
     resumed = StartDrift(trainer, 4)
-    resumed.resumed()
+    resumed.resumed(tmp_path / "drift.safetensors", past_start=True)
     asyncio.run(resumed.keep({"input_ids": torch.ones(1, 2)}, torch.ones(1, 2, dtype=torch.bool), None))
-    assert asyncio.run(resumed.measure()) == {}
+    assert asyncio.run(resumed.measure())["signal/kl_to_start/k1"] == pytest.approx(0.5)  # against -2.0 kept
+    without = StartDrift(trainer, 4)
+    without.resumed(tmp_path / "absent.safetensors", past_start=True)
+    asyncio.run(without.keep({"input_ids": torch.ones(1, 2)}, torch.ones(1, 2, dtype=torch.bool), None))
+    assert asyncio.run(without.measure()) == {}

@@ -193,9 +193,12 @@ def test_chunked_head_values_and_gradients_equal_the_whole_vocabulary(with_entro
         reference=reference,
         chunk_elements=chunk * vocab,
     )
-    got_list = [t for t in got if t is not None]
+    got_list = [t for t in got._replace(greedy=None) if t is not None]  # greedy: a 0/1 mark, checked below
     loss = sum((c * t).sum() for c, t in zip(coef, got_list, strict=False))
     g_feat, g_w = torch.autograd.grad(loss, [features, head.weight])
+    if with_entropy:  # the argmax mark, against the whole vocabulary's logits
+        whole = features.detach() @ head.weight.detach().T
+        assert torch.equal(got.greedy, (whole.argmax(-1) == targets).to(got.greedy.dtype))
 
     ref_logits = ref_head(ref_features) if with_reference else None
     want_list = unchunked_stats(features, head.weight, targets, ref_logits, with_entropy)

@@ -33,6 +33,8 @@ class MicroBatch(TypedDict, total=False):
             between processes); the strategy then adds `full_kl` and `full_kl_forward`.
         full_kl: [B, T] the exact KL(pi || ref) over the vocabulary, with grad (added by the strategy).
         full_kl_forward: [B, T] the exact KL(ref || pi), with grad (added by the strategy).
+        greedy: [B, T] 1.0 where the sampled token is the policy's argmax, 0.0 elsewhere (added by the strategy
+            with the entropy; `actor/sampled_not_greedy`).
     """
 
     input_ids: torch.Tensor
@@ -51,3 +53,4 @@ class MicroBatch(TypedDict, total=False):
     reference_model: torch.nn.Module
     full_kl: torch.Tensor
     full_kl_forward: torch.Tensor
+    greedy: torch.Tensor

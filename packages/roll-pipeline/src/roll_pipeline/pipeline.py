@@ -40,7 +40,7 @@ from roll_pipeline.state.run_state import (
 from roll_pipeline.trainer.actor_update import ActorUpdater
 from roll_pipeline.trainer.critic_update import CriticUpdater
 from roll_pipeline.trainer.demonstration import Demonstration
-from roll_pipeline.trainer.drift import StartDrift
+from roll_pipeline.trainer.drift import DRIFT_FILE, StartDrift
 
 CRITIC_DIR = "critic"
 """Where a checkpoint keeps the critic (next to `model/`)."""
@@ -265,6 +265,7 @@ class AgenticPipeline:
             await parts.actor_train.call_all("save_checkpoint", str(path))
             if parts.critic is not None:
                 await parts.critic.call_all("save_checkpoint", str(path.parent / CRITIC_DIR))
+            self.drift.save(path.parent / DRIFT_FILE)
             if offloaded:
                 await parts.trainer_offload.offload()
 
@@ -287,10 +288,7 @@ class AgenticPipeline:
             await parts.critic.call_all("load_checkpoint", str(critic_dir))
         self.step, self._skipped_in_a_row = restore_pipeline_state(state, parts.rollouts, parts.kl)
         self.val_flips.load_state(state)
-        if (
-            self.step > self.parts.settings.demonstration_steps
-        ):  # the RL phase's start is not in the checkpoint
-            self.drift.resumed()
+        self.drift.resumed(Path(path) / DRIFT_FILE, self.step > parts.settings.demonstration_steps)
 
     def close(self) -> None:
         """Stop the workers."""
