@@ -227,11 +227,7 @@ def _handler_class(server: OpenAICompatibleServer) -> type[JsonRequestHandler]:
             try:
                 if self.path.rstrip("/") not in ("/v1/completions", "/v1/chat/completions"):
                     raise HttpError(404, f"no route POST {self.path}")
-                answer = server.handle(self.path.rstrip("/"), self.read_json_object())
-                if isinstance(answer, str):
-                    self.send_events(answer)
-                else:
-                    self.send_json(200, answer)
+                self.send_answer(server.handle(self.path.rstrip("/"), self.read_json_object()))
             except HttpError as exc:
                 self.send_http_error(exc)
             except Exception as exc:  # a failed generation: the client may retry

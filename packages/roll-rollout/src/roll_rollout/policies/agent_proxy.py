@@ -308,11 +308,7 @@ def _handler_class(proxy: AgentProxy) -> type[JsonRequestHandler]:
                         f"no route POST {self.path}; the proxy serves <base_url>/chat/completions, "
                         "<base_url>/responses and <base_url>/env/step",
                     )
-                answer = serve(key, self.read_json_object())
-                if isinstance(answer, str):
-                    self.send_events(answer)
-                else:
-                    self.send_json(200, answer)
+                self.send_answer(serve(key, self.read_json_object()))
             except HttpError as exc:
                 self.send_http_error(exc)
             except Exception as exc:  # a bug must answer the agent, not hang it

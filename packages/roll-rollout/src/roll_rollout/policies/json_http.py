@@ -63,6 +63,13 @@ class JsonRequestHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def send_answer(self, answer: dict[str, Any] | str) -> None:
+        """A handler's answer: a JSON object with 200, or a whole server-sent-events body (a streamed reply)."""
+        if isinstance(answer, str):
+            self.send_events(answer)
+        else:
+            self.send_json(200, answer)
+
     def send_http_error(self, exc: HttpError) -> None:
         """The OpenAI-style error body of `exc` (a client error below 500, a server error from 500)."""
         kind = "invalid_request_error" if exc.status < 500 else "server_error"
