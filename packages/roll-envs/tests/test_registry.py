@@ -95,6 +95,34 @@ def test_register_validates_ids_and_entry_points(counter_id):
         registry._REGISTRY.pop("broken_ep", None)
 
 
+@pytest.mark.parametrize("kind", ["env", "namespace"])
+def test_envs_and_namespaces_refuse_a_bad_name_an_entry_point_that_is_no_class_or_a_taken_name(kind):
+    """`register` and `register_namespace` refuse the same mistakes, each naming what it registers."""
+    table = registry._REGISTRY if kind == "env" else registry._NAMESPACES
+
+    def add(name: Any, entry_point: Any) -> Any:
+        if kind == "env":
+            return roll_envs.register(name, entry_point)
+        return roll_envs.register_namespace(name, entry_point, id_field="target")
+
+    for name, entry_point, refusal in (
+        ("1 bad", CounterEnv, f"{kind}( id)? '1 bad' is not valid"),
+        (None, CounterEnv, f"{kind}( id)? None is not valid"),
+        ("test_taken", "no_colon_here", f"{kind} 'test_taken': entry point 'no_colon_here' is malformed"),
+        ("test_taken", 42, f"{kind} 'test_taken': entry point must be a 'module:Class' string or a class"),
+    ):
+        with pytest.raises(roll_envs.RegistrationError, match=refusal):
+            add(name, entry_point)
+    assert "test_taken" not in table
+    add("test_taken", CounterEnv)
+    try:
+        add("test_taken", CounterEnv)  # the same entry point again: no conflict
+        with pytest.raises(roll_envs.RegistrationError, match="already registered to .*pick another"):
+            add("test_taken", "other.module:Env")
+    finally:
+        table.pop("test_taken", None)
+
+
 def test_custom_env_through_registry_with_defaults(counter_id):
     env = roll_envs.make(counter_id, target=5)
     obs, info = env.reset(seed=0)

@@ -123,23 +123,7 @@ def register(
         description: one line shown by `roll-envs list`.
         override: replace an existing registration instead of raising.
     """
-    if not isinstance(id, str) or not _ID.match(id):
-        raise RegistrationError(
-            f"env id {id!r} is not valid; expected letters, digits, '_', '-', '.', '/' starting with a letter."
-        )
-    if isinstance(entry_point, str) and (":" not in entry_point or entry_point.startswith(":")):
-        raise RegistrationError(
-            f"env {id!r}: entry point {entry_point!r} is malformed; expected 'package.module:ClassName'."
-        )
-    if not isinstance(entry_point, str) and not callable(entry_point):
-        raise RegistrationError(
-            f"env {id!r}: entry point must be a 'module:Class' string or a class; got {entry_point!r}."
-        )
-    if id in _REGISTRY and not override and _REGISTRY[id].entry_point != entry_point:
-        raise RegistrationError(
-            f"env id {id!r} is already registered to {_REGISTRY[id].entry_point!r}; "
-            "pick another id or pass override=True."
-        )
+    _check_registration("env", "id", id, entry_point, _REGISTRY, override)
     spec_ = EnvSpec(id, entry_point, config, dict(defaults or {}), description)
     _REGISTRY[id] = spec_
     return spec_
@@ -165,23 +149,36 @@ def register_namespace(
         description: one line shown by `roll-envs list`.
         override: replace an existing namespace instead of raising.
     """
-    if not isinstance(prefix, str) or not _ID.match(prefix):
-        raise RegistrationError(
-            f"namespace {prefix!r} is not valid; expected letters, digits, '_', '-', '.', '/' starting with a letter."
-        )
-    if isinstance(entry_point, str) and (":" not in entry_point or entry_point.startswith(":")):
-        raise RegistrationError(
-            f"namespace {prefix!r}: entry point {entry_point!r} is malformed; expected 'package.module:ClassName'."
-        )
-    known = _NAMESPACES.get(prefix)
-    if known is not None and not override and known.entry_point != entry_point:
-        raise RegistrationError(
-            f"namespace {prefix!r} is already registered to {known.entry_point!r}; "
-            "pick another prefix or pass override=True."
-        )
+    _check_registration("namespace", "prefix", prefix, entry_point, _NAMESPACES, override)
     ns = NamespaceSpec(prefix, entry_point, id_field, config, description)
     _NAMESPACES[prefix] = ns
     return ns
+
+
+def _check_registration(
+    kind: str, word: str, name: Any, entry_point: Any, table: Mapping[str, Any], override: bool
+) -> None:
+    """Refuse an ill-formed `name` (an env id or a namespace prefix) or `entry_point`, or, without `override`,
+    a `name` that `table` holds for another entry point."""
+    label = f"{kind} {word}" if kind == "env" else kind
+    if not isinstance(name, str) or not _ID.match(name):
+        raise RegistrationError(
+            f"{label} {name!r} is not valid; expected letters, digits, '_', '-', '.', '/' starting with a letter."
+        )
+    if isinstance(entry_point, str) and (":" not in entry_point or entry_point.startswith(":")):
+        raise RegistrationError(
+            f"{kind} {name!r}: entry point {entry_point!r} is malformed; expected 'package.module:ClassName'."
+        )
+    if not isinstance(entry_point, str) and not callable(entry_point):
+        raise RegistrationError(
+            f"{kind} {name!r}: entry point must be a 'module:Class' string or a class; got {entry_point!r}."
+        )
+    known = table.get(name)
+    if known is not None and not override and known.entry_point != entry_point:
+        raise RegistrationError(
+            f"{label} {name!r} is already registered to {known.entry_point!r}; "
+            f"pick another {word} or pass override=True."
+        )
 
 
 def registered_namespaces() -> list[NamespaceSpec]:
