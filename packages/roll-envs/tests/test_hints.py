@@ -121,3 +121,32 @@ def test_the_hints_are_read_from_the_class_not_an_instance(name):
     env = JudgedLake()
     setattr(env, name, True)  # an instance attribute is no declaration
     assert not hint_status(env, name).holds
+
+
+def test_an_instance_whose_config_makes_a_hint_false_withdraws_it(monkeypatch):
+    """A `needs_detour` reset draws rooms until one needs a detour (hundreds, where a default reset draws one: tens
+    of ms to seconds that would hold the event loop), so that Sokoban instance does not claim `never_blocks`;
+    nor does one with a deep reverse play. The class keeps the hint, and so do instances of default rooms."""
+    from roll_envs.envs.sokoban import rules
+
+    drawn = []
+    generate = rules.generate_room
+    monkeypatch.setattr(rules, "generate_room", lambda *args: drawn.append(args) or generate(*args))
+    plain, detour = roll_envs.make("sokoban"), roll_envs.make("sokoban", needs_detour=True)
+    counts = []
+    for env in (plain, detour):
+        drawn.clear()
+        for seed in range(4):
+            env.reset(seed=seed)
+        counts.append(len(drawn))
+    assert counts[0] == 4 and counts[1] > 100, counts
+    assert declares_never_blocks(plain) and not declares_never_blocks(detour)
+    assert declares_own_random_state(detour) and hint_status(SokobanEnv, "never_blocks").holds
+    assert hint_report(detour)[1] == (
+        "never_blocks: withdrawn: declared True by SokobanEnv, but this instance sets it False (its config)"
+    )
+    assert declares_never_blocks(roll_envs.make("sokoban", search_depth=rules.SHORT_SEARCH_DEPTH))
+    assert not declares_never_blocks(roll_envs.make("sokoban", search_depth=rules.SHORT_SEARCH_DEPTH + 1))
+    lake = roll_envs.make("frozen_lake")
+    lake.owns_random_state = False  # any env may withdraw a hint on itself, never declare one (above)
+    assert not declares_own_random_state(lake) and declares_own_random_state(roll_envs.make("frozen_lake"))

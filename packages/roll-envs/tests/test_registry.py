@@ -117,7 +117,7 @@ def test_envs_and_namespaces_refuse_a_bad_name_an_entry_point_that_is_no_class_o
     add("test_taken", CounterEnv)
     try:
         add("test_taken", CounterEnv)  # the same entry point again: no conflict
-        with pytest.raises(roll_envs.RegistrationError, match="already registered to .*pick another"):
+        with pytest.raises(roll_envs.RegistrationError, match=r"already registered to .*pick another"):
             add("test_taken", "other.module:Env")
     finally:
         table.pop("test_taken", None)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import roll_envs
 from roll_envs import ActionOutcome, BaseEnv, GarbagePaysWarning, check_env
+from roll_envs.checker_answers import replay, reward_after
 from roll_envs.envs.builtins import BUILTINS
 
 NO_ACTION = ("", "Left", "no tags at all", "<answer></answer>", "<answer>fly away</answer>", "<answer>")
@@ -47,24 +48,6 @@ playing submits that run no call, needs no isolation, which a machine without na
 built-ins, not `list_envs()`: test modules of other packages register test envs at collection."""
 
 
-def replay(env: Any, seed: int, turns: list[str]) -> Any:
-    env.reset(seed=seed)
-    out = None
-    for text in turns:
-        out = env.step(text)
-    return out
-
-
-def rewards_from(env: Any, seed: int, turns: list[str], texts: list[str]) -> list[tuple[float, bool]]:
-    """(reward, valid) of each text played in the state that `turns` reach (replayed from the seed)."""
-    out = []
-    for text in texts:
-        replay(env, seed, turns)
-        _, reward, _, _, info = env.step(text)
-        out.append((float(reward), bool(info["action_is_valid"])))
-    return out
-
-
 def explore(env: Any, seeds: range, turns: int) -> tuple[float, float, int]:
     """Walk from each seed, half the time greedily (pushes boxes onto targets, then often off them);
     at every state compare the best no-action answer with the worst valid action.
@@ -77,9 +60,9 @@ def explore(env: Any, seeds: range, turns: int) -> tuple[float, float, int]:
         for _ in range(turns):
             replay(env, seed, played)
             actions = [f"<answer>{a}</answer>" for a in env.valid_actions][:24]
-            scored = rewards_from(env, seed, played, actions)
+            scored = [reward_after(env, seed, played, a) for a in actions]
             valid = [(r, a) for (r, ok), a in zip(scored, actions, strict=True) if ok]
-            garbage_scored = rewards_from(env, seed, played, list(NO_ACTION[:3]))
+            garbage_scored = [reward_after(env, seed, played, t) for t in NO_ACTION[:3]]
             assert not any(ok for _, ok in garbage_scored)
             garbage = max(r for r, _ in garbage_scored)
             worst = min(r for r, _ in valid)

@@ -2,7 +2,10 @@
 
 Each `check_*` function returns a list of problems; every problem says what was expected, what
 came, and how to fix it. `check_env` runs them all and raises one `CheckEnvError` listing every
-problem (or returns the empty list).
+problem (or returns the empty list). Here are the checks of one call's result, of reproducibility, of the
+time limit and of rendering; answers that are no action are checked in `roll_envs.checker_answers`, players,
+demonstrations and the random-state declaration in `checker_players`, `checker_demonstration` and
+`checker_random`.
 
 `check_env` calls the env as roll's env manager does: each instance with its own state of Python's
 `random` and numpy's `np.random`, reseeded by `reset(seed=...)` (`roll_envs.random_state`). So an env
@@ -23,11 +26,11 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from roll_envs.checker_answers import answer_text, check_garbage, check_reward_rule, current_actions
 from roll_envs.checker_demonstration import check_demonstration
 from roll_envs.checker_players import check_players
 from roll_envs.checker_random import check_random_state_declaration
 from roll_envs.errors import CheckEnvError, GarbagePaysWarning
-from roll_envs.parsing import AnswerFormat, extract_answer, render_answer
 from roll_envs.random_state import IsolatedEnv
 
 REQUIRED_INFO = {"action_is_valid": bool, "action_is_effective": bool, "success": bool, "metrics": dict}
@@ -38,32 +41,6 @@ OPTIONAL_INFO = {"action_is_refused": bool}
 
 PROBE_ANSWERS = ("0", "1", "2", "42", "-1", "yes", "no", "A")
 """Answers played in an open answer space (`valid_actions` None): each may be valid or not."""
-
-GARBAGE_TURNS = ("", "no tags at all", "<answer></answer>", "<answer>\x00\x07</answer>", "x" * 100_000)
-"""Turns that must be invalid actions, not exceptions."""
-
-NO_ACTION_TURNS = ("", "no tags at all", "<answer></answer>")
-"""Answers with no valid action, scored against the valid actions by `check_reward_rule`."""
-
-
-def answer_format(env: Any) -> AnswerFormat:
-    """The env's `config.answer_format` (`tags` for an env without one)."""
-    value = getattr(getattr(env, "config", None), "answer_format", AnswerFormat.TAGS)
-    try:
-        return AnswerFormat(value)
-    except ValueError:
-        return AnswerFormat.TAGS
-
-
-def answer_text(env: Any, action: str) -> str:
-    """A turn answering `action` in the env's answer format (`<answer>action</answer>` by default)."""
-    return render_answer([action], answer_format(env))
-
-
-def current_actions(env: Any) -> list[str] | None:
-    """The env's `valid_actions` in its current state, or None for an open answer space (or none given)."""
-    actions = getattr(env, "valid_actions", None)
-    return None if actions is None else list(actions)
 
 
 def check_interface(env: Any) -> list[str]:
@@ -290,89 +267,6 @@ def check_time_limit(env: Any, seed: int) -> list[str]:
             f"seed {seed}: the episode is still running after max_steps={limit} turns; expected truncated=True."
         ]
     return []
-
-
-def check_garbage(env: Any, seed: int) -> list[str]:
-    """Malformed turns are never exceptions; those with no answer in the env's answer format are invalid
-    actions (`action_is_valid` False). In the `raw` format some are answers, which an open answer space
-    may accept."""
-    env.reset(seed=seed)
-    problems = []
-    fmt = answer_format(env)
-    for text in GARBAGE_TURNS:
-        try:
-            out = env.step(text)
-        except Exception as exc:
-            problems.append(
-                f"step({text!r:.30}) raised {exc!r}; fix: treat unparsable text as an invalid action."
-            )
-            continue
-        if (
-            extract_answer(text, fmt) in (None, "")
-            and isinstance(out, tuple)
-            and len(out) == 5
-            and isinstance(out[4], dict)
-            and out[4].get("action_is_valid")
-        ):
-            problems.append(
-                f"step({text!r:.30}) was accepted as a valid action; expected action_is_valid False."
-            )
-    return problems
-
-
-def _replay(env: Any, seed: int, prefix: list[str]) -> Any:
-    """Reset with `seed` and play the turns of `prefix`; the last step's result (None if none)."""
-    env.reset(seed=seed)
-    out = None
-    for text in prefix:
-        out = env.step(text)
-    return out
-
-
-def _reward_after(env: Any, seed: int, prefix: list[str], text: str) -> tuple[float, bool]:
-    """(reward, action_is_valid) of `text` played in the state that `prefix` reaches."""
-    _replay(env, seed, prefix)
-    _, reward, _, _, info = env.step(text)
-    return float(reward), bool(info.get("action_is_valid"))
-
-
-def check_reward_rule(env: Any, seed: int, turns: int = 8, max_actions: int = 16) -> list[str]:
-    """Garbage never pays: from each state of a random episode, an answer with no valid action scores
-    no more than the worst valid action (at most `max_actions` of them tried per state). Not checked in
-    an open answer space (`valid_actions` None): there is no list of valid actions to compare with.
-
-    States are revisited by resetting with `seed` and replaying the turns so far (the env must be
-    deterministic, which `check_determinism` checks). Returns at most one problem: the state where
-    garbage pays most, with the `format_penalty` that would make it pay no more than that action.
-    """
-    rng = random.Random(seed)
-    prefix: list[str] = []
-    worst_case: tuple[float, int, float, float, str] | None = None  # (excess, turn, garbage, reward, action)
-    for turn in range(turns):
-        _replay(env, seed, prefix)
-        actions = current_actions(env)
-        if not actions:
-            break
-        tried = actions if len(actions) <= max_actions else rng.sample(actions, max_actions)
-        garbage = max(_reward_after(env, seed, prefix, text)[0] for text in NO_ACTION_TURNS)
-        scored = [(_reward_after(env, seed, prefix, answer_text(env, a)), a) for a in tried]
-        valid = [(reward, a) for (reward, ok), a in scored if ok]
-        if valid and garbage - min(valid)[0] > max(1e-9, worst_case[0] if worst_case else 0.0):
-            reward, action = min(valid)
-            worst_case = (garbage - reward, turn, garbage, reward, action)
-        prefix.append(answer_text(env, rng.choice(actions)))
-        _, _, terminated, truncated, _ = _replay(env, seed, prefix)
-        if terminated or truncated:
-            break
-    if worst_case is None:
-        return []
-    excess, turn, garbage, reward, action = worst_case
-    penalty = float(getattr(getattr(env, "config", None), "format_penalty", 0.0))
-    return [
-        f"seed {seed} turn {turn}: an answer with no valid action scores {garbage:g}, more than the valid "
-        f"action {action!r} ({reward:g}): a policy can learn to stop answering. Fix: set format_penalty to "
-        f"at least {penalty + excess:g} (now {penalty:g}), minus the worst reward of one action."
-    ]
 
 
 def check_render(env: Any, seed: int) -> list[str]:

@@ -56,7 +56,7 @@ def play(
     A line that is not yet an answer in the env's answer format is written as one: with `<answer>` tags
     `left` plays `<answer>left</answer>`, with `boxed` `\\boxed{left}`; with `raw` every line is played as typed.
     """
-    from roll_envs.checker import answer_format, answer_text
+    from roll_envs.checker_answers import answer_format, answer_text
 
     marker = {"tags": "<answer>", "boxed": "\\boxed", "tool_call": "{", "raw": ""}[answer_format(env)]
     write(f"--- instruction ---\n{env.instruction}")

@@ -10,6 +10,11 @@ overrides `step`: the hint is dropped for it, and its calls run in the thread po
 subclass that only sets class attributes (`config_cls`, `metric_aggregation`) keeps the hints; one whose code
 keeps them true declares them again on its own class. `roll-envs check` prints which hints an env carries
 and why (`hint_report`); `check_env`, and roll when it builds such an env, log a dropped one as a note.
+
+A hint is the class's, never an instance's: an instance attribute cannot declare one. It can withdraw one its
+config makes false: `self.never_blocks = False` in `__init__` (which roll runs before any hosted call, and a
+frozen config cannot change after) makes the hint not hold for that instance alone. Sokoban does so for
+`needs_detour` rooms, whose reset draws rooms until one needs a detour (docs/envs/sokoban.md).
 """
 
 from __future__ import annotations
@@ -39,18 +44,20 @@ _HOOKED_DUNDERS = frozenset({"__getattr__", "__getattribute__"})
 class HintStatus:
     """Whether the hint `name` holds for `cls`: `declared_by` is the class whose body sets it (None: none
     does), `declared` whether it set it True, `overrides` the code defined below that class (method name,
-    defining class), each of which drops an inherited True."""
+    defining class), each of which drops an inherited True; `withdrawn`: the instance asked about set it False
+    on itself (its config makes it false)."""
 
     name: str
     cls: type
     declared_by: type | None
     declared: bool
     overrides: tuple[tuple[str, type], ...]
+    withdrawn: bool = False
 
     @property
     def holds(self) -> bool:
-        """Whether roll treats the class as declaring the hint."""
-        return self.declared and not self.overrides
+        """Whether roll treats the class (or the instance asked about) as declaring the hint."""
+        return self.declared and not self.overrides and not self.withdrawn
 
     def describe(self) -> str:
         """One line for an env author: the hint, where it comes from, and whether it holds."""
@@ -58,6 +65,8 @@ class HintStatus:
             where = "" if self.declared_by is None else f" (set False by {self.declared_by.__name__})"
             return f"{self.name}: not declared{where}"
         source = self.declared_by.__name__ if self.declared_by else "?"
+        if self.withdrawn and not self.overrides:
+            return f"{self.name}: withdrawn: declared True by {source}, but this instance sets it False (its config)"
         if not self.overrides:
             return f"{self.name}: holds (declared by {source})"
         methods = ", ".join(f"{m} ({c.__name__})" for m, c in self.overrides)
@@ -69,7 +78,8 @@ class HintStatus:
 
 
 def hint_status(env: Any, name: str) -> HintStatus:
-    """How the hint `name` stands for `env` (an instance or a class); see the module docstring."""
+    """How the hint `name` stands for `env` (an instance or a class; an instance may have withdrawn it); see the
+    module docstring."""
     cls = env if isinstance(env, type) else type(env)
     mro = cls.__mro__
     declared_by = next((c for c in mro if name in vars(c)), None)
@@ -83,7 +93,8 @@ def hint_status(env: Any, name: str) -> HintStatus:
         for attr, value in vars(owner).items()
         if _is_hosted_code(attr, value) and next(c for c in mro if attr in vars(c)) is owner
     )
-    return HintStatus(name, cls, declared_by, vars(declared_by)[name] is True, overrides)
+    withdrawn = not isinstance(env, type) and getattr(env, "__dict__", {}).get(name) is False
+    return HintStatus(name, cls, declared_by, vars(declared_by)[name] is True, overrides, withdrawn)
 
 
 def hint_holds(env: Any, name: str) -> bool:

@@ -32,6 +32,7 @@ from roll_envs.envs.sokoban.rules import (
     SokobanConfig,
     deltas,
     draw_room,
+    reset_can_hold_the_loop,
     sokoban_description,
 )
 from roll_envs.errors import EnvConfigError
@@ -60,20 +61,23 @@ class SokobanEnv(BaseEnv):
     off one, +10 when the room is solved (which terminates the episode).
     `reset(options={"room": Room(...)})` plays a given room. With `describe`, a line in words follows the
     grid (`sokoban_description`); `demonstration()` gives the first move of a shortest solution.
+    `never_blocks` holds unless a reset can hold the event loop (`reset_can_hold_the_loop`: `needs_detour` or
+    a deep `search_depth`), where the instance withdraws it.
     """
 
     config_cls = SokobanConfig
     owns_random_state = True  # draws only from the episode rng (np_random and generators seeded from it)
-    never_blocks = True  # in-memory game logic: a step is microseconds, never waits
+    never_blocks = True  # in-memory game logic: a step is microseconds, never waits; a reset see __init__
     config: SokobanConfig
     metric_aggregation: ClassVar[Mapping[str, Aggregation]] = {**BASE_METRICS, "boxes_on_target": "last"}
 
     def __init__(self, config: Any = None, *, render_mode: str | None = "text", **overrides: Any) -> None:
         super().__init__(config, render_mode=render_mode, **overrides)
+        if reset_can_hold_the_loop(self.config):
+            self.never_blocks = False  # this instance withdraws the class's hint (roll_envs.hints)
         self.room: Room | None = None
         self.boxes: set[int] = set()
         self.player = 0
-        self._wall_row_cache: list[list[str]] = []
 
     @property
     def instruction(self) -> str:

@@ -68,7 +68,13 @@ class SokobanConfig(EnvConfig):
     dim_x: int = Field(6, ge=4, le=20, description="grid width, walls included")
     dim_y: int = Field(6, ge=4, le=20, description="grid height, walls included")
     num_boxes: int = Field(1, ge=1, le=6, description="boxes (and targets)")
-    search_depth: int = Field(100, ge=1, le=10_000, description="random moves of the reverse play per walk")
+    search_depth: int = Field(
+        100,
+        ge=1,
+        le=10_000,
+        description="random moves of the reverse play per walk; above 1000 a reset can take tens of ms, and"
+        " the env withdraws `never_blocks` (`reset_can_hold_the_loop`)",
+    )
     grid_vocab: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_GRID), description=f"symbol of each of {', '.join(ROLES)}"
     )
@@ -76,7 +82,7 @@ class SokobanConfig(EnvConfig):
         False,
         description="keep only rooms that pushes each bringing a box nearer its nearest target cannot solve"
         " (`greedy_solvable`): a box must first go sideways or away; about 1 room in 256 at 6x6 with one box,"
-        " so a reset draws about 256 rooms (about 0.07 s of one core)",
+        " so a reset draws about 256 rooms (about 0.07 s of one core), and the env withdraws `never_blocks`",
     )
     describe: bool = Field(
         False,
@@ -142,6 +148,19 @@ def sokoban_description(room: Room, boxes: frozenset[int], player: int) -> str:
 
 DETOUR_DRAWS = 20_000
 """How many rooms a `needs_detour` reset draws at most before it gives up (at 1 in 256, never in practice)."""
+
+
+SHORT_SEARCH_DEPTH = 1000
+"""The deepest reverse play whose reset is a short computation: at most 6 ms of one core over 200 seeds at 1000
+(2 ms at 300, 0.3 ms typical at the default 100), but 52 ms at 10,000."""
+
+
+def reset_can_hold_the_loop(config: SokobanConfig) -> bool:
+    """Whether a reset under `config` can take long enough to hold an event loop (tens of ms or more of one
+    core), so that `SokobanEnv` must not claim `never_blocks`: with `needs_detour` (a reset draws rooms until one
+    needs a detour: 70 ms of one core on average, up to 20,000 draws; 0.48 s on average and 3.9 s at worst
+    over 500 seeds on a loaded 2-core machine), or a `search_depth` above `SHORT_SEARCH_DEPTH`."""
+    return config.needs_detour or config.search_depth > SHORT_SEARCH_DEPTH
 
 
 def draw_room(rng: np.random.Generator, config: SokobanConfig) -> Room:
