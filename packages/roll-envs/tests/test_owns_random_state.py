@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +15,8 @@ from roll_envs.adapters.gem import GemEnv
 from roll_envs.adapters.gym import GymAdapterEnv
 from roll_envs.adapters.reasoning_gym import ReasoningGymEnv
 from roll_envs.adapters.textarena import TextArenaEnv
-from roll_envs.base import ActionOutcome, BaseEnv
+from roll_envs.base import ActionOutcome
+from roll_envs.envs.frozen_lake import FrozenLakeEnv
 from roll_envs.hints import declares_own_random_state
 from roll_envs.random_state import EnvRandomState
 
@@ -24,43 +24,24 @@ NOTE = "declare `owns_random_state = True`"
 BUILTIN_IDS = ["four_choice", "tictactoe", "frozen_lake", "sokoban", "webshop_lite"]
 
 
-class OwnRng(BaseEnv):
-    """Draws only from the episode's generator."""
+class OwnRng(FrozenLakeEnv):
+    """Draws only from the episode's generator (FrozenLake's code), but does not declare it."""
 
-    @property
-    def instruction(self) -> str:
-        return "Say <answer>Go</answer>."
-
-    @property
-    def valid_actions(self) -> list[str]:
-        return ["Go"]
-
-    def new_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
-        self.n = int(rng.integers(5))
-
-    def apply_action(self, action: str) -> ActionOutcome:
-        self.n += int(self.np_random.integers(2))
-        return ActionOutcome(1.0, self.n >= 8, True)
-
-    def text_observation(self) -> str:
-        return f"n={self.n}"
-
-    def is_success(self) -> bool:
-        return self.n >= 8
+    owns_random_state = False
 
 
 class DeclaredOwnRng(OwnRng):
     owns_random_state = True
 
 
-class DeclaredButGlobal(OwnRng):
+class DeclaredButGlobal(FrozenLakeEnv):
     """Declares its own random state, but steps on the process-wide generators."""
 
     owns_random_state = True
 
     def apply_action(self, action: str) -> ActionOutcome:
-        self.n += random.choice((0, 1)) + int(np.random.randint(2))
-        return ActionOutcome(1.0, self.n >= 8, True)
+        random.random(), np.random.randint(2)
+        return super().apply_action(action)
 
 
 class UndeclaredGlobal(DeclaredButGlobal):
@@ -109,7 +90,7 @@ def test_isolated_env_notes_draws_from_the_globals():
     quiet, noisy = IsolatedEnv(OwnRng()), IsolatedEnv(UndeclaredGlobal())
     for env in (quiet, noisy):
         env.reset(seed=3)
-        env.step("<answer>Go</answer>")
+        env.step("<answer>Left</answer>")
     assert not quiet.drew_from_globals
     assert noisy.drew_from_globals
 

@@ -175,8 +175,3 @@ def replay_to_gif(env: Any, seed: int, responses: Sequence[str], path: str | Pat
         if terminated or truncated:
             break
     return save_gif(frames, path, fps)
-
-
-def observations_to_gif(observations: Sequence[str], path: str | Path, fps: float = 2.0) -> Path:
-    """Save text observations as a GIF of drawn text (for envs without a graphical frame)."""
-    return save_gif([text_frame(o) for o in observations], path, fps)

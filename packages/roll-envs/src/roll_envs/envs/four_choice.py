@@ -68,11 +68,8 @@ class FourChoiceEnv(BaseEnv):
     owns_random_state = True  # draws only from the episode rng (np_random and generators seeded from it)
     never_blocks = True  # in-memory game logic: a step is microseconds, never waits
     config: FourChoiceConfig
-
-    def __init__(self, config: Any = None, *, render_mode: str | None = "text", **overrides: Any) -> None:
-        super().__init__(config, render_mode=render_mode, **overrides)
-        self.colour = COLOURS[0]
-        self.answer: str | None = None
+    colour: str = COLOURS[0]  # the state before the first reset; each reset sets it on the instance
+    answer: str | None = None
 
     @property
     def instruction(self) -> str:

@@ -96,11 +96,8 @@ class TicTacToeEnv(BaseEnv):
     owns_random_state = True  # draws only from the episode rng (np_random and generators seeded from it)
     never_blocks = True  # in-memory game logic: a step is microseconds, never waits
     config: TicTacToeConfig
-
-    def __init__(self, config: Any = None, *, render_mode: str | None = "text", **overrides: Any) -> None:
-        super().__init__(config, render_mode=render_mode, **overrides)
-        self.board: tuple[str, ...] = ("",) * 9
-        self.to_move = PLAYERS[0]
+    board: tuple[str, ...] = ("",) * 9  # the state before the first reset; each reset sets it on the instance
+    to_move: str = PLAYERS[0]
 
     @property
     def instruction(self) -> str:

@@ -43,11 +43,8 @@ class FrozenLakeEnv(BaseEnv):
     owns_random_state = True  # draws only from the episode rng (np_random and generators seeded from it)
     never_blocks = True  # in-memory game logic: a step is microseconds, never waits
     config: FrozenLakeConfig
-
-    def __init__(self, config: Any = None, *, render_mode: str | None = "text", **overrides: Any) -> None:
-        super().__init__(config, render_mode=render_mode, **overrides)
-        self.desc: list[str] = []
-        self.position = 0
+    desc: Sequence[str] = ()  # the state before the first reset (no map); each reset sets it on the instance
+    position: int = 0
 
     @property
     def instruction(self) -> str:
