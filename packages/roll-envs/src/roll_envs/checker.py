@@ -2,10 +2,9 @@
 
 Each `check_*` function returns a list of problems; every problem says what was expected, what
 came, and how to fix it. `check_env` runs them all and raises one `CheckEnvError` listing every
-problem (or returns the empty list). Here are the checks of one call's result, of reproducibility, of the
-time limit and of rendering; answers that are no action are checked in `roll_envs.checker_answers`, players,
-demonstrations and the random-state declaration in `checker_players`, `checker_demonstration` and
-`checker_random`.
+problem (or returns the empty list). The checks of answers that are no action, of players, of
+demonstrations and of the random-state declaration live in `checker_answers`, `checker_players`,
+`checker_demonstration` and `checker_random`.
 
 `check_env` calls the env as roll's env manager does: each instance with its own state of Python's
 `random` and numpy's `np.random`, reseeded by `reset(seed=...)` (`roll_envs.random_state`). So an env

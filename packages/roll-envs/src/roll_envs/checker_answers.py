@@ -1,11 +1,6 @@
-"""The parts of `check_env` about answers that are no action, and how the checks write an answer.
-
-`check_garbage`: malformed turns are never exceptions, and those with no answer in the env's answer format
-are invalid actions. `check_reward_rule`: garbage never pays, an answer with no valid action scoring no more
-than the worst valid action (a warning, `GarbagePaysWarning`, naming the `format_penalty` that fixes it).
-`answer_text` writes an action in the env's answer format (`check_env`'s other parts and `roll-envs play`
-use it too).
-"""
+"""The parts of `check_env` about answers that are no action (`check_garbage`: never an exception, never
+valid; `check_reward_rule`: never paying more than a valid action), and `answer_text`, which writes an action
+in the env's answer format for every check and for `roll-envs play`."""
 
 from __future__ import annotations
 

@@ -11,14 +11,21 @@ from roll_envs.errors import EnvConfigError, did_you_mean
 from roll_envs.parsing import AnswerFormat
 
 
+def turns_field(
+    default: int,
+    description: str = "turns (calls to step) before the episode is truncated",
+    le: int = 100_000,
+) -> Any:
+    """The `max_steps` field with an env's own default (and, where given, its own wording and bound)."""
+    return Field(default, ge=1, le=le, description=description)
+
+
 class EnvConfig(BaseModel):
     """Fields every env shares; an env's own config subclasses this and adds its fields."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_steps: int = Field(
-        10, ge=1, le=100_000, description="turns (calls to step) before the episode is truncated"
-    )
+    max_steps: int = turns_field(10)
     format_penalty: float = Field(
         0.0, ge=0.0, description="subtracted from the reward of a turn whose answer is not a valid action"
     )

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from roll_envs.adapters import import_library
 from roll_envs.base import ActionOutcome, BaseEnv
-from roll_envs.config import EnvConfig
+from roll_envs.config import EnvConfig, turns_field
 from roll_envs.errors import EnvConfigError
 from roll_envs.parsing import AnswerFormat, render_answer
 
@@ -27,7 +27,7 @@ class GemConfig(EnvConfig):
 
     env_id: str = Field(..., description="GEM id, e.g. 'game:Minesweeper-v0-easy' (gem.envs.registration)")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of gem.make")
-    max_steps: int = Field(50, ge=1, le=100_000, description="turns before the episode is truncated")
+    max_steps: int = turns_field(50)
     format_penalty: float = Field(0.1, ge=0.0, description="subtracted from a turn with no readable answer")
     answer_format: AnswerFormat = Field(AnswerFormat.BOXED, description="how answers are read (GEM: boxed)")
 

@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import Field
 
 from roll_envs.base import ActionOutcome, BaseEnv
-from roll_envs.config import EnvConfig
+from roll_envs.config import EnvConfig, turns_field
 from roll_envs.errors import EnvConfigError
 
 Renderer = Callable[[Any, Any], str]
@@ -110,9 +110,7 @@ KNOWN_GAMES: dict[str, GameText] = {
 class GymAdapterConfig(EnvConfig):
     """Config of `GymAdapterEnv` (plus `max_steps`, `format_penalty`, `max_actions_per_turn`)."""
 
-    max_steps: int = Field(
-        100, ge=1, le=100_000, description="turns (calls to step) before the episode is truncated"
-    )
+    max_steps: int = turns_field(100)
     format_penalty: float = Field(
         0.0,
         ge=0.0,

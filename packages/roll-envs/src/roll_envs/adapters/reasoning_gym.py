@@ -24,7 +24,7 @@ from pydantic import Field, model_validator
 
 from roll_envs.adapters import import_library
 from roll_envs.base import ActionOutcome, BaseEnv
-from roll_envs.config import EnvConfig
+from roll_envs.config import EnvConfig, turns_field
 from roll_envs.errors import EnvConfigError
 from roll_envs.parsing import AnswerFormat
 
@@ -38,7 +38,7 @@ class ReasoningGymConfig(EnvConfig):
     )
     dataset_size: int = Field(100_000, ge=1, description="questions an episode's seed chooses from")
     dataset_seed: int = Field(0, description="seed of the dataset (the episode seed picks a question in it)")
-    max_steps: int = Field(1, ge=1, le=100_000, description="turns before the episode is truncated")
+    max_steps: int = turns_field(1)
     answer_format: AnswerFormat = Field(
         AnswerFormat.TAGS, description="how answers are read (reasoning-gym: tags)"
     )

@@ -26,7 +26,7 @@ from pydantic import Field
 
 from roll_envs.adapters import import_library
 from roll_envs.base import ActionOutcome, BaseEnv
-from roll_envs.config import EnvConfig
+from roll_envs.config import EnvConfig, turns_field
 from roll_envs.errors import EnvConfigError
 from roll_envs.parsing import AnswerFormat
 
@@ -42,7 +42,7 @@ class TextArenaConfig(EnvConfig):
         default_factory=dict, description="keyword arguments of textarena.make"
     )
     num_players: int = Field(0, ge=0, le=16, description="players; 0: 1 when the game allows it, else 2")
-    max_steps: int = Field(50, ge=1, le=100_000, description="turns before the episode is truncated")
+    max_steps: int = turns_field(50)
     answer_format: AnswerFormat = Field(AnswerFormat.RAW, description="how answers are read (TextArena: raw)")
 
 

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from roll_envs.base import ActionOutcome, BaseEnv
 from roll_envs.baseline_types import EnvBaselines, scored_seeds
-from roll_envs.config import EnvConfig
+from roll_envs.config import EnvConfig, turns_field
 from roll_envs.errors import EnvConfigError
 
 COLOURS = ("red", "green", "blue", "yellow")
@@ -33,11 +33,8 @@ ANSWER_KEY: dict[str, str] = {"red": "C", "green": "A", "blue": "D", "yellow": "
 class FourChoiceConfig(EnvConfig):
     """Config of `FourChoiceEnv` (plus `format_penalty`, `max_actions_per_turn`): one turn by default."""
 
-    max_steps: int = Field(
-        1,
-        ge=1,
-        le=100_000,
-        description="turns before the episode is truncated; above 1 an invalid answer may be retried",
+    max_steps: int = turns_field(
+        1, "turns before the episode is truncated; above 1 an invalid answer may be retried"
     )
     colour: Literal["red", "green", "blue", "yellow"] | None = Field(
         None,

@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from roll_envs.base import ActionOutcome, BaseEnv
-from roll_envs.config import EnvConfig
+from roll_envs.config import EnvConfig, turns_field
 
 PLAYERS = ("X", "O")
 CELLS = tuple(str(i) for i in range(1, 10))
@@ -33,9 +33,7 @@ FIXED_POLICIES = ("random", "minimax")
 class TicTacToeConfig(EnvConfig):
     """Config of `TicTacToeEnv` (plus `format_penalty`, `answer_format`)."""
 
-    max_steps: int = Field(
-        20, ge=1, le=100_000, description="moves of both players, retries included, before truncation"
-    )
+    max_steps: int = turns_field(20, "moves of both players, retries included, before truncation")
     format_penalty: float = Field(
         0.1, ge=0.0, description="subtracted from the reward of a move that names no cell (as a refused move)"
     )

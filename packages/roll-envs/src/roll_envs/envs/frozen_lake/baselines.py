@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from roll_envs.baseline_types import HELD_OUT_SEED_START
+from roll_envs.baseline_types import HELD_OUT_SEED_START, scored_seeds  # noqa: F401 (read from here too)
 from roll_envs.envs.frozen_lake.rules import ACTIONS, FrozenLakeConfig, generate_map, move
 
 if TYPE_CHECKING:
@@ -200,11 +200,9 @@ def frozen_lake_baselines(
     ['best_fixed_sequence', 'random']
     """
     steps = FrozenLakeConfig().max_steps if max_steps is None else max_steps
-    played = range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes) if seeds is None else seeds
+    played = scored_seeds(episodes, seeds)
     held = transition_table(played, size, p)
-    default = (size, p) == (4, 0.8) and list(played) == list(
-        range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + HELD_OUT_MAPS)
-    )
+    default = (size, p) == (4, 0.8) and played == scored_seeds(HELD_OUT_MAPS)
     if default and steps in PRECOMPUTED_SEQUENCES:
         sequence = tuple(PRECOMPUTED_SEQUENCES[steps].split())
     else:

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from roll_envs.base import BASE_METRICS, ActionOutcome, Aggregation, BaseEnv
-from roll_envs.config import EnvConfig
+from roll_envs.config import EnvConfig, turns_field
 from roll_envs.envs.sandbox import runner
 from roll_envs.envs.sandbox.runner import PYTHON, CallResult, Limits, run_call
 from roll_envs.envs.sandbox.tasks import FAMILIES, Split, Task, check_answer, make_task
@@ -50,9 +50,7 @@ def warn_unisolated() -> None:
 class SandboxConfig(EnvConfig):
     """Config of `SandboxEnv` (plus `max_steps`, `format_penalty`, `max_actions_per_turn`)."""
 
-    max_steps: int = Field(
-        10, ge=1, le=100, description="turns (calls to step) before the episode is truncated"
-    )
+    max_steps: int = turns_field(10, le=100)
     answer_format: AnswerFormat = Field(
         AnswerFormat.TOOL_CALL,
         description="how a call is read from a turn; 'tool_call' (JSON) is the natural one",

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium.utils import seeding
 
-from roll_envs.baseline_types import HELD_OUT_SEED_START
+from roll_envs.baseline_types import HELD_OUT_SEED_START, scored_seeds  # noqa: F401 (read from here too)
 from roll_envs.config import build_config
 from roll_envs.envs.frozen_lake.baselines import best_fixed_sequence, sequence_success
 from roll_envs.envs.sokoban.generator import Room
@@ -169,8 +169,7 @@ def held_out_rooms(
     room from it (`draw_room`); so does this, without building an env.
     """
     cfg = build_config(SokobanConfig, config, {}, "SokobanEnv")
-    played = range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes) if seeds is None else seeds
-    return [draw_room(seeding.np_random(seed)[0], cfg) for seed in played]
+    return [draw_room(seeding.np_random(seed)[0], cfg) for seed in scored_seeds(episodes, seeds)]
 
 
 @lru_cache(maxsize=16)
@@ -193,12 +192,13 @@ def _held_out_graphs(
 
 
 def _config_graphs(
-    config: SokobanConfig, episodes: int, seeds: tuple[int, ...] | None
+    config: SokobanConfig, episodes: int, seeds: Sequence[int] | None
 ) -> tuple[RoomGraph, ...]:
-    """`_held_out_graphs` for the generator settings of `config`."""
-    c = config
+    """`_held_out_graphs` for the generator settings of `config`, of `seeds` (None: `episodes` held-out seeds)."""
+    c, played = config, None if seeds is None else tuple(seeds)
+    count = episodes if played is None else len(played)
     return _held_out_graphs(
-        episodes, c.dim_x, c.dim_y, c.num_boxes, c.search_depth, seeds, needs_detour=c.needs_detour
+        count, c.dim_x, c.dim_y, c.num_boxes, c.search_depth, played, needs_detour=c.needs_detour
     )
 
 
@@ -226,9 +226,7 @@ def sokoban_baselines(
     """
     cfg = config if isinstance(config, SokobanConfig) else SokobanConfig(**(config or {}))
     turns = cfg.max_steps if max_steps is None else max_steps
-    played = None if seeds is None else tuple(seeds)
-    count = episodes if played is None else len(played)
-    graphs = _config_graphs(cfg, count, played)
+    graphs = _config_graphs(cfg, episodes, seeds)
     lengths = [len(g.solution) for g in graphs if g.solution is not None]
     return {
         "random": random_policy_success(graphs, turns),
@@ -245,7 +243,5 @@ def fixed_sequence_baseline(
     """The best fixed sequence's key (`fixed_sequence_name`) and success within `turns` moves on the rooms
     `sokoban_baselines` scores for the same arguments (their cached graphs). The search takes about 2 s on
     128 6x6 one-box rooms at 10 moves, 12 s on 128 8x8 two-box rooms, and about 30 s on 1000 6x6 rooms."""
-    played = None if seeds is None else tuple(seeds)
-    count = episodes if played is None else len(played)
-    graphs = _config_graphs(config, count, played)
+    graphs = _config_graphs(config, episodes, seeds)
     return fixed_sequence_name(turns), fixed_sequence_success(graphs, turns)[0]

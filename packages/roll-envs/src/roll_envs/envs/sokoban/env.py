@@ -70,14 +70,14 @@ class SokobanEnv(BaseEnv):
     never_blocks = True  # in-memory game logic: a step is microseconds, never waits; a reset see __init__
     config: SokobanConfig
     metric_aggregation: ClassVar[Mapping[str, Aggregation]] = {**BASE_METRICS, "boxes_on_target": "last"}
+    room: Room | None = None  # the state before the first reset; each reset sets it on the instance
+    boxes: set[int]  # read only with a room
+    player: int = 0
 
     def __init__(self, config: Any = None, *, render_mode: str | None = "text", **overrides: Any) -> None:
         super().__init__(config, render_mode=render_mode, **overrides)
         if reset_can_hold_the_loop(self.config):
             self.never_blocks = False  # this instance withdraws the class's hint (roll_envs.hints)
-        self.room: Room | None = None
-        self.boxes: set[int] = set()
-        self.player = 0
 
     @property
     def instruction(self) -> str:

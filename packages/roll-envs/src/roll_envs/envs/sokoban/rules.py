@@ -12,7 +12,7 @@ import random
 import numpy as np
 from pydantic import Field, field_validator
 
-from roll_envs.config import EnvConfig
+from roll_envs.config import EnvConfig, turns_field
 from roll_envs.envs.frozen_lake.rules import goal_offset
 from roll_envs.envs.sokoban.generator import Room, generate_room, greedy_solvable
 from roll_envs.errors import EnvConfigError
@@ -56,9 +56,7 @@ WORST_MOVE_REWARD = STEP_PENALTY + BOX_OFF_TARGET
 class SokobanConfig(EnvConfig):
     """Config of `SokobanEnv` (plus `max_steps`, `format_penalty`, `max_actions_per_turn`)."""
 
-    max_steps: int = Field(
-        100, ge=1, le=100_000, description="turns (calls to step) before the episode is truncated"
-    )
+    max_steps: int = turns_field(100)
     format_penalty: float = Field(
         -WORST_MOVE_REWARD,
         ge=0.0,
@@ -151,15 +149,13 @@ DETOUR_DRAWS = 20_000
 
 
 SHORT_SEARCH_DEPTH = 1000
-"""The deepest reverse play whose reset is a short computation: at most 6 ms of one core over 200 seeds at 1000
-(2 ms at 300, 0.3 ms typical at the default 100), but 52 ms at 10,000."""
+"""The deepest reverse play whose reset stays short: at most 6 ms of one core at 1000, but 52 ms at 10,000."""
 
 
 def reset_can_hold_the_loop(config: SokobanConfig) -> bool:
-    """Whether a reset under `config` can take long enough to hold an event loop (tens of ms or more of one
-    core), so that `SokobanEnv` must not claim `never_blocks`: with `needs_detour` (a reset draws rooms until one
-    needs a detour: 70 ms of one core on average, up to 20,000 draws; 0.48 s on average and 3.9 s at worst
-    over 500 seeds on a loaded 2-core machine), or a `search_depth` above `SHORT_SEARCH_DEPTH`."""
+    """Whether a reset under `config` can hold an event loop for tens of ms or more, so that `SokobanEnv` must not
+    claim `never_blocks`: with `needs_detour` (a reset draws rooms until one needs a detour: 79 ms of one core
+    on average, 0.53 s at worst over 500 seeds) or a `search_depth` above `SHORT_SEARCH_DEPTH`."""
     return config.needs_detour or config.search_depth > SHORT_SEARCH_DEPTH
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import Field
 
 from roll_envs.base import BASE_METRICS, ActionOutcome, Aggregation, BaseEnv
-from roll_envs.config import EnvConfig
+from roll_envs.config import EnvConfig, turns_field
 from roll_envs.envs.webshop.catalog import Goal, Product, default_engine, load_catalog, make_goal
 from roll_envs.envs.webshop.reward import score_purchase
 
@@ -28,9 +28,7 @@ SEP = " [SEP] "
 class WebShopLiteConfig(EnvConfig):
     """Config of `WebShopLiteEnv` (plus `max_steps`, `format_penalty`, `max_actions_per_turn`)."""
 
-    max_steps: int = Field(
-        15, ge=1, le=1000, description="turns (calls to step) before the episode is truncated"
-    )
+    max_steps: int = turns_field(15, le=1000)
     show_available_actions: bool = Field(True, description="list the available actions under each page")
 
 
