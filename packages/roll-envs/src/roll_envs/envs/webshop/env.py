@@ -50,14 +50,7 @@ class WebShopLiteEnv(BaseEnv):
         self.by_asin = {p.asin: i for i, p in enumerate(self.products)}
         self.engine = default_engine()
         self.goal: Goal | None = None
-        self.page = "search"
-        self.results: list[int] = []
-        self.result_page = 1
-        self.item: Product | None = None
-        self.chosen: dict[str, str] = {}
-        self.sub_page = ""
-        self.score = 0.0
-        self.purchased = False
+        self._open_search()
 
     @property
     def instruction(self) -> str:
@@ -85,8 +78,14 @@ class WebShopLiteEnv(BaseEnv):
             if isinstance(goal, Goal)
             else make_goal(random.Random(int(rng.integers(2**63))), self.products)
         )
-        self.page, self.results, self.result_page = "search", [], 1
-        self.item, self.chosen, self.sub_page = None, {}, ""
+        self._open_search()
+
+    def _open_search(self) -> None:
+        """The state an episode starts in: the search page, nothing found, chosen or bought."""
+        self.page, self.sub_page, self.result_page = "search", "", 1
+        self.results: list[int] = []
+        self.item: Product | None = None
+        self.chosen: dict[str, str] = {}
         self.score, self.purchased = 0.0, False
 
     def match_action(self, token: str) -> str | None:
