@@ -70,8 +70,7 @@ class SokobanConfig(EnvConfig):
         100,
         ge=1,
         le=10_000,
-        description="random moves of the reverse play per walk; above 1000 a reset can take tens of ms, and"
-        " the env withdraws `never_blocks` (`reset_can_hold_the_loop`)",
+        description="random moves of the reverse play per walk; above 1000 the env withdraws never_blocks",
     )
     grid_vocab: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_GRID), description=f"symbol of each of {', '.join(ROLES)}"
