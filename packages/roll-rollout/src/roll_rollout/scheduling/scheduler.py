@@ -322,32 +322,16 @@ class RolloutScheduler:
     def _ended(
         self, ge: GroupEpisode, attempts: Attempts, episode_id: int, env_id: int, traj: Trajectory | None
     ) -> None:
-        """An attempt at a place of open `ge` ended on `env_id`: healthy (`traj`), or failed or lost (None).
-        Validation keeps whatever finishes first and replays a failure; training keeps the attempt the place
-        trains (`Attempts.trained`) once known, cancelling the others, and replays when every attempt failed."""
-        if self.settings.race_backups:
-            if traj is None:
-                self._dispatch([(ge, env_id, attempts)])
-            else:
-                self._keep(ge, traj)
-            return
-        attempts.ended[episode_id] = traj
-        kept = attempts.trained()
-        if kept is None and traj is not None:  # an attempt before it still runs: is it an exact replica?
-            self._metrics.note_replica(
-                problem := backups.replica_problem(attempts, traj, ge.version, self.settings)
-            )
-            kept = traj if problem is None else None
-        if kept is None:
-            if attempts.all_failed:
-                self._dispatch([(ge, env_id, attempts)])
-            return
-        running, healthy = attempts.unused(kept)
-        for attempt in attempts.order:
-            del ge.attempts[attempt]  # the place is settled: what ends of it later is a straggler
-        self.ledger.add("straggler", healthy)  # backups that ended healthy before the attempt kept did
-        self._cancel(ge, running)
-        self._keep(ge, kept)
+        """An attempt at a place of open `ge` ended on `env_id`: replay the place, or keep the trajectory it
+        trains (the keep and race rules: roll_rollout.scheduling.backups.settle)."""
+        step = backups.settle(ge, attempts, episode_id, traj, self.settings, self._metrics.note_replica)
+        if step.replay:
+            self._dispatch([(ge, env_id, attempts)])
+        elif step.kept is not None:
+            # backups that ended healthy before the attempt kept did
+            self.ledger.add("straggler", step.stragglers)
+            self._cancel(ge, step.cancel)
+            self._keep(ge, step.kept)
 
     def _keep(self, ge: GroupEpisode, traj: Trajectory) -> None:
         ge.finished.append(traj)
