@@ -19,12 +19,21 @@ def reference_ids(tok, instruction, observations, responses_text):
     return tok.encode(text, add_special_tokens=False)
 
 
+OBSERVATIONS = ["_P", "P_", "O_"]
+ANSWERS = ["<answer>Left</answer>", "<answer>Up</answer>"]
+
+
+def sampled_ids(tok, texts):
+    """The ids a policy sampled for each of `texts`: its tokens, then the eos that stopped it."""
+    return [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
+
+
 def test_full_history_equals_tokenising_the_whole_conversation(chat_tokenizer):
     tok = chat_tokenizer
     builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=None)
     observations = ["_P\nOG", "__\nPG", "__\n_√"]
     texts = ["<answer>Down</answer>", "<answer>Right</answer>"]
-    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
+    responses = sampled_ids(tok, texts)
     got = builder.prompt(observations, responses)
     assert got == reference_ids(tok, INSTRUCTION, observations, texts)
 
@@ -44,9 +53,8 @@ def test_sampled_ids_are_kept_even_when_retokenising_would_differ(chat_tokenizer
 def test_history_window(chat_tokenizer, window):
     tok = chat_tokenizer
     builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=window)
-    observations = ["_P", "P_", "O_"]
-    texts = ["<answer>Left</answer>", "<answer>Up</answer>"]
-    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
+    observations, texts = OBSERVATIONS, ANSWERS
+    responses = sampled_ids(tok, texts)
     got = builder.prompt(observations, responses)
     kept = observations[len(observations) - 1 - window :]
     assert got == reference_ids(tok, INSTRUCTION, kept, texts[len(texts) - window :])
@@ -87,9 +95,8 @@ def test_chat_messages_render_to_the_same_prompt(chat_tokenizer, window):
     """What a text-in chat API receives is the prompt a token-in server receives (same window)."""
     tok = chat_tokenizer
     builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=window)
-    observations = ["_P", "P_", "O_"]
-    texts = ["<answer>Left</answer>", "<answer>Up</answer>"]
-    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
+    observations, texts = OBSERVATIONS, ANSWERS
+    responses = sampled_ids(tok, texts)
     messages = builder.messages(observations, texts)
     rendered = tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
     assert tok.encode(rendered, add_special_tokens=False) == builder.prompt(observations, responses)
@@ -105,7 +112,7 @@ def test_a_response_prefix_ends_every_generation_prompt_and_is_read_by_the_env(c
     builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=None, response_prefix="<answer>")
     observations = ["_P\nOG", "__\nPG", "__\n_√"]
     sampled = ["Down</answer>", "Right</answer>"]
-    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in sampled]
+    responses = sampled_ids(tok, sampled)
     full = [builder.full_response(t) for t in sampled]
     assert full == ["<answer>Down</answer>", "<answer>Right</answer>"]
     messages = [{"role": "system", "content": INSTRUCTION}]
