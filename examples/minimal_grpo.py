@@ -252,7 +252,7 @@ def main(args: Args) -> dict[str, float]:
         valid = np.mean([info["action_is_valid"] for *_, info in outcomes])
         print(
             f"step {step:3d}  charts/reward_mean {rewards.mean():.3f}  charts/valid_answers {valid:.3f}  "
-            f"losses/policy_loss {pg.pg_loss:.4f}  losses/kl {kl.item():.4f}  "
+            f"losses/policy_loss {pg.loss.item():.4f}  losses/kl {kl.item():.4f}  "
             f"losses/approx_kl {pg.approx_kl:.4f}  losses/clipfrac {pg.clip_frac:.3f}  "
             f"charts/SPS {step * B / (time.time() - start):.0f}",
             flush=True,

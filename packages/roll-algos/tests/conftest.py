@@ -1,13 +1,17 @@
-"""Shared test helpers of roll-algos: a random multi-turn row batch builder (session fixture)."""
+"""Shared test helpers of roll-algos: a random multi-turn row batch builder (session fixture), and `plug_in`,
+which installs a plugin module under a registry's entry-point group."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import sys
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 import torch
 from roll_algos import AdvantageInputs
+from roll_algos.plugins import Registry
 
 
 def build_rows(
@@ -70,3 +74,25 @@ def build_rows(
 def make_rows() -> Callable[..., AdvantageInputs]:
     """The `build_rows` builder."""
     return build_rows
+
+
+@pytest.fixture
+def plug_in(tmp_path, monkeypatch) -> Callable[[Registry, str, str], None]:
+    """`plug_in(registry, module, source)`: module `module` of `source` is the entry point `plugged` of
+    `registry`'s group, beside `broken`, whose module does not exist; the registry loads them on its next miss."""
+
+    def install(registry: Registry, module: str, source: str) -> None:
+        (tmp_path / f"{module}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        points = [
+            importlib.metadata.EntryPoint("plugged", module, registry.group),
+            importlib.metadata.EntryPoint("broken", "no_such_module_anywhere", registry.group),
+        ]
+        monkeypatch.setattr(
+            importlib.metadata, "entry_points", lambda group: points if group == registry.group else []
+        )
+        monkeypatch.setattr(registry, "plugins_loaded", False)
+        monkeypatch.setattr(registry, "plugin_errors", {})
+
+    return install

@@ -4,7 +4,6 @@ and refusals that say the fix (unknown names, wrong call shapes, settings a loss
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import sys
 import warnings
 from collections.abc import Iterator
@@ -154,9 +153,11 @@ def test_a_loss_must_return_a_policy_loss_output(scratch_names):
         ActorLoss(policy_loss="returns_a_tensor")(mb["old_log_probs"], None, mb)
 
 
-def test_entry_point_plugins_load_and_actor_loss_uses_them(tmp_path, monkeypatch, scratch_names):
+def test_entry_point_plugins_load_and_actor_loss_uses_them(plug_in, scratch_names):
     scratch_names.append("plugged_half")
-    (tmp_path / "plugged_losses.py").write_text(
+    plug_in(
+        policy_losses_module.POLICY_LOSS_REGISTRY,
+        "plugged_losses",
         "from roll_algos import get_policy_loss, register_policy_loss\n"
         "CALLS = []\n"
         "@register_policy_loss('plugged_half')\n"
@@ -164,20 +165,8 @@ def test_entry_point_plugins_load_and_actor_loss_uses_them(tmp_path, monkeypatch
         "    '''Half of ppo.'''\n"
         "    CALLS.append(config)\n"
         "    out = get_policy_loss('ppo')(inputs, config)\n"
-        "    return out._replace(loss=out.loss / 2)\n"
+        "    return out._replace(loss=out.loss / 2)\n",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "plugged_losses", raising=False)
-    group = policy_losses_module.POLICY_LOSS_ENTRY_POINT_GROUP
-    points = [
-        importlib.metadata.EntryPoint("plugged", "plugged_losses", group),
-        importlib.metadata.EntryPoint("broken", "no_such_module_anywhere", group),
-    ]
-    monkeypatch.setattr(
-        importlib.metadata, "entry_points", lambda group: points if group == points[0].group else []
-    )
-    monkeypatch.setattr(policy_losses_module.POLICY_LOSS_REGISTRY, "plugins_loaded", False)
-    monkeypatch.setattr(policy_losses_module.POLICY_LOSS_REGISTRY, "plugin_errors", {})
     with pytest.warns(UserWarning, match="policy loss plugin 'broken'"):
         objective = ActorLoss(policy_loss="plugged_half", clip_high=0.28)  # a miss loads the plugins
     mb = _batch()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -112,27 +110,17 @@ def test_unknown_name_lists_the_registered_ones_and_how_to_register():
     assert "register_estimator" in text and "roll_algos.estimators" in text
 
 
-def test_entry_point_plugins_load_and_a_broken_one_is_reported(tmp_path, monkeypatch, scratch_names):
+def test_entry_point_plugins_load_and_a_broken_one_is_reported(plug_in, scratch_names):
     scratch_names.append("plugged_raw")
-    (tmp_path / "plugged_estimators.py").write_text(
+    plug_in(
+        registry_module.ESTIMATOR_REGISTRY,
+        "plugged_estimators",
         "from roll_algos import AdvantageOutput, register_estimator\n"
         "@register_estimator('plugged_raw', level='trajectory', group_based=False)\n"
         "def plugged_raw(inputs, config):\n"
         "    adv = inputs.episode_scores[:, None] * inputs.response_mask\n"
-        "    return AdvantageOutput(adv, adv.clone())\n"
+        "    return AdvantageOutput(adv, adv.clone())\n",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "plugged_estimators", raising=False)
-    group = registry_module.ENTRY_POINT_GROUP
-    points = [
-        importlib.metadata.EntryPoint("plugged", "plugged_estimators", group),
-        importlib.metadata.EntryPoint("broken", "no_such_module_anywhere", group),
-    ]
-    monkeypatch.setattr(
-        importlib.metadata, "entry_points", lambda group: points if group == points[0].group else []
-    )
-    monkeypatch.setattr(registry_module.ESTIMATOR_REGISTRY, "plugins_loaded", False)
-    monkeypatch.setattr(registry_module.ESTIMATOR_REGISTRY, "plugin_errors", {})
     with pytest.warns(UserWarning, match="'broken'"):
         spec = estimator_spec("plugged_raw")  # a miss loads the plugins
     assert spec.level == "trajectory"

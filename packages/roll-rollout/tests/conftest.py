@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 
 CHAT_TEMPLATE = (
@@ -11,19 +14,19 @@ CHAT_TEMPLATE = (
 WORDS = ["Left", "Right", "Up", "Down", "system", "user", "assistant", "go", "you", "are", "on", "a", "lake"]
 
 
-def word_level_tokenizer(words: list[str]):
-    """A word-level tokenizer of `words` (plus the chat specials and answer tags) with CHAT_TEMPLATE."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+def hf_tokenizer(vocab: list[str], split: str, decoder: Any, added: Sequence[str] = ()):
+    """A word-level HF tokenizer over the chat specials and `vocab`, splitting text into the matches of
+    `split`, with CHAT_TEMPLATE; `added`: tokens of `vocab` matched before the split (the answer tags)."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>", "<unk>", "<|im_start|>", "<|im_end|>"]
-    tags = ["<answer>", "</answer>"]
-    vocab = {tok: i for i, tok in enumerate(specials + tags + words)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[A-Z]?[a-z]+|\n|[^\s]"), behavior="isolated")
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    tok = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(specials + vocab)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(split), behavior="isolated")
+    tok.decoder = decoder
     tok.add_special_tokens(specials)
-    tok.add_tokens(tags)
+    if added:
+        tok.add_tokens(list(added))
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -33,9 +36,25 @@ def word_level_tokenizer(words: list[str]):
     )
 
 
+def word_level_tokenizer(words: list[str]):
+    """A word-level tokenizer of `words` (plus the chat specials and answer tags) with CHAT_TEMPLATE."""
+    from tokenizers import decoders
+
+    tags = ["<answer>", "</answer>"]
+    return hf_tokenizer(
+        tags + words, r"[A-Z]?[a-z]+|\n|[^\s]", decoders.WordPiece(prefix="##", cleanup=False), tags
+    )
+
+
 @pytest.fixture(scope="session")
 def chat_tokenizer():
     return word_level_tokenizer(["\n", "_", "P", "O", "G", "X", "√", ".", ",", ":", *WORDS])
+
+
+@pytest.fixture(scope="session")
+def make_hf_tokenizer():
+    """`make_hf_tokenizer(vocab, split, decoder)`: `hf_tokenizer`, for a test module's own tokenizer."""
+    return hf_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -16,11 +16,6 @@ from roll_rollout.testing import ScriptedPolicy
 
 pytestmark = pytest.mark.adapters
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 CASES = [
     ("gem:game:Minesweeper-v0-easy", "gem", "\\boxed{reveal 2 2}"),
     ("gem:game:GuessTheNumber-v0-easy", "gem", "\\boxed{5}"),
@@ -32,24 +27,11 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def chat_tokenizer():
+def chat_tokenizer(make_hf_tokenizer):
     """One token per printable character (overrides conftest's word-level one)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import decoders
 
-    specials = ["<|endoftext|>", "<unk>", "<|im_start|>", "<|im_end|>"]
-    vocab = {tok: i for i, tok in enumerate(specials + list(dict.fromkeys(string.printable)))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.add_special_tokens(specials)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token="<unk>",
-        chat_template=CHAT_TEMPLATE,
-    )
+    return make_hf_tokenizer(list(dict.fromkeys(string.printable)), r"[\s\S]", decoders.Fuse())
 
 
 @pytest.mark.parametrize(("env_id", "module", "answer"), CASES)

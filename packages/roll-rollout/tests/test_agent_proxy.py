@@ -63,16 +63,6 @@ def loops_forever(base_url: str, task: dict) -> float:
         post(base_url, {"messages": [{"role": "user", "content": task["prompt"]}]})
 
 
-class RecordingPolicy(ScriptedPolicy):
-    def __init__(self, ids: list[int]) -> None:
-        super().__init__(ids)
-        self.seen: list[Any] = []
-
-    async def generate(self, request: Any) -> Any:
-        self.seen.append(request)
-        return await super().generate(request)
-
-
 def play(tokenizer: Any, agent: str, policy: Any, seed: int = SEED_YELLOW, max_turns: int = 4) -> Any:
     """One episode of an openai_agent slot over four_choice; the decoded trajectory."""
     config = {"agent": f"{HERE}:{agent}", "task_env": "four_choice", "agent_timeout_s": 30}
@@ -95,7 +85,7 @@ def play(tokenizer: Any, agent: str, policy: Any, seed: int = SEED_YELLOW, max_t
 
 def test_each_call_is_a_turn_holding_the_ids_the_policy_was_given_and_sampled(chat_tokenizer) -> None:
     ids = chat_tokenizer.encode("Left", add_special_tokens=False)
-    policy = RecordingPolicy(ids)
+    policy = ScriptedPolicy(ids, record=True)
     traj = play(chat_tokenizer, "two_calls", policy)
     assert traj.error is None
     assert [t.prompt_ids for t in traj.turns] == [r.prompt_ids for r in policy.seen]
@@ -108,7 +98,7 @@ def test_each_call_is_a_turn_holding_the_ids_the_policy_was_given_and_sampled(ch
 
 
 def test_a_returned_number_is_the_reward(chat_tokenizer) -> None:
-    traj = play(chat_tokenizer, "returns_reward", RecordingPolicy([5]))
+    traj = play(chat_tokenizer, "returns_reward", ScriptedPolicy([5], record=True))
     assert traj.error is None and [t.reward for t in traj.turns] == [0.25]
 
 
@@ -117,12 +107,12 @@ def test_a_returned_number_is_the_reward(chat_tokenizer) -> None:
     [("never_calls", "env_error", "no chat.completions call"), ("raises", "env_error", "agent bug")],
 )
 def test_a_failing_agent_fails_its_episode_only(chat_tokenizer, agent: str, kind: str, says: str) -> None:
-    traj = play(chat_tokenizer, agent, RecordingPolicy([5]))
+    traj = play(chat_tokenizer, agent, ScriptedPolicy([5], record=True))
     assert traj.error is not None and traj.error.startswith(kind) and says in traj.error
 
 
 def test_calls_past_the_budget_are_refused_and_the_episode_is_truncated(chat_tokenizer) -> None:
-    policy = RecordingPolicy([5])
+    policy = ScriptedPolicy([5], record=True)
     traj = play(chat_tokenizer, "loops_forever", policy, max_turns=3)
     assert traj.error is None and traj.truncated and not traj.terminated
     assert len(traj.turns) == 3 == len(policy.seen) and traj.score == 0.0

@@ -27,12 +27,12 @@ SAMPLING = SamplingSettings(max_new_tokens=16, temperature=1.0, top_p=1.0)
 
 
 class RecordingPolicy(ScriptedPolicy):
+    """Keeps its requests and answers with distinct log-probs (a test sees which were kept)."""
+
     def __init__(self, ids: list[int]) -> None:
-        super().__init__(ids)
-        self.seen: list[Any] = []
+        super().__init__(ids, record=True)
 
     async def generate(self, request: Any) -> Any:
-        self.seen.append(request)
         result = await super().generate(request)
         return type(result)(
             result.output_ids, [-0.1 * (i + 1) for i in range(len(result.output_ids))], "stop", 0

@@ -8,12 +8,11 @@ import random
 import time
 from typing import Any, ClassVar
 
-import msgpack
 import numpy as np
 import pytest
-from roll_rollout import EnvCalls, EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
-from roll_rollout.hosting.worker import EnvCallLimits, encode_jobs
-from roll_rollout.testing import ScriptedPolicy
+from roll_rollout import EnvCalls, EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings
+from roll_rollout.hosting.worker import EnvCallLimits
+from roll_rollout.testing import ScriptedPolicy, play_jobs
 
 SLOTS = 8
 
@@ -83,16 +82,7 @@ def play(chat_tokenizer, answer_ids, factory, seeds: list[int], max_turns: int =
     sampling = SamplingSettings(max_new_tokens=4)
     jobs = [EpisodeJob(e, 0, 100 + e, seed, sampling) for e, seed in enumerate(seeds)]
 
-    async def scenario() -> list[Any]:
-        await worker.submit(encode_jobs(jobs))
-        done: list[Any] = []
-        async with asyncio.timeout(60):
-            while len(done) < len(jobs):
-                done += [decode_trajectory(p) for p in msgpack.unpackb(await worker.poll(0.05))["done"]]
-        worker.close()
-        return sorted(done, key=lambda t: t.env_id)
-
-    trajs = asyncio.run(scenario())
+    trajs = asyncio.run(play_jobs(worker, jobs))
     errors = [t.error for t in trajs if t.error is not None]
     assert not errors, "\n".join(errors)  # a str: pytest shows it as is at any verbosity (a list it reprs)
     return trajs

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 from roll_rollout import PayloadError, Trajectory, Turn, decode_trajectory, encode_trajectory
@@ -330,28 +331,12 @@ FUZZ_KINDS = {
 """The input strategies, by name (the benchmark suite reuses them)."""
 
 
+@pytest.mark.parametrize("kind", FUZZ_KINDS)
 @CI
-@given(FUZZ_KINDS["random_bytes"])
-def test_random_bytes(payload):
-    check_payload(payload)
-
-
-@CI
-@given(FUZZ_KINDS["truncated"])
-def test_truncations(payload):
-    check_payload(payload)
-
-
-@CI
-@given(FUZZ_KINDS["bit_flipped"])
-def test_bit_flips(payload):
-    check_payload(payload)
-
-
-@CI
-@given(FUZZ_KINDS["mutated"])
-def test_type_and_range_mutations(payload):
-    check_payload(payload)
+@given(data=st.data())
+def test_damaged_payloads(kind, data):
+    """Random bytes, truncations, bit flips, type and range mutations: each decodes or raises `PayloadError`."""
+    check_payload(data.draw(FUZZ_KINDS[kind]))
 
 
 def test_the_inputs_reach_both_outcomes():

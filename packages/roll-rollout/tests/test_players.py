@@ -10,7 +10,6 @@ import asyncio
 import itertools
 import random
 
-import msgpack
 import pytest
 import roll_envs
 import roll_envs.envs.tictactoe
@@ -22,10 +21,10 @@ from roll_rollout import (
     GenerateResult,
     SamplingSettings,
     SeatsError,
-    decode_trajectory,
     split_players,
 )
-from roll_rollout.hosting.worker import EnvCallLimits, encode_jobs
+from roll_rollout.hosting.worker import EnvCallLimits
+from roll_rollout.testing import play_jobs
 
 
 class CellPolicy:
@@ -72,16 +71,7 @@ def play(tokenizer, seeds, fixed_players=None, max_turns=30, env_config=None, by
     sampling = SamplingSettings(max_new_tokens=8)
     jobs = [EpisodeJob(e, 0, 100 + e, seed, sampling) for e, seed in enumerate(seeds)]
 
-    async def scenario():
-        await worker.submit(encode_jobs(jobs))
-        done = []
-        async with asyncio.timeout(60):
-            while len(done) < len(jobs):
-                done += [decode_trajectory(p) for p in msgpack.unpackb(await worker.poll(0.05))["done"]]
-        worker.close()
-        return sorted(done, key=lambda t: t.env_id)
-
-    trajs = asyncio.run(scenario())
+    trajs = asyncio.run(play_jobs(worker, jobs))
     assert all(t.error is None for t in trajs), [t.error for t in trajs]
     return trajs
 

@@ -19,12 +19,21 @@ def reference_ids(tok, instruction, observations, responses_text):
     return tok.encode(text, add_special_tokens=False)
 
 
+OBSERVATIONS = ["_P", "P_", "O_"]
+ANSWERS = ["<answer>Left</answer>", "<answer>Up</answer>"]
+
+
+def sampled_ids(tok, texts):
+    """The ids a policy sampled for each of `texts`: its tokens, then the eos that stopped it."""
+    return [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
+
+
 def test_full_history_equals_tokenising_the_whole_conversation(chat_tokenizer):
     tok = chat_tokenizer
     builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=None)
     observations = ["_P\nOG", "__\nPG", "__\n_√"]
     texts = ["<answer>Down</answer>", "<answer>Right</answer>"]
-    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
+    responses = sampled_ids(tok, texts)
     got = builder.prompt(observations, responses)
     assert got == reference_ids(tok, INSTRUCTION, observations, texts)
 
@@ -42,14 +51,10 @@ def test_sampled_ids_are_kept_even_when_retokenising_would_differ(chat_tokenizer
 
 @pytest.mark.parametrize("window", [0, 1])
 def test_history_window(chat_tokenizer, window):
-    tok = chat_tokenizer
-    builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=window)
-    observations = ["_P", "P_", "O_"]
-    texts = ["<answer>Left</answer>", "<answer>Up</answer>"]
-    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
-    got = builder.prompt(observations, responses)
-    kept = observations[len(observations) - 1 - window :]
-    assert got == reference_ids(tok, INSTRUCTION, kept, texts[len(texts) - window :])
+    builder = PromptBuilder(chat_tokenizer, INSTRUCTION, max_history_turns=window)
+    got = builder.prompt(OBSERVATIONS, sampled_ids(chat_tokenizer, ANSWERS))
+    kept = OBSERVATIONS[len(OBSERVATIONS) - 1 - window :]
+    assert got == reference_ids(chat_tokenizer, INSTRUCTION, kept, ANSWERS[len(ANSWERS) - window :])
 
 
 def test_bad_arguments(chat_tokenizer):
@@ -87,15 +92,13 @@ def test_chat_messages_render_to_the_same_prompt(chat_tokenizer, window):
     """What a text-in chat API receives is the prompt a token-in server receives (same window)."""
     tok = chat_tokenizer
     builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=window)
-    observations = ["_P", "P_", "O_"]
-    texts = ["<answer>Left</answer>", "<answer>Up</answer>"]
-    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in texts]
-    messages = builder.messages(observations, texts)
+    messages = builder.messages(OBSERVATIONS, ANSWERS)
     rendered = tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
-    assert tok.encode(rendered, add_special_tokens=False) == builder.prompt(observations, responses)
+    prompt = builder.prompt(OBSERVATIONS, sampled_ids(tok, ANSWERS))
+    assert tok.encode(rendered, add_special_tokens=False) == prompt
     assert messages[0] == {"role": "system", "content": INSTRUCTION}
     with pytest.raises(ValueError, match="len"):
-        builder.messages(observations, texts[:1])
+        builder.messages(OBSERVATIONS, ANSWERS[:1])
 
 
 def test_a_response_prefix_ends_every_generation_prompt_and_is_read_by_the_env(chat_tokenizer):
@@ -105,7 +108,7 @@ def test_a_response_prefix_ends_every_generation_prompt_and_is_read_by_the_env(c
     builder = PromptBuilder(tok, INSTRUCTION, max_history_turns=None, response_prefix="<answer>")
     observations = ["_P\nOG", "__\nPG", "__\n_√"]
     sampled = ["Down</answer>", "Right</answer>"]
-    responses = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in sampled]
+    responses = sampled_ids(tok, sampled)
     full = [builder.full_response(t) for t in sampled]
     assert full == ["<answer>Down</answer>", "<answer>Right</answer>"]
     messages = [{"role": "system", "content": INSTRUCTION}]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from roll_algos.losses import PolicyLossOutput, check_policy_loss_args, clipped_policy_loss
+from roll_algos.losses import PolicyLossOutput, clipped_policy_loss
 from roll_algos.policy_losses import PolicyLossConfig, PolicyLossInputs, register_policy_loss
 
 __all__ = ["GSPO_CLIP_CEILING", "GSPO_PAPER_CLIP", "gspo", "gspo_clip_problem", "sequence_ratio"]
@@ -81,14 +81,7 @@ def gspo(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput
 
     Inputs are [B, T]; returns `PolicyLossOutput` (diagnostics over valid tokens: each carries its row's s_i).
     """
-    check_policy_loss_args(
-        "gspo",
-        *inputs[:4],
-        rollout_log_probs=inputs.rollout_log_probs,
-        clip_low=config.clip_low,
-        clip_high=config.clip_high,
-        dual_clip=None,
-    )
+    inputs.check("gspo", config)
     return clipped_policy_loss(
         sequence_ratio(inputs.log_probs, inputs.old_log_probs, inputs.response_mask),
         *inputs[:4],  # log_probs, old_log_probs, advantages, response_mask

@@ -114,7 +114,6 @@ class PolicyLossOutput(NamedTuple):
 
     Attributes:
         loss: differentiable scalar, the aggregated policy loss.
-        pg_loss: the same, detached.
         clip_frac: fraction of tokens where clipping changed the loss (either side).
         clip_frac_low: fraction with ratio < 1 - clip_low and A < 0 (clipped from below).
         clip_frac_high: fraction with ratio > 1 + clip_high and A > 0 (clipped from above).
@@ -125,7 +124,6 @@ class PolicyLossOutput(NamedTuple):
     """
 
     loss: torch.Tensor
-    pg_loss: torch.Tensor
     clip_frac: torch.Tensor
     clip_frac_low: torch.Tensor
     clip_frac_high: torch.Tensor
@@ -289,7 +287,6 @@ def clipped_policy_loss(
         any_valid = bool(mask.any())
         return PolicyLossOutput(
             loss=loss,
-            pg_loss=loss.detach(),
             clip_frac=frac(clip_active),
             clip_frac_low=frac((r < 1.0 - clip_low) & (adv < 0)),
             clip_frac_high=frac((r > 1.0 + clip_high) & (adv > 0)),

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 
 from roll_algos.errors import AlgosError
-from roll_algos.losses import LossAggMode, PolicyLossOutput, policy_loss
+from roll_algos.losses import LossAggMode, PolicyLossOutput, check_policy_loss_args, policy_loss
 from roll_algos.plugins import Registry, where
 
 __all__ = [
@@ -85,6 +85,18 @@ class PolicyLossInputs(NamedTuple):
     response_mask: torch.Tensor
     segment_ids: torch.Tensor | None = None
     rollout_log_probs: torch.Tensor | None = None
+
+    def check(self, caller: str, config: PolicyLossConfig) -> None:
+        """Raise `ShapeError` unless every tensor is [B, T] like `log_probs`, `AlgosError` on a negative clip
+        range (for a loss without a dual clip); messages start with `caller`."""
+        check_policy_loss_args(
+            caller,
+            *self[:4],
+            rollout_log_probs=self.rollout_log_probs,
+            clip_low=config.clip_low,
+            clip_high=config.clip_high,
+            dual_clip=None,
+        )
 
 
 @dataclass(frozen=True)

@@ -174,24 +174,22 @@ def masked_whiten(
 
 def clip_rewards(rewards: torch.Tensor, bound: float | None) -> torch.Tensor:
     """Clamp rewards to [-bound, bound]; None leaves them unchanged."""
-    if bound is None:
-        return rewards
-    if bound <= 0:
-        raise AlgosError(
-            f"reward clip: expected a positive bound, got {bound}. Pass None to disable clipping."
-        )
-    return rewards.clamp(-bound, bound)
+    return _clip(rewards, bound, "reward")
 
 
 def clip_advantages(advantages: torch.Tensor, bound: float | None) -> torch.Tensor:
     """Clamp advantages to [-bound, bound]; None leaves them unchanged."""
+    return _clip(advantages, bound, "advantage")
+
+
+def _clip(values: torch.Tensor, bound: float | None, what: str) -> torch.Tensor:
     if bound is None:
-        return advantages
+        return values
     if bound <= 0:
         raise AlgosError(
-            f"advantage clip: expected a positive bound, got {bound}. Pass None to disable clipping."
+            f"{what} clip: expected a positive bound, got {bound}. Pass None to disable clipping."
         )
-    return advantages.clamp(-bound, bound)
+    return values.clamp(-bound, bound)
 
 
 def starpo_group_filter(

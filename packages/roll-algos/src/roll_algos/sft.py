@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from roll_algos.losses import PolicyLossOutput, aggregate_loss, check_policy_loss_args
+from roll_algos.losses import PolicyLossOutput, aggregate_loss
 from roll_algos.policy_losses import PolicyLossConfig, PolicyLossInputs, register_policy_loss
 
 __all__ = ["sft"]
@@ -25,14 +25,7 @@ def sft(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput:
     current log-probs with `old_log_probs` as PPO's do (the ratio is reported, never used); the clip
     fractions are 0. Tokens off the mask are never read, so -inf log-probs on padding give no NaN.
     """
-    check_policy_loss_args(
-        "sft",
-        *inputs[:4],
-        rollout_log_probs=inputs.rollout_log_probs,
-        clip_low=config.clip_low,
-        clip_high=config.clip_high,
-        dual_clip=None,
-    )
+    inputs.check("sft", config)
     mask = inputs.response_mask.bool()
     zeros = torch.zeros_like(inputs.log_probs)
     nll = torch.where(mask, -inputs.log_probs, zeros)
@@ -45,7 +38,6 @@ def sft(inputs: PolicyLossInputs, config: PolicyLossConfig) -> PolicyLossOutput:
         any_valid = bool(mask.any())
         return PolicyLossOutput(
             loss=loss,
-            pg_loss=loss.detach(),
             clip_frac=none,
             clip_frac_low=none,
             clip_frac_high=none,

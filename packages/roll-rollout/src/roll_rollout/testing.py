@@ -17,11 +17,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from roll_envs import FrozenLakeConfig, FrozenLakeEnv
 
 from roll_rollout.policies.policy import GenerateRequest, GenerateResult
+
+if TYPE_CHECKING:
+    from roll_rollout.hosting.env_manager import EpisodeJob
+    from roll_rollout.hosting.worker import EnvWorker
+    from roll_rollout.schema import Trajectory
 
 __all__ = [
     "CountdownEnv",
@@ -33,6 +38,7 @@ __all__ = [
     "SimulatedLLMServer",
     "countdown_factory",
     "faulty_registry_env",
+    "play_jobs",
 ]
 
 
@@ -40,6 +46,7 @@ class ScriptedPolicy:
     """Answers every request with `response_ids`, after `latency(request)` seconds (default none).
 
     `version` is stamped on every result as its policy version; tests bump it to simulate training.
+    `record=True` keeps every request it was asked in `seen` (else None: benchmarks ask millions).
     """
 
     def __init__(
@@ -47,19 +54,43 @@ class ScriptedPolicy:
         response_ids: Sequence[int],
         latency: Callable[[GenerateRequest], float] | None = None,
         version: int = 0,
+        record: bool = False,
     ) -> None:
         self.response_ids = list(response_ids)
         self.latency = latency
         self.version = version
         self.requests = 0
+        self.seen: list[GenerateRequest] | None = [] if record else None
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         """The scripted response, stamped with the current `version`."""
         self.requests += 1
+        if self.seen is not None:
+            self.seen.append(request)
         if self.latency is not None:
             await asyncio.sleep(self.latency(request))
         ids = self.response_ids[: request.sampling.max_new_tokens]
         return GenerateResult(list(ids), [-0.5] * len(ids), "stop", self.version)
+
+
+async def play_jobs(
+    worker: EnvWorker, jobs: Sequence[EpisodeJob], timeout_s: float = 60.0
+) -> list[Trajectory]:
+    """Submit `jobs` to `worker`, poll until each has finished, close the worker: the trajectories, by env slot."""
+    import msgpack
+
+    from roll_rollout.hosting.worker import encode_jobs
+    from roll_rollout.schema import decode_trajectory
+
+    try:
+        await worker.submit(encode_jobs(jobs))
+        done: list[Trajectory] = []
+        async with asyncio.timeout(timeout_s):
+            while len(done) < len(jobs):
+                done += [decode_trajectory(p) for p in msgpack.unpackb(await worker.poll(0.05))["done"]]
+        return sorted(done, key=lambda t: t.env_id)
+    finally:
+        worker.close()
 
 
 class SimulatedLLMServer:

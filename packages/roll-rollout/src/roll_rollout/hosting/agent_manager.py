@@ -51,7 +51,6 @@ import functools
 import hashlib
 import importlib
 import importlib.util
-import math
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -66,6 +65,7 @@ from roll_rollout.errors import RolloutError
 from roll_rollout.hosting.agent_env_tools import Demonstrator, TaskEnvSteps, demonstration_tool
 from roll_rollout.hosting.agent_turns import UNCHAINED_METRIC, calls_to_turns
 from roll_rollout.hosting.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.hosting.env_checks import close_quietly, finite_reward
 from roll_rollout.hosting.env_manager import EpisodeJob
 from roll_rollout.hosting.players import manager_metrics
 from roll_rollout.plan.seeds import sample_key
@@ -311,10 +311,10 @@ class AgentEnvManager:
                 "env through step_url"
             )
         if isinstance(outcome, Mapping) and "reward" in outcome:
-            reward = _finite(outcome["reward"], self.config.agent)
+            reward = finite_reward(outcome["reward"], f"{self.config.agent} gave", AgentFailed)
             return reward, bool(outcome.get("success", reward > 0))
         if isinstance(outcome, int | float):
-            reward = _finite(outcome, self.config.agent)
+            reward = finite_reward(outcome, f"{self.config.agent} gave", AgentFailed)
             return reward, reward > 0
         answer = outcome.get("answer") if isinstance(outcome, Mapping) else outcome
         if not isinstance(answer, str):
@@ -327,24 +327,11 @@ class AgentEnvManager:
         )
         action = fmt(answer) if callable(fmt) and answer in actions else answer
         _, reward, _, _, info = await self._env_call(functools.partial(self.env.step, action), "step")
-        return _finite(reward, "the task env"), bool((info or {}).get("success", False))
+        return finite_reward(reward, "the task env gave", AgentFailed), bool(
+            (info or {}).get("success", False)
+        )
 
     def close(self) -> None:
         env, self.env = self.env, None
         if env is not None:
-            try:
-                env.close()
-            except Exception:
-                return
-
-
-def _finite(value: Any, who: str) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise AgentFailed(
-            f"{who} gave a reward of type {type(value).__name__}; it must be a number"
-        ) from None
-    if not math.isfinite(x):
-        raise AgentFailed(f"{who} gave a non-finite reward ({x})")
-    return x
+            close_quietly(env)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -43,13 +42,13 @@ from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
 from roll_rollout.hosting.call_pace import CallPace
 from roll_rollout.hosting.env_calls import CallTimer, EnvCallError, EnvCalls, EnvCallTimeout
+from roll_rollout.hosting.env_checks import check_observation, checked_step, close_quietly, state_key_of
 from roll_rollout.hosting.env_process import EnvProcess, EnvProcessError
 from roll_rollout.hosting.players import Seats, manager_metrics, move_rewards, player_success
 from roll_rollout.plan.seeds import sample_key
 from roll_rollout.policies.policy import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
 from roll_rollout.prompts import PromptBuilder
 from roll_rollout.schema import Trajectory, Turn
-from roll_rollout.wire import MAX_TEXT_CHARS
 
 FAILURE_KINDS = ("env_timeout", "env_error", "policy_error")
 TIMED_CALLS = ("reset", "step")
@@ -194,8 +193,8 @@ class TrajEnvManager:
         if self._state_for(self.env) is not None:  # a declared env's calls never read this state
             self.random_state.reseed(job.seed)
         obs, info = await self._env_call(functools.partial(self.env.reset, seed=job.seed), what="reset")
-        _check_observation(obs, "reset")
-        state_key = _state_key(obs, info, "reset")
+        check_observation(obs, "reset")
+        state_key = state_key_of(obs, info, "reset")
         seats = Seats.of(self.env, self.fixed_players, info)
         wants_messages = bool(getattr(policy, "needs_messages", False))
         metric_log: list[dict[str, float]] = []
@@ -214,7 +213,7 @@ class TrajEnvManager:
             next_obs, reward, terminated, truncated, info = await self._env_call(
                 self.env.step, text, what="step"
             )
-            reward, step_metrics = _checked_step(next_obs, reward, info)
+            reward, step_metrics = checked_step(next_obs, reward, info)
             if fixed is None:
                 turn = Turn(
                     prompt_ids=prompt_ids,
@@ -235,7 +234,7 @@ class TrajEnvManager:
                 seats.took(turn, result.output_ids, text)
                 metric_log.append(step_metrics)
             seats.credit(move_rewards(info, mover, reward, seats.players))
-            obs, state_key = next_obs, _state_key(next_obs, info, "step")
+            obs, state_key = next_obs, state_key_of(next_obs, info, "step")
             traj.success = bool(info.get("success", False))
             traj.player_success = player_success(info, seats)
             if terminated or truncated:
@@ -297,7 +296,7 @@ class TrajEnvManager:
         env, self.env = self.env, None
         self._pace = self.calls.pace()
         if close and env is not None:
-            _close_quietly(env)
+            close_quietly(env)
 
     async def _close_env_in_pool(self) -> None:
         """Drop an env that raised; close it in a pool thread (its close may misbehave too)."""
@@ -307,9 +306,9 @@ class TrajEnvManager:
             what = f"env {self.tag!r} close"
             try:
                 if self.process is not None:
-                    await self.calls.run(_close_quietly, env, what=what, abandon=self.process.kill)
+                    await self.calls.run(close_quietly, env, what=what, abandon=self.process.kill)
                 else:
-                    await self.calls.run(_close_quietly, env, what=what, random_state=self._state_for(env))
+                    await self.calls.run(close_quietly, env, what=what, random_state=self._state_for(env))
             except EnvCallError:
                 return
 
@@ -324,65 +323,6 @@ class TrajEnvManager:
             self.process.kill()
         else:
             self.process.close()
-
-
-def _check_observation(obs: Any, what: str) -> None:
-    """An observation the trajectory can carry, else `EnvCallError` (the env is at fault)."""
-    if not isinstance(obs, str):
-        raise EnvCallError(f"env {what} returned an observation of type {type(obs).__name__}; it must be str")
-    if len(obs) > MAX_TEXT_CHARS:
-        raise EnvCallError(
-            f"env {what} returned an observation of {len(obs)} characters; at most {MAX_TEXT_CHARS} travel"
-        )
-
-
-def _state_key(obs: str, info: Any, what: str) -> str:
-    """The env's key of the state `obs` shows (GiGPO's anchor): `info["state_key"]`, else the observation."""
-    key = info.get("state_key") if isinstance(info, Mapping) else None
-    if key is None:
-        return obs
-    if not isinstance(key, str):
-        raise EnvCallError(
-            f"env {what} returned info['state_key'] of type {type(key).__name__}; it must be a str "
-            "(equal for equal states), or left out to use the observation"
-        )
-    if len(key) > MAX_TEXT_CHARS:
-        raise EnvCallError(
-            f"env {what} returned a state_key of {len(key)} characters; at most {MAX_TEXT_CHARS} travel "
-            "(a hash of the state is enough)"
-        )
-    return key
-
-
-def _checked_step(obs: Any, reward: Any, info: Any) -> tuple[float, dict[str, float]]:
-    """(finite reward, finite metrics) of a step, else `EnvCallError`: a NaN must fail this episode,
-    not every trajectory of its worker when the payload is checked downstream."""
-    _check_observation(obs, "step")
-    try:
-        value = float(reward)
-    except (TypeError, ValueError):
-        raise EnvCallError(
-            f"env step returned a reward of type {type(reward).__name__}; it must be a number"
-        ) from None
-    if not math.isfinite(value):
-        raise EnvCallError(f"env step returned a non-finite reward ({value}); rewards must be finite")
-    metrics: dict[str, float] = {}
-    for name, raw in ((info or {}).get("metrics") or {}).items():
-        try:
-            metrics[str(name)] = float(raw)
-        except (TypeError, ValueError):
-            raise EnvCallError(f"env step metric {name!r} is {raw!r}; metrics must be numbers") from None
-        if not math.isfinite(metrics[str(name)]):
-            raise EnvCallError(f"env step metric {name!r} is {raw}; metrics must be finite")
-    return value, metrics
-
-
-def _close_quietly(env: Any) -> None:
-    """`env.close()`, ignoring its errors (a broken env must not stop the others from closing)."""
-    try:
-        env.close()
-    except Exception:
-        return
 
 
 _AGGREGATORS: dict[str, Any] = {

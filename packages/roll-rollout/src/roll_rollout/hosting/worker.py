@@ -35,6 +35,7 @@ from roll_rollout.errors import PayloadError
 from roll_rollout.hosting.agent_manager import AgentConfig, AgentEnvManager
 from roll_rollout.hosting.call_pace import INLINE_BELOW_S
 from roll_rollout.hosting.env_calls import BACKUP_AFTER_S, EnvCalls
+from roll_rollout.hosting.env_checks import close_quietly
 from roll_rollout.hosting.env_kinds import env_kind
 from roll_rollout.hosting.env_manager import EpisodeJob, TrajEnvManager, failure_kind
 from roll_rollout.hosting.env_process import EnvProcess, EnvRecipe
@@ -204,7 +205,7 @@ class EnvWorker:
             # built here to fail fast and read the env; its episodes run in the child (see env_process)
             process = EnvProcess(EnvRecipe.of(spec.env_type, dict(spec.env_config)))
             process.launch()  # it loads while the worker starts; episodes wait for it to be ready
-            random_state.run(_close_quietly, env)
+            random_state.run(close_quietly, env)
             env = None
         return TrajEnvManager(
             _bind_factory(env_factory, spec),
@@ -377,12 +378,6 @@ class EnvWorker:
         self.calls.shutdown()
         if self._proxy is not None:
             self._proxy.stop()
-
-
-def _close_quietly(env: Any) -> None:
-    """`env.close()`, ignoring its errors (the env was built only to check the slot's config)."""
-    with contextlib.suppress(Exception):
-        env.close()
 
 
 def _bind_factory(env_factory: Callable[[str, dict[str, Any]], Any], spec: EnvSlotSpec) -> Callable[[], Any]:

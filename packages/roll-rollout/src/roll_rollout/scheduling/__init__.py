@@ -2,5 +2,6 @@
 groups, `get_batch(n)` of whole groups), `settings.py` (`SchedulerSettings`), `pool.py` (`WorkerPool`: the
 links to the env workers, ordered sends, long polls, restarts), `groups.py` (group episodes, the ledger of
 every dispatched episode, `RolloutBatch`, `WorkerLink`), `group_queue.py` (complete groups waiting for
-`get_batch`), `backups.py` (backup episodes of slow env calls), `rollout_metrics.py` (the `rollout/*`
-metrics)."""
+`get_batch`), `demand.py` (`Demand`: the groups a batch needs and what the refill aims at), `backups.py`
+(backup episodes of slow env calls, and which attempt at a place is kept), `rollout_metrics.py` (the
+`rollout/*` metrics)."""

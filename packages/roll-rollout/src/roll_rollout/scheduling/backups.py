@@ -37,7 +37,7 @@ after every attempt failed is a fresh draw (its own id and slot make its keys).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +95,45 @@ class Attempts:
         running = [e for e in self.order if e not in self.ended]
         healthy = sum(1 for t in self.ended.values() if t is not None and t is not trained)
         return running, healthy
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What the scheduler does once an attempt at a place ended (`settle`): replay the place, or complete it
+    with `kept`, cancelling the attempts still running and booking `stragglers` other healthy ones; neither
+    while an attempt before the one that would train still runs."""
+
+    replay: bool = False
+    kept: Trajectory | None = None
+    cancel: tuple[int, ...] = ()
+    stragglers: int = 0
+
+
+def settle(
+    ge: GroupEpisode,
+    attempts: Attempts,
+    episode_id: int,
+    traj: Trajectory | None,
+    settings: SchedulerSettings,
+    note_replica: Callable[[str | None], None],
+) -> Settled:
+    """Attempt `episode_id` at a place of open `ge` ended: healthy (`traj`), or failed or lost (None).
+    Validation (`race_backups`) keeps whatever finishes first and replays a failure; training keeps the attempt
+    the place trains (`Attempts.trained`) once known, and replays when every attempt failed. `note_replica`
+    hears the outcome of each replica check (`replica_problem`)."""
+    if settings.race_backups:
+        return Settled(replay=traj is None, kept=traj)
+    attempts.ended[episode_id] = traj
+    kept = attempts.trained()
+    if kept is None and traj is not None:  # an attempt before it still runs: is it an exact replica?
+        note_replica(problem := replica_problem(attempts, traj, ge.version, settings))
+        kept = traj if problem is None else None
+    if kept is None:
+        return Settled(replay=attempts.all_failed)
+    running, healthy = attempts.unused(kept)
+    for attempt in attempts.order:
+        del ge.attempts[attempt]  # the place is settled: what ends of it later is a straggler
+    return Settled(kept=kept, cancel=tuple(running), stragglers=healthy)
 
 
 def replica_problem(

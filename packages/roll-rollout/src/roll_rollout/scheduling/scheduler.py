@@ -20,7 +20,8 @@ killed and respawned, and its running episodes are replayed. See docs/rollout.md
 
 Backups of episodes whose env call runs slow, and which attempt at a place trains: roll_rollout.scheduling.backups.
 
-Helpers: `SeedStream` (seeds.py: what checkpoints save), `GroupQueue`, `WorkerPool`, `RolloutMetrics`.
+Helpers: `SeedStream` (seeds.py: what checkpoints save), `Demand` (what the refill aims at), `GroupQueue`,
+`WorkerPool`, `RolloutMetrics`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import math
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,6 +41,7 @@ from roll_rollout.plan.seeds import SeedStream
 from roll_rollout.policies.policy import SamplingSettings
 from roll_rollout.scheduling import backups
 from roll_rollout.scheduling.backups import Attempts
+from roll_rollout.scheduling.demand import Demand
 from roll_rollout.scheduling.group_queue import GroupQueue
 from roll_rollout.scheduling.groups import GroupEpisode, GroupFilter, Ledger, RolloutBatch, SpawnWorker
 from roll_rollout.scheduling.pool import WorkerPool
@@ -89,9 +89,7 @@ class RolloutScheduler:
         self._owner: dict[int, GroupEpisode] = {}  # running episode id -> its group episode
         self._backup_ids = itertools.count(backups.BACKUP_EPISODE_IDS)
         self._ready = GroupQueue(layout.tags, self.ledger, self._metrics.count, group_filter)
-        self._want: dict[str, int] = dict.fromkeys(layout.tags, 0)
-        self._seed_queue: dict[str, deque[int]] = {tag: deque() for tag in layout.tags}
-        self._given_up_explicit: dict[str, int] = dict.fromkeys(layout.tags, 0)
+        self._demand = Demand(layout.tags, layout.group_size, self.settings)
         self._consecutive_given_up = 0
         self._fatal: SchedulerError | None = None
         self._changed: asyncio.Event | None = None
@@ -134,7 +132,7 @@ class RolloutScheduler:
         fresh ones: validation. A seed whose episodes keep failing is given up, so that batch is
         short by its group and the failures are in `RolloutBatch.failed`.
         """
-        need = self._plan(num_trajectories, seeds)
+        need = self._demand.plan(num_trajectories, self._seeds.mix, seeds)
         self._start()
         assert self._changed is not None
         loop = asyncio.get_running_loop()
@@ -143,7 +141,7 @@ class RolloutScheduler:
             if self._fatal is not None:
                 raise self._fatal
             self._ready.drop_stale(self.policy_version - self.settings.async_generation_ratio)
-            if self._satisfied(need, explicit=seeds is not None):
+            if self._demand.satisfied(need, seeds is not None, self._ready.size, self._running_of_tag):
                 break
             self._refill()
             remaining = deadline - loop.time()
@@ -154,55 +152,16 @@ class RolloutScheduler:
                 async with asyncio.timeout(min(remaining, 1.0)):
                     await self._changed.wait()
         batch = self._take(need, explicit=seeds is not None)
-        if self.settings.async_generation_ratio == 0:
-            self._want = dict.fromkeys(self.layout.tags, 0)
+        self._demand.taken()
         self._refill()
         return batch
-
-    def _plan(self, num_trajectories: int, seeds: Sequence[int] | None) -> dict[str, int]:
-        """Groups per tag for this batch; sets what the refill aims for."""
-        size = self.layout.group_size
-        if num_trajectories <= 0 or num_trajectories % size:
-            raise SchedulerError(
-                f"get_batch({num_trajectories}): the batch must be whole groups, a positive multiple of "
-                f"group_size={size}"
-            )
-        need = self._seeds.mix.split(num_trajectories // size)
-        ratio = self.settings.async_generation_ratio
-        keep = self.settings.filter_keep_fraction
-        if seeds is not None:
-            if ratio > 0:
-                raise SchedulerError("explicit seeds need the synchronous mode (async_generation_ratio=0)")
-            if len(seeds) != num_trajectories // size:
-                raise SchedulerError(f"got {len(seeds)} seeds for {num_trajectories // size} groups")
-            it = iter(seeds)
-            for tag in self.layout.tags:
-                self._seed_queue[tag].extend(next(it) for _ in range(need[tag]))
-                self._given_up_explicit[tag] = 0
-            self._want = dict.fromkeys(self.layout.tags, 0)  # the seed queue alone says what to play
-        elif ratio == 0:
-            self._want = {tag: math.ceil(n / keep - 1e-9) for tag, n in need.items()}
-        else:
-            self._want = {tag: math.ceil((1 + ratio) * n / keep - 1e-9) for tag, n in need.items()}
-        return need
-
-    def _collect_count(self, tag: str, need: int, explicit: bool) -> int:
-        """Groups to take from the queue for `need` groups of `tag` (more when the filter is on)."""
-        if explicit:
-            return need - self._given_up_explicit[tag]
-        return math.ceil(need / self.settings.filter_keep_fraction - 1e-9)
-
-    def _satisfied(self, need: dict[str, int], explicit: bool) -> bool:
-        if explicit:  # every seed played (or given up)
-            return all(not self._seed_queue[t] and not self._running_of_tag(t) for t in need)
-        return all(self._ready.size(t) >= self._collect_count(t, n, False) for t, n in need.items())
 
     def _take(self, need: dict[str, int], explicit: bool) -> RolloutBatch:
         taken = [
             ge
             for tag, n in need.items()
             for ge in self._ready.take(
-                tag, self._collect_count(tag, n, explicit), n if not explicit else 1 << 62
+                tag, self._demand.collect_count(tag, n, explicit), n if not explicit else 1 << 62
             )
         ]
         episodes = [sorted(ge.finished, key=lambda t: t.env_id) for ge in taken]
@@ -230,11 +189,11 @@ class RolloutScheduler:
 
     def _refill(self) -> None:
         """Start group episodes on idle layout groups: the queued explicit seeds, then fresh seeds
-        until each tag has `_want` groups queued or running."""
+        until each tag has the groups it wants (`Demand.want`) queued or running."""
         for tag in self.layout.tags:
-            queue = self._seed_queue[tag]
+            queue = self._demand.seeds[tag]
             have = self._ready.size(tag) + self._running_of_tag(tag)
-            while queue or have < self._want[tag]:
+            while queue or have < self._demand.want[tag]:
                 group = self._seeds.idle_group(tag, self._busy)
                 if group is None:
                     break
@@ -322,32 +281,16 @@ class RolloutScheduler:
     def _ended(
         self, ge: GroupEpisode, attempts: Attempts, episode_id: int, env_id: int, traj: Trajectory | None
     ) -> None:
-        """An attempt at a place of open `ge` ended on `env_id`: healthy (`traj`), or failed or lost (None).
-        Validation keeps whatever finishes first and replays a failure; training keeps the attempt the place
-        trains (`Attempts.trained`) once known, cancelling the others, and replays when every attempt failed."""
-        if self.settings.race_backups:
-            if traj is None:
-                self._dispatch([(ge, env_id, attempts)])
-            else:
-                self._keep(ge, traj)
-            return
-        attempts.ended[episode_id] = traj
-        kept = attempts.trained()
-        if kept is None and traj is not None:  # an attempt before it still runs: is it an exact replica?
-            self._metrics.note_replica(
-                problem := backups.replica_problem(attempts, traj, ge.version, self.settings)
-            )
-            kept = traj if problem is None else None
-        if kept is None:
-            if attempts.all_failed:
-                self._dispatch([(ge, env_id, attempts)])
-            return
-        running, healthy = attempts.unused(kept)
-        for attempt in attempts.order:
-            del ge.attempts[attempt]  # the place is settled: what ends of it later is a straggler
-        self.ledger.add("straggler", healthy)  # backups that ended healthy before the attempt kept did
-        self._cancel(ge, running)
-        self._keep(ge, kept)
+        """An attempt at a place of open `ge` ended on `env_id`: replay the place, or keep the trajectory it
+        trains (the keep and race rules: roll_rollout.scheduling.backups.settle)."""
+        step = backups.settle(ge, attempts, episode_id, traj, self.settings, self._metrics.note_replica)
+        if step.replay:
+            self._dispatch([(ge, env_id, attempts)])
+        elif step.kept is not None:
+            # backups that ended healthy before the attempt kept did
+            self.ledger.add("straggler", step.stragglers)
+            self._cancel(ge, step.cancel)
+            self._keep(ge, step.kept)
 
     def _keep(self, ge: GroupEpisode, traj: Trajectory) -> None:
         ge.finished.append(traj)
@@ -366,7 +309,7 @@ class RolloutScheduler:
         self.ledger.add("dropped_incomplete", len(ge.finished))
         self._metrics.count("rollout/given_up_groups")
         if ge.explicit_seed:
-            self._given_up_explicit[ge.tag] += 1
+            self._demand.given_up[ge.tag] += 1
         self._consecutive_given_up += 1
         if self._consecutive_given_up >= self.settings.max_consecutive_given_up:
             self._fatal = SchedulerError(
