@@ -34,7 +34,6 @@ every other reply in full; and the episode's `reply/<read>` metrics are the shar
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from roll_rollout.hosting.env_calls import EnvCallError, EnvCallTimeout
 from roll_rollout.policies.agent_proxy import REPLY_READS, RecordedCall
@@ -88,7 +87,7 @@ def stopped_end(calls: Sequence[RecordedCall]) -> str:
 
 def end_metrics(kind: str, calls: Sequence[RecordedCall] = ()) -> dict[str, float]:
     """`end/<kind>` for every kind (1 for `kind`), and `reply/<read>` shares of `calls` when there are any."""
-    out: dict[str, Any] = {f"end/{k}": float(k == kind) for k in END_KINDS}
+    out = {f"end/{k}": float(k == kind) for k in END_KINDS}
     if calls:
         out |= {f"reply/{r}": sum(c.read == r for c in calls) / len(calls) for r in REPLY_READS}
     return out
