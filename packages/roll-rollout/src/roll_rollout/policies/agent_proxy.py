@@ -18,7 +18,7 @@ inert, or refused with HTTP 400 naming it (`roll_rollout.policies.openai_fields`
 agent samples what training assumes. A request's `stop` cuts the reply at the first stop string; the ids
 after the token that completed it are neither answered nor recorded (`cut_at_stop`).
 
-One proxy serves every slot of an env worker (stdlib `ThreadingHTTPServer`, loopback only). Requests to
+One proxy serves every slot of an env worker (`json_http.JsonHttpServer`, loopback only). Requests to
 an unknown or closed key get HTTP 404; a call beyond the episode's call budget or context gets HTTP 400
 (`context_length_exceeded`) and marks the session `refused`; a failed generation gets HTTP 500 and marks
 it `policy_error`.
@@ -33,10 +33,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
-from http.server import ThreadingHTTPServer
 from typing import Any
 
-from roll_rollout.policies.json_http import HttpError, JsonRequestHandler
+from roll_rollout.policies.json_http import HttpError, JsonHttpServer, JsonRequestHandler
 from roll_rollout.policies.openai_chat import (
     ChatRequestError,
     assistant_message,
@@ -116,8 +115,7 @@ class AgentProxy:
         self._sessions: dict[str, AgentSession] = {}
         self._lock = threading.Lock()
         self.tokenizer_lock = threading.Lock()  # held to use `tokenizer`: a fast one is not thread-safe
-        self._http = ThreadingHTTPServer((host, port), _handler_class(self))
-        self._http.daemon_threads = True
+        self._http = JsonHttpServer((host, port), _handler_class(self))
         self._thread = threading.Thread(target=self._http.serve_forever, name="agent-proxy", daemon=True)
         self._thread.start()
 
