@@ -28,6 +28,24 @@ def test_failed_episodes_lower_the_success_rate_and_are_counted_per_tag():
     assert m["critic/score/mean"] == 1.0  # scores of healthy episodes only
 
 
+def test_a_metric_failed_episodes_carry_counts_them_too():
+    """An `openai_agent` episode says why it ended (`end/<kind>`), failed or not: the share is of every episode."""
+    ends = [
+        ("done", None),
+        ("no_tool_call", None),
+        ("agent_raised", "env_error: x"),
+        ("agent_raised", "env_error: y"),
+    ]
+    episodes = []
+    for kind, error in ends:
+        t = traj("A", kind == "done", error=error)
+        t.metrics |= {"end/done": float(kind == "done"), "end/agent_raised": float(kind == "agent_raised")}
+        episodes.append(t)
+    m = val_metrics(RolloutBatch(episodes[:2], episodes[2:]))
+    assert m["val/env/A/end/agent_raised"] == 0.5 and m["val/env/A/end/done"] == 0.25
+    assert m["val/env/A/num_actions"] == 1.0  # carried by the healthy episodes only
+
+
 def test_a_tag_whose_every_episode_failed_reports_zero_success():
     m = val_metrics(RolloutBatch([], [traj("A", False, error="env_error: x")]))
     assert m["val/env/A/success"] == 0.0 and m["val/failed_episodes"] == 1.0

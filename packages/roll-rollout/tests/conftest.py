@@ -99,3 +99,59 @@ def scheduler_factory(chat_tokenizer):
 def answer_ids(chat_tokenizer):
     """Token ids of the scripted answer 'Left'."""
     return chat_tokenizer.encode("Left", add_special_tokens=False)
+
+
+@pytest.fixture(scope="session")
+def char_tokenizer():
+    """A character-level tokenizer (printable ASCII, one id a character) with CHAT_TEMPLATE: any text, tool
+    calls included, encodes and decodes back as it was."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<unk>", "<|im_start|>", "<|im_end|>"]
+    vocab = {tok: i for i, tok in enumerate(specials + [chr(c) for c in range(32, 127)] + ["\n"])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(specials)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<unk>",
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+@pytest.fixture
+def play_agent():
+    """`play(tokenizer, agent, policy, seed=0, max_turns=4, ...)`: one episode of an `openai_agent` slot over
+    four_choice playing `agent` ('path.py:function'); the decoded trajectory."""
+    import asyncio
+
+    import msgpack
+    from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
+    from roll_rollout.hosting.worker import encode_jobs
+
+    def play(
+        tokenizer, agent, policy, seed=0, max_turns=4, max_new_tokens=8, timeout_s=30.0, demonstrate=False
+    ):
+        config = {"agent": agent, "task_env": "four_choice", "agent_timeout_s": timeout_s}
+        spec = EnvSlotSpec(0, "Agent", "openai_agent", config, max_turns=max_turns, max_context_tokens=4096)
+        sampling = SamplingSettings(max_new_tokens=max_new_tokens, demonstrate=demonstrate)
+
+        async def run():
+            worker = EnvWorker([spec], tokenizer, policy)
+            await worker.submit(encode_jobs([EpisodeJob(0, 7, 9, seed, sampling)]))
+            try:
+                for _ in range(60):
+                    out = msgpack.unpackb(await worker.poll(0.5))
+                    if out["done"]:
+                        return decode_trajectory(out["done"][0])
+                raise AssertionError("no episode finished")
+            finally:
+                worker.close()
+
+        return asyncio.run(run())
+
+    return play

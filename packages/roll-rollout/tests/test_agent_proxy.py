@@ -4,18 +4,15 @@ every call it makes is one turn holding the ids the policy was given and sampled
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
-from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory, sample_key
+from roll_rollout import sample_key
 from roll_rollout.hosting.agent_manager import AgentConfig, AgentConfigError, load_agent
-from roll_rollout.hosting.worker import encode_jobs
 from roll_rollout.policies.openai_chat import assistant_message, chat_prompt_ids
 from roll_rollout.testing import ScriptedPolicy
 
@@ -63,30 +60,12 @@ def loops_forever(base_url: str, task: dict) -> float:
         post(base_url, {"messages": [{"role": "user", "content": task["prompt"]}]})
 
 
-def play(tokenizer: Any, agent: str, policy: Any, seed: int = SEED_YELLOW, max_turns: int = 4) -> Any:
-    """One episode of an openai_agent slot over four_choice; the decoded trajectory."""
-    config = {"agent": f"{HERE}:{agent}", "task_env": "four_choice", "agent_timeout_s": 30}
-    spec = EnvSlotSpec(0, "Agent", "openai_agent", config, max_turns=max_turns, max_context_tokens=512)
-
-    async def run() -> Any:
-        worker = EnvWorker([spec], tokenizer, policy)
-        await worker.submit(encode_jobs([EpisodeJob(0, 7, 9, seed, SamplingSettings(max_new_tokens=8))]))
-        try:
-            for _ in range(60):
-                out = msgpack.unpackb(await worker.poll(0.5))
-                if out["done"]:
-                    return decode_trajectory(out["done"][0])
-            raise AssertionError("no episode finished")
-        finally:
-            worker.close()
-
-    return asyncio.run(run())
-
-
-def test_each_call_is_a_turn_holding_the_ids_the_policy_was_given_and_sampled(chat_tokenizer) -> None:
+def test_each_call_is_a_turn_holding_the_ids_the_policy_was_given_and_sampled(
+    chat_tokenizer, play_agent
+) -> None:
     ids = chat_tokenizer.encode("Left", add_special_tokens=False)
     policy = ScriptedPolicy(ids, record=True)
-    traj = play(chat_tokenizer, "two_calls", policy)
+    traj = play_agent(chat_tokenizer, f"{HERE}:two_calls", policy)
     assert traj.error is None
     assert [t.prompt_ids for t in traj.turns] == [r.prompt_ids for r in policy.seen]
     assert all(t.response_ids == ids and t.log_probs == [-0.5] * len(ids) for t in traj.turns)
@@ -97,8 +76,8 @@ def test_each_call_is_a_turn_holding_the_ids_the_policy_was_given_and_sampled(ch
     assert policy.seen[1].prompt_ids[: len(policy.seen[0].prompt_ids)] == policy.seen[0].prompt_ids
 
 
-def test_a_returned_number_is_the_reward(chat_tokenizer) -> None:
-    traj = play(chat_tokenizer, "returns_reward", ScriptedPolicy([5], record=True))
+def test_a_returned_number_is_the_reward(chat_tokenizer, play_agent) -> None:
+    traj = play_agent(chat_tokenizer, f"{HERE}:returns_reward", ScriptedPolicy([5], record=True))
     assert traj.error is None and [t.reward for t in traj.turns] == [0.25]
 
 
@@ -106,14 +85,16 @@ def test_a_returned_number_is_the_reward(chat_tokenizer) -> None:
     ("agent", "kind", "says"),
     [("never_calls", "env_error", "no chat.completions call"), ("raises", "env_error", "agent bug")],
 )
-def test_a_failing_agent_fails_its_episode_only(chat_tokenizer, agent: str, kind: str, says: str) -> None:
-    traj = play(chat_tokenizer, agent, ScriptedPolicy([5], record=True))
+def test_a_failing_agent_fails_its_episode_only(
+    chat_tokenizer, play_agent, agent: str, kind: str, says: str
+) -> None:
+    traj = play_agent(chat_tokenizer, f"{HERE}:{agent}", ScriptedPolicy([5], record=True))
     assert traj.error is not None and traj.error.startswith(kind) and says in traj.error
 
 
-def test_calls_past_the_budget_are_refused_and_the_episode_is_truncated(chat_tokenizer) -> None:
+def test_calls_past_the_budget_are_refused_and_the_episode_is_truncated(chat_tokenizer, play_agent) -> None:
     policy = ScriptedPolicy([5], record=True)
-    traj = play(chat_tokenizer, "loops_forever", policy, max_turns=3)
+    traj = play_agent(chat_tokenizer, f"{HERE}:loops_forever", policy, max_turns=3)
     assert traj.error is None and traj.truncated and not traj.terminated
     assert len(traj.turns) == 3 == len(policy.seen) and traj.score == 0.0
 

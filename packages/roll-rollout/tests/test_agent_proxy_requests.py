@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -252,3 +253,28 @@ def test_a_streamed_response_ends_with_the_whole_response(proxy, chat_tokenizer)
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     delta = next(e for e in events if e["type"] == "response.output_text.delta")
     assert delta["delta"] == "Left" == events[-1]["response"]["output"][0]["content"][0]["text"]
+
+
+def test_agents_connecting_while_the_accept_loop_waits_are_queued_not_reset(chat_tokenizer) -> None:
+    """On a loaded machine the proxy's accept loop waits (for the GIL) while every episode's agent connects at
+    once: each connection waits in the listen queue. The stdlib's queue of 5 reset 27 of 40 in one second,
+    the ConnectionResetError of failed SmolLM2 validation episodes."""
+    server = AgentProxy(chat_tokenizer)
+    server._http.shutdown()  # the accept loop stops; the socket goes on listening
+    answers: list[Any] = []
+
+    def connect() -> None:
+        try:  # answered 404: no open episode of that key
+            answers.append(post(f"{server.root}/ep-none/chat/completions", {"messages": USER})[0])
+        except OSError as exc:
+            answers.append(type(exc).__name__)
+
+    clients = [threading.Thread(target=connect) for _ in range(40)]
+    for client in clients:
+        client.start()
+    time.sleep(1.0)
+    threading.Thread(target=server._http.serve_forever, daemon=True).start()
+    for client in clients:
+        client.join()
+    server.stop()
+    assert answers == [404] * 40

@@ -38,12 +38,17 @@ def episodes_by_tag(
 
 
 def env_metrics(trajs: Sequence[Trajectory], failed: Sequence[Trajectory], prefix: str) -> dict[str, float]:
-    """Per-tag means of every episode metric over the healthy episodes: `{prefix}{tag}/{name}`;
+    """Per-tag means of every episode metric over the episodes that carry it: `{prefix}{tag}/{name}` (a
+    failed episode carries only why it failed, an `openai_agent` episode's `end/<kind>`, or nothing);
     `success` over healthy and failed episodes; `failed_episodes` per tag."""
     out: dict[str, float] = {}
+    failed_of: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in failed:
+        failed_of[t.tag].append(t)
     for tag, (group, broken) in episodes_by_tag(trajs, failed).items():
-        for name in sorted({k for t in group for k in t.metrics}):
-            out[f"{prefix}{tag}/{name}"] = mean([t.metrics[name] for t in group if name in t.metrics])
+        every = group + failed_of[tag]
+        for name in sorted({k for t in every for k in t.metrics}):
+            out[f"{prefix}{tag}/{name}"] = mean([t.metrics[name] for t in every if name in t.metrics])
         out[f"{prefix}{tag}/success"] = sum(t.success for t in group) / (len(group) + broken)
         out[f"{prefix}{tag}/failed_episodes"] = float(broken)
     return out

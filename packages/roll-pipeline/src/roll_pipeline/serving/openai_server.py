@@ -12,7 +12,8 @@ proxy's tables (`roll_rollout.policies.openai_fields`), except that here `temper
 the request's own (`SERVE_CHAT_FIELDS`, `SERVE_COMPLETION_FIELDS`). `stop` cuts the reply at the first stop
 string; a chat request with `stream: true` is answered as server-sent events (sampled whole, then sent).
 
-Standard library only: a `ThreadingHTTPServer` whose handler threads submit to one asyncio loop.
+Standard library only: a `ThreadingHTTPServer` (`json_http.JsonHttpServer`) whose handler threads submit to
+one asyncio loop.
 Bad requests get HTTP 400 with an OpenAI-style error body; a failed generation gets 500.
 """
 
@@ -23,12 +24,11 @@ import threading
 import time
 import uuid
 from concurrent.futures import TimeoutError as FutureTimeout
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from roll_rollout import GenerateRequest, GenerateResult, PolicyClient, SamplingSettings
 from roll_rollout.policies.agent_proxy import cut_at_stop
-from roll_rollout.policies.json_http import HttpError, JsonRequestHandler
+from roll_rollout.policies.json_http import HttpError, JsonHttpServer, JsonRequestHandler
 from roll_rollout.policies.openai_chat import (
     ChatRequestError,
     assistant_message,
@@ -86,8 +86,7 @@ class OpenAICompatibleServer:
         self.request_timeout_s = request_timeout_s
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="serve-loop", daemon=True)
-        self._http = ThreadingHTTPServer((host, port), _handler_class(self))
-        self._http.daemon_threads = True
+        self._http = JsonHttpServer((host, port), _handler_class(self))
         self._http_thread = threading.Thread(target=self._http.serve_forever, name="serve-http", daemon=True)
 
     @property

@@ -40,7 +40,9 @@ row and the episode counts in `agent_unchained` (roll_rollout.hosting.agent_turn
 An agent that raises ends the episode as `env_error`, one that outlives `agent_timeout_s` as
 `env_timeout` (its thread is left to finish: Python cannot stop it), a failed generation as
 `policy_error`; an episode whose calls outran `max_actions_per_traj` or `sequence_length` ends truncated
-with the calls made so far and reward 0.
+with the calls made so far and reward 0. Every episode, failed or not, says in its metrics which of
+`agent_ends.END_KINDS` it ended in (`end/<kind>`), and each call's turn whether its reply was read in full
+(`action_is_valid`; roll_rollout.hosting.agent_ends).
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ from roll_envs.hints import declares_own_random_state
 from roll_envs.random_state import DEFAULT_SEED, EnvRandomState
 
 from roll_rollout.errors import RolloutError
+from roll_rollout.hosting.agent_ends import (
+    AgentFailed,
+    AgentTimeout,
+    end_metrics,
+    failed_end,
+    stopped_end,
+)
 from roll_rollout.hosting.agent_env_tools import Demonstrator, TaskEnvSteps, demonstration_tool
 from roll_rollout.hosting.agent_turns import UNCHAINED_METRIC, calls_to_turns
 from roll_rollout.hosting.env_calls import EnvCallError, EnvCalls, EnvCallTimeout
@@ -79,10 +88,6 @@ AGENT_ENV_TYPE = "openai_agent"
 
 class AgentConfigError(RolloutError):
     """An `openai_agent` tag's `env_config` that cannot work; the message says what to write instead."""
-
-
-class AgentFailed(EnvCallError):
-    """The agent raised, made no call or returned no outcome: its episode is an `env_error`."""
 
 
 @dataclass(frozen=True)
@@ -182,16 +187,11 @@ class AgentEnvManager:
         traj = Trajectory(job.env_id, job.group_id, job.episode_id, self.tag, job.seed)
         try:
             await self._play(traj, job, policy)
-        except EnvCallTimeout as exc:
-            traj.error = f"env_timeout: {exc}"
-            self.env = None
-        except AgentFailed as exc:  # the env is fine: keep it
-            traj.error = f"env_error: {exc}"
-        except EnvCallError as exc:
-            traj.error = f"env_error: {exc}"
-            self.env = None
         except Exception as exc:
-            traj.error = f"policy_error: {type(exc).__name__}: {exc}"
+            traj.error = _error_text(exc)
+            traj.metrics = end_metrics(failed_end(exc))  # a failed episode still says why it ended
+            if isinstance(exc, EnvCallError) and not isinstance(exc, AgentFailed):
+                self.env = None  # it may be broken (after AgentFailed the env is fine: keep it)
         return traj
 
     async def _env_call(self, fn: Callable[..., Any], what: str) -> Any:
@@ -208,8 +208,9 @@ class AgentEnvManager:
         if job.sampling.demonstrate:
             if self.config.demonstration_tool is None:
                 raise AgentFailed(
+                    "env_failed",
                     f"demonstration_steps: openai_agent tag {self.tag!r} names no env_config.demonstration_tool,"
-                    " the tool call a demonstrated action is written as"
+                    " the tool call a demonstrated action is written as",
                 )
             policy = Demonstrator(
                 steps, self.config.demonstration_tool, self.proxy.tokenizer, self.proxy.tokenizer_lock
@@ -247,31 +248,39 @@ class AgentEnvManager:
             raise steps.error
         if session.policy_error is not None:
             raise RolloutError(f"a chat.completions call of the agent failed: {session.policy_error}")
+        refusal = f" after the proxy answered {session.rejected}" if session.rejected else ""
         if isinstance(outcome, BaseException) and session.refused is None:
             raise AgentFailed(
-                f"agent {self.config.agent!r} raised {type(outcome).__name__}: {outcome}"
+                "proxy_refused" if refusal else "agent_raised",
+                f"agent {self.config.agent!r} raised {type(outcome).__name__}: {outcome}{refusal}",
             ) from outcome
         if not recorded:
             raise AgentFailed(
-                f"agent {self.config.agent!r} made no chat.completions call through its base_url; nothing to "
-                "train on (the agent must send its requests to the base_url it is given)"
+                "proxy_refused" if refusal else "no_call",
+                f"agent {self.config.agent!r} made no chat.completions call through its base_url{refusal}; "
+                "nothing to train on (the agent must send its requests to the base_url it is given)",
             )
         if session.refused:
-            reward, success = 0.0, False
+            reward, success, end = 0.0, False, "truncated"
         elif steps.steps or outcome is None:
             reward, success = self._stepped_outcome(outcome, steps)
+            end = "done" if steps.done else stopped_end(recorded)
         else:
-            reward, success = await self._outcome(outcome)
+            (reward, success), end = await self._outcome(outcome), "answered"
         traj.turns, chained = calls_to_turns(recorded, reward, self.tag)
         traj.success, traj.terminated, traj.truncated = (
             success,
             session.refused is None,
             session.refused is not None,
         )
-        traj.metrics = {**manager_metrics(traj.turns, traj.success), UNCHAINED_METRIC: float(not chained)}
+        traj.metrics = {
+            **manager_metrics(traj.turns, traj.success),
+            UNCHAINED_METRIC: float(not chained),
+            **end_metrics(end, recorded),
+        }
 
     async def _run_agent(self, base_url: str, task: dict[str, Any]) -> Any:
-        """The agent's return value, or the exception it raised; `EnvCallTimeout` after `agent_timeout_s`."""
+        """The agent's return value, or the exception it raised; `AgentTimeout` after `agent_timeout_s`."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
 
@@ -288,7 +297,7 @@ class AgentEnvManager:
             async with asyncio.timeout(self.config.agent_timeout_s):
                 return await asyncio.shield(done)
         except TimeoutError:
-            raise EnvCallTimeout(
+            raise AgentTimeout(
                 f"agent {self.config.agent!r} did not return within agent_timeout_s={self.config.agent_timeout_s:g} s"
             ) from None
 
@@ -296,9 +305,10 @@ class AgentEnvManager:
         """(reward, success) of an episode whose agent stepped the task env: the steps' (module docstring)."""
         if outcome is not None:
             raise AgentFailed(
+                "bad_outcome",
                 f"agent {self.config.agent!r} stepped the task env through step_url and returned"
                 f" {type(outcome).__name__} {outcome!r:.60}: the env's steps give the episode's reward, so an"
-                " agent that steps it returns None"
+                " agent that steps it returns None",
             )
         return steps.reward, steps.success
 
@@ -306,20 +316,22 @@ class AgentEnvManager:
         """(reward, success) of what the agent returned (see the module docstring)."""
         if isinstance(outcome, bool) or not isinstance(outcome, int | float | str | Mapping):
             raise AgentFailed(
+                "bad_outcome",
                 f"agent {self.config.agent!r} returned {type(outcome).__name__}; return a number (the reward), "
                 "a string (the answer the task env checks), a dict with 'reward' or 'answer', or None after stepping the task "
-                "env through step_url"
+                "env through step_url",
             )
         if isinstance(outcome, Mapping) and "reward" in outcome:
-            reward = finite_reward(outcome["reward"], f"{self.config.agent} gave", AgentFailed)
+            reward = finite_reward(outcome["reward"], f"{self.config.agent} gave", bad_outcome)
             return reward, bool(outcome.get("success", reward > 0))
         if isinstance(outcome, int | float):
-            reward = finite_reward(outcome, f"{self.config.agent} gave", AgentFailed)
+            reward = finite_reward(outcome, f"{self.config.agent} gave", bad_outcome)
             return reward, reward > 0
         answer = outcome.get("answer") if isinstance(outcome, Mapping) else outcome
         if not isinstance(answer, str):
             raise AgentFailed(
-                f"agent {self.config.agent!r} returned an answer of type {type(answer).__name__}"
+                "bad_outcome",
+                f"agent {self.config.agent!r} returned an answer of type {type(answer).__name__}",
             )
         fmt, actions = (
             getattr(self.env, "format_answer", None),
@@ -327,7 +339,7 @@ class AgentEnvManager:
         )
         action = fmt(answer) if callable(fmt) and answer in actions else answer
         _, reward, _, _, info = await self._env_call(functools.partial(self.env.step, action), "step")
-        return finite_reward(reward, "the task env gave", AgentFailed), bool(
+        return finite_reward(reward, "the task env gave", bad_outcome), bool(
             (info or {}).get("success", False)
         )
 
@@ -335,3 +347,17 @@ class AgentEnvManager:
         env, self.env = self.env, None
         if env is not None:
             close_quietly(env)
+
+
+def bad_outcome(message: str) -> AgentFailed:
+    """The error of an outcome that is no finite reward (`finite_reward`'s `error`)."""
+    return AgentFailed("bad_outcome", message)
+
+
+def _error_text(exc: Exception) -> str:
+    """`Trajectory.error` of an episode that failed with `exc`: its failure kind, then what happened."""
+    if isinstance(exc, EnvCallTimeout):
+        return f"env_timeout: {exc}"
+    if isinstance(exc, EnvCallError):
+        return f"env_error: {exc}"
+    return f"policy_error: {type(exc).__name__}: {exc}"

@@ -79,7 +79,7 @@ def _turn(call: RecordedCall, state_key: str, reward: float) -> Turn:
         response_ids=list(call.result.output_ids),
         log_probs=list(call.result.log_probs),
         reward=reward,
-        action_is_valid=True,
+        action_is_valid=call.read != "bad_tool_call",  # every other reply the proxy read in full
         action_is_effective=True,
         state_key=state_key,
         policy_version=call.result.policy_version,

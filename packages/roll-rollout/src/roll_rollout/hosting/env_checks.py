@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from roll_rollout.hosting.env_calls import EnvCallError
@@ -42,8 +42,8 @@ def state_key_of(obs: str, info: Any, what: str) -> str:
     return key
 
 
-def finite_reward(value: Any, source: str, error: type[EnvCallError] = EnvCallError) -> float:
-    """`value` as a finite float, else `error` starting with `source` ("env step returned")."""
+def finite_reward(value: Any, source: str, error: Callable[[str], Exception] = EnvCallError) -> float:
+    """`value` as a finite float, else `error(message)` raised, the message starting with `source`."""
     try:
         reward = float(value)
     except (TypeError, ValueError):

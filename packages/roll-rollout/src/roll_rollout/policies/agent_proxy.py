@@ -18,7 +18,7 @@ inert, or refused with HTTP 400 naming it (`roll_rollout.policies.openai_fields`
 agent samples what training assumes. A request's `stop` cuts the reply at the first stop string; the ids
 after the token that completed it are neither answered nor recorded (`cut_at_stop`).
 
-One proxy serves every slot of an env worker (stdlib `ThreadingHTTPServer`, loopback only). Requests to
+One proxy serves every slot of an env worker (`json_http.JsonHttpServer`, loopback only). Requests to
 an unknown or closed key get HTTP 404; a call beyond the episode's call budget or context gets HTTP 400
 (`context_length_exceeded`) and marks the session `refused`; a failed generation gets HTTP 500 and marks
 it `policy_error`.
@@ -33,15 +33,15 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
-from http.server import ThreadingHTTPServer
 from typing import Any
 
-from roll_rollout.policies.json_http import HttpError, JsonRequestHandler
+from roll_rollout.policies.json_http import HttpError, JsonHttpServer, JsonRequestHandler
 from roll_rollout.policies.openai_chat import (
     ChatRequestError,
     assistant_message,
     chat_completion,
     chat_prompt_ids,
+    read_tool_calls,
 )
 from roll_rollout.policies.openai_fields import CHAT_FIELDS, RESPONSES_FIELDS, CallOptions, call_options
 from roll_rollout.policies.openai_responses import response_object, responses_chat
@@ -52,6 +52,8 @@ from roll_rollout.prompts import ChatTokenizer
 MODEL_NAME = "roll-policy"
 """The model id the proxy lists and answers with (any `model` in a request is accepted)."""
 _MODEL = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "roll"}
+REPLY_READS = ("text", "tool_call", "no_tool_call", "bad_tool_call")
+"""How the proxy read a sampled reply (`read_reply`); roll_rollout.hosting.agent_ends says what each means."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class RecordedCall:
     result: GenerateResult
     text: str  # the sampled ids decoded (special tokens skipped): what the agent was answered
     last_message: str  # the request's last message text: the observation the call acted on
+    read: str = "text"  # how the reply was read, one of REPLY_READS
 
 
 @dataclass
@@ -77,6 +80,7 @@ class AgentSession:
     calls: dict[int, RecordedCall] = field(default_factory=dict)
     refused: str | None = None  # why a call was refused (the episode is then truncated)
     policy_error: str | None = None
+    rejected: str | None = None  # the first HTTP 4xx error a request of the agent was answered with
     step_env: Callable[[str], Awaitable[dict[str, Any]]] | None = None  # `POST .../env/step`; None: 404
     _issued: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -111,8 +115,7 @@ class AgentProxy:
         self._sessions: dict[str, AgentSession] = {}
         self._lock = threading.Lock()
         self.tokenizer_lock = threading.Lock()  # held to use `tokenizer`: a fast one is not thread-safe
-        self._http = ThreadingHTTPServer((host, port), _handler_class(self))
-        self._http.daemon_threads = True
+        self._http = JsonHttpServer((host, port), _handler_class(self))
         self._thread = threading.Thread(target=self._http.serve_forever, name="agent-proxy", daemon=True)
         self._thread.start()
 
@@ -138,6 +141,13 @@ class AgentProxy:
         self._http.server_close()
 
     # ------------------------------------------------------------------ requests
+    def note_rejected(self, key: str, exc: HttpError) -> None:
+        """Keep the first 4xx error a request to `key`'s open session was answered with (why an agent raised)."""
+        with self._lock:
+            found = self._sessions.get(key)
+        if found is not None and 400 <= exc.status < 500 and found.rejected is None:
+            found.rejected = f"HTTP {exc.status}: {exc}"
+
     def session(self, key: str) -> AgentSession:
         with self._lock:
             found = self._sessions.get(key)
@@ -211,7 +221,10 @@ class AgentProxy:
             result, text = cut_at_stop(self.tokenizer, result, options.stop)
             tokens = [self.tokenizer.decode([t], skip_special_tokens=False) for t in result.output_ids]
         last = messages[-1].get("content")
-        session.record(index, RecordedCall(prompt_ids, result, text, last if isinstance(last, str) else ""))
+        read = read_reply(text, tools)
+        session.record(
+            index, RecordedCall(prompt_ids, result, text, last if isinstance(last, str) else "", read)
+        )
         message, called = assistant_message(text, tools)
         finish = "tool_calls" if called else result.finish_reason
         return _Reply(
@@ -228,6 +241,17 @@ class _Reply:
     prompt_len: int
     tokens: list[str]  # each sampled id decoded
     log_probs: list[float] | None  # when the request asked for them
+
+
+def read_reply(text: str, tools: Any) -> str:
+    """How the proxy reads a reply `text` to a request offering `tools` (one of REPLY_READS)."""
+    if not tools:
+        return "text"
+    found, calls, complete = read_tool_calls(text)
+    if found is None:
+        return "no_tool_call"
+    offered = {(t.get("function") or {}).get("name") for t in tools}
+    return "tool_call" if complete and calls and all(c.name in offered for c in calls) else "bad_tool_call"
 
 
 def _options(body: dict[str, Any], fields: dict[str, Any], sampling: SamplingSettings) -> CallOptions:
@@ -292,6 +316,7 @@ def _handler_class(proxy: AgentProxy) -> type[JsonRequestHandler]:
                 else:
                     raise HttpError(404, f"no route GET {self.path}; the proxy serves <base_url>/models")
             except HttpError as exc:
+                proxy.note_rejected(key, exc)
                 self.send_http_error(exc)
 
         def do_POST(self) -> None:
@@ -310,6 +335,7 @@ def _handler_class(proxy: AgentProxy) -> type[JsonRequestHandler]:
                     )
                 self.send_answer(serve(key, self.read_json_object()))
             except HttpError as exc:
+                proxy.note_rejected(key, exc)
                 self.send_http_error(exc)
             except Exception as exc:  # a bug must answer the agent, not hang it
                 self.send_http_error(HttpError(500, f"{type(exc).__name__}: {exc}"))

@@ -10,7 +10,8 @@ whole server-sent-events body (`send_events`). Standard library only.
 from __future__ import annotations
 
 import json
-from http.server import BaseHTTPRequestHandler
+import socket
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -22,6 +23,15 @@ class HttpError(Exception):
     def __init__(self, status: int, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status, self.code = status, code
+
+
+class JsonHttpServer(ThreadingHTTPServer):
+    """The endpoints' server: a thread per request, and a listen queue as long as the kernel allows. The
+    stdlib's queue of 5 resets each connection past the sixth that arrives while the accept loop waits (for
+    the GIL, on a loaded machine): 32 agents starting at once then fail with ConnectionResetError."""
+
+    request_queue_size = socket.SOMAXCONN
+    daemon_threads = True
 
 
 class JsonRequestHandler(BaseHTTPRequestHandler):

@@ -78,13 +78,10 @@ def assistant_message(text: str, tools: Any = None) -> tuple[dict[str, Any], boo
     """
     if not tools:
         return {"role": "assistant", "content": text}, False
-    think = text.rfind("</think>")
-    start = think + len("</think>") if think >= 0 else 0
-    found, actions, _ = find_calls(text, start, MAX_TOOL_CALLS)
-    calls = [c for c in (ToolCall.from_action(a) for a in actions) if c is not None]
+    found, calls, _ = read_tool_calls(text)
     if found is None or not calls:
         return {"role": "assistant", "content": text}, False
-    cut = _first_call_at(text, start, found)
+    cut = _first_call_at(text, _after_think(text), found)
     content = text[:cut].strip() or None
     tool_calls = [
         {
@@ -95,6 +92,17 @@ def assistant_message(text: str, tools: Any = None) -> tuple[dict[str, Any], boo
         for c in calls
     ]
     return {"role": "assistant", "content": content, "tool_calls": tool_calls}, True
+
+
+def read_tool_calls(text: str) -> tuple[str | None, list[ToolCall], bool]:
+    """(the call text found after the last `</think>` or None, the calls read, whether every call read)."""
+    found, actions, complete = find_calls(text, _after_think(text), MAX_TOOL_CALLS)
+    return found, [c for c in (ToolCall.from_action(a) for a in actions) if c is not None], complete
+
+
+def _after_think(text: str) -> int:
+    think = text.rfind("</think>")
+    return think + len("</think>") if think >= 0 else 0
 
 
 def _first_call_at(text: str, start: int, found: str) -> int:
