@@ -32,7 +32,7 @@ from typing import Any
 from roll_rollout import RolloutError
 from roll_rollout.hosting.env_kinds import env_kind
 
-from roll_pipeline.config.compose import compose_data, validate
+from roll_pipeline.config.compose import compose_data, raw_section, validate
 from roll_pipeline.config.schema import AgenticConfig, CustomEnvConfig
 from roll_pipeline.models.model_checks import (
     _converted_gguf as _converted_gguf,  # read here by tests/test_vllm_pipeline.py
@@ -144,18 +144,15 @@ def check_cluster_backend(cluster: Any) -> list[str]:
     """A problem if the run would start Ray workers (`cluster.backend=ray`, the default) and Ray is not installed."""
     from roll_pipeline.runtime.cluster import MISSING_RAY, ray_installed
 
-    cluster = cluster if isinstance(cluster, Mapping) else {}
     default = AgenticConfig.model_fields["cluster"].get_default(call_default_factory=True).backend
-    if cluster.get("backend", default) != "ray" or ray_installed():
+    if raw_section(cluster).get("backend", default) != "ray" or ray_installed():
         return []
     return [MISSING_RAY]
 
 
 def preflight_problems(data: Mapping[str, Any]) -> list[str]:
     """Every problem the checks above find in a raw config mapping (missing keys take the defaults)."""
-    actor_train = data.get("actor_train")
-    model_args = actor_train.get("model_args") if isinstance(actor_train, Mapping) else None
-    gguf = model_args.get("gguf_file") if isinstance(model_args, Mapping) else None
+    gguf = raw_section(data, "actor_train", "model_args").get("gguf_file")
     from roll_pipeline.config.strategies import strategy_problems
 
     return [
@@ -236,15 +233,10 @@ def _stop_string_problems(data: Mapping[str, Any], train_gguf: Any) -> list[str]
     """`check_stop_strings` on the sampling role's stop strings (the schema's default when unset) and model."""
     from roll_pipeline.config.roles import GeneratingArgs
 
-    infer = data.get("actor_infer")
-    infer = infer if isinstance(infer, Mapping) else {}
-    generating = infer.get("generating_args")
-    generating = generating if isinstance(generating, Mapping) else {}
-    model_args = infer.get("model_args")
-    gguf = model_args.get("gguf_file") if isinstance(model_args, Mapping) else None
+    gguf = raw_section(data, "actor_infer", "model_args").get("gguf_file")
     default = GeneratingArgs.model_fields["stop_strings"].get_default(call_default_factory=True)
     return check_stop_strings(
-        generating.get("stop_strings", default),
+        raw_section(data, "actor_infer", "generating_args").get("stop_strings", default),
         data.get("pretrain", AgenticConfig.model_fields["pretrain"].default),
         gguf or train_gguf,
     )

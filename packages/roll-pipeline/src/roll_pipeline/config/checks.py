@@ -194,9 +194,14 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
 
 
 def _honoured_settings_problems(cfg: AgenticConfig) -> list[str]:
-    """Settings that would be accepted and not honoured: W&B's arguments with W&B off, and a tag's token budget
-    above the sampler's (a turn stops at the smaller of the two)."""
+    """Settings that would be accepted and not honoured: a render count without a render folder, W&B's arguments
+    with W&B off, and a tag's token budget above the sampler's (a turn stops at the smaller of the two)."""
     problems = []
+    if cfg.render_save_dir is None and is_set(cfg, "render_episodes_per_tag"):
+        problems.append(
+            "render_episodes_per_tag set with render_save_dir=null: nothing is rendered; set render_save_dir"
+            " (e.g. render_save_dir=renders) or drop render_episodes_per_tag"
+        )
     if cfg.tracker_kwargs and "wandb" not in cfg.track_with:
         problems.append(
             f"tracker_kwargs {sorted(cfg.tracker_kwargs)} only reach W&B (wandb.init), which track_with"
@@ -217,15 +222,8 @@ def _honoured_settings_problems(cfg: AgenticConfig) -> list[str]:
 
 def config_problems(cfg: AgenticConfig) -> list[str]:
     """Every cross-field problem of a config (empty when it is consistent)."""
-    problems = []
-    if cfg.render_save_dir is None and is_set(cfg, "render_episodes_per_tag"):
-        problems.append(
-            "render_episodes_per_tag set with render_save_dir=null: nothing is rendered; set render_save_dir"
-            " (e.g. render_save_dir=renders) or drop render_episodes_per_tag"
-        )
     return (
-        problems
-        + _honoured_settings_problems(cfg)
+        _honoured_settings_problems(cfg)
         + role_problems(cfg)
         + exact_kl_reference_problems(cfg)
         + rank_problems(cfg)
