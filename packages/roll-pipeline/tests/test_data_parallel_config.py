@@ -1,5 +1,5 @@
 """Data-parallel ranks from the config: how many each trained role runs, what each rank asks Ray for, and the
-settings that are refused with the fix (`config.checks._rank_problems`)."""
+settings that are refused with the fix (`config.role_checks.rank_problems`)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import roll_strategies.compute.probes as probes
-from roll_pipeline.preflight import _probe_architecture, check_share_prefix
+from roll_pipeline.models.model_checks import _probe_architecture, check_share_prefix
 from transformers import Gemma3TextConfig
 
 

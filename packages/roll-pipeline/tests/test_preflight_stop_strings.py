@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from roll_pipeline import preflight
+from roll_pipeline.models import model_checks
 from roll_pipeline.models.hub import add_to_hub_cache
 from roll_pipeline.preflight import check_stop_strings, preflight_problems
 from roll_strategies.models.gguf import SMOLLM2_GGUF, find_smollm2_gguf
@@ -70,11 +70,11 @@ def test_gguf_model_is_checked_once_converted_and_skipped_before(tmp_path, loads
     (fake / "m.gguf").write_bytes(b"GGUF not converted yet" * 10)
     assert check_stop_strings(["</answer>"], str(fake), "m.gguf") == [] and loads == []
     source = find_smollm2_gguf()
-    if source is None or preflight._converted_gguf(source) is None:
+    if source is None or model_checks._converted_gguf(source) is None:
         pytest.skip("SmolLM2 not converted (uv run python tools/convert_gguf.py --fetch-smollm2)")
     # "</answer>" is three SmolLM2 tokens: a valid stop string now
     assert check_stop_strings(["</answer>"], str(source.parent), SMOLLM2_GGUF) == []
-    assert loads == [preflight._converted_gguf(source)]
+    assert loads == [model_checks._converted_gguf(source)]
 
 
 def test_hub_ids_are_checked_from_the_cache_only(word_level_folder, tmp_path, monkeypatch, loads):

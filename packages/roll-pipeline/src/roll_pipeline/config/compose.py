@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
@@ -97,6 +97,14 @@ def compose(
     """Compose with Hydra and validate; raise `ConfigError` listing every problem (`roll_pipeline.preflight`
     adds the checks of envs, checkpoint and model folder)."""
     return validate(compose_data(config_path, config_name, overrides, search_from))
+
+
+def raw_section(data: Any, *keys: str) -> Mapping[str, Any]:
+    """The mapping at `keys` in raw config data (`compose_data`); empty where a level is missing or no mapping
+    (the schema reports a wrong type)."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, Mapping) else None
+    return data if isinstance(data, Mapping) else {}
 
 
 def compose_data(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from roll_algos import DEFAULT_POLICY_LOSS, FULL_KL_KINDS, estimator_spec
 
 from roll_pipeline.config.checks import config_problems, estimator_problem, policy_loss_problem
@@ -350,17 +350,11 @@ class AgenticConfig(StrictModel):
         True, description="print the baselines of each played tag whose env has some (FrozenLake, Sokoban)"
     )
 
-    @field_validator("adv_estimator")
+    @field_validator("adv_estimator", "policy_loss")
     @classmethod
-    def _registered_estimator(cls, name: str) -> str:
-        if problem := estimator_problem(name):
-            raise ValueError(problem)
-        return name
-
-    @field_validator("policy_loss")
-    @classmethod
-    def _registered_policy_loss(cls, name: str) -> str:
-        if problem := policy_loss_problem(name):
+    def _registered(cls, name: str, info: ValidationInfo) -> str:
+        check = estimator_problem if info.field_name == "adv_estimator" else policy_loss_problem
+        if problem := check(name):
             raise ValueError(problem)
         return name
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from roll_pipeline.config.compose import raw_section
 from roll_pipeline.config.roles import WorkerConfig
 from roll_pipeline.config.schema import AgenticConfig
 
@@ -30,9 +31,7 @@ def _default_role(section: str) -> WorkerConfig:
 def _raw_strategy(data: Mapping[str, Any], section: str) -> tuple[Any, Any]:
     """(strategy_name, strategy_config) of a role in a raw config mapping; missing keys take the defaults."""
     default = _default_role(section).strategy_args
-    role = data.get(section)
-    args = role.get("strategy_args") if isinstance(role, Mapping) else None
-    args = args if isinstance(args, Mapping) else {}
+    args = raw_section(data, section, "strategy_args")
     return args.get("strategy_name", default.strategy_name), args.get("strategy_config") or {}
 
 

@@ -10,7 +10,10 @@ the YAML files of examples/tiny-cpu-agentic start from it (`defaults: [roll_tiny
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from roll_pipeline.config.schema import AgenticConfig
 
 TINY_MODEL = "builtin:tiny-frozen-lake-sighted"
 """The model of `roll train` with no config file."""
@@ -48,3 +51,15 @@ def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def field_default(cfg: AgenticConfig, name: str) -> object:
+    """The schema default of a top-level field (without building a whole AgenticConfig, whose validator asks)."""
+    return type(cfg).model_fields[name].get_default(call_default_factory=True)
+
+
+def is_set(cfg: AgenticConfig, name: str) -> bool:
+    """Whether a top-level field differs from both bases a config starts from: the schema default and this
+    recipe (`roll_tiny`), so a field one base sets is not taken for the user's."""
+    value = getattr(cfg, name)
+    return value != field_default(cfg, name) and (name not in TINY_RECIPE or value != TINY_RECIPE[name])

@@ -50,6 +50,16 @@ def _drop_if_present(m: Migration, source_key: str, why: str) -> None:
         m.drop((source_key,), why)
 
 
+def _one_or_unsupported(m: Migration, source_key: str, unsupported: str, dropped: str) -> None:
+    """A ROLL factor that roll fixes at 1: 1 (ROLL's default) is dropped with `dropped`, any other value is
+    unsupported (the value, then `unsupported`)."""
+    value = m.roll_or(1.0, source_key)
+    if value != 1.0:
+        m.unsupported((source_key,), f"{value}: {unsupported}")
+    else:
+        _drop_if_present(m, source_key, dropped)
+
+
 def estimator(m: Migration) -> None:
     """adv_estimator, reward_normalization, gamma, lambd, step_reward_gamma and the GiGPO weights."""
     if m.present("adv_estimator"):
@@ -71,14 +81,12 @@ def estimator(m: Migration) -> None:
     _discounts(m, target)
     if target == "gigpo":
         _set_from(m, "step_reward_weight", 1.0, "gigpo_step_weight")
-        weight = m.roll_or(1.0, "episode_reward_weight")
-        if weight != 1.0:
-            m.unsupported(
-                ("episode_reward_weight",),
-                f"{weight}: roll's gigpo weighs the episode advantage 1 (gigpo_step_weight scales the step one)",
-            )
-        else:
-            _drop_if_present(m, "episode_reward_weight", "1 is roll's weight of the episode advantage")
+        _one_or_unsupported(
+            m,
+            "episode_reward_weight",
+            "roll's gigpo weighs the episode advantage 1 (gigpo_step_weight scales the step one)",
+            "1 is roll's weight of the episode advantage",
+        )
     else:
         for key in ("step_reward_weight", "episode_reward_weight"):
             _drop_if_present(m, key, "only read by ROLL's gigpo")
@@ -143,16 +151,12 @@ def _normalisation(m: Migration, target: str) -> None:
 def _discounts(m: Migration, target: str) -> None:
     if target in ("gigpo", "step_reinforce"):
         _set_from(m, "step_reward_gamma", 0.95, "gamma", "ROLL's discount per env step")
-        token_gamma = m.roll_or(1.0, "gamma")
-        if token_gamma != 1.0:
-            m.unsupported(
-                ("gamma",),
-                f"{token_gamma}: a per-token discount inside each turn; roll's {target} discounts per env step only",
-            )
-        else:
-            _drop_if_present(
-                m, "gamma", f"ROLL's per-token discount inside a turn, 1: roll's {target} has none"
-            )
+        _one_or_unsupported(
+            m,
+            "gamma",
+            f"a per-token discount inside each turn; roll's {target} discounts per env step only",
+            f"ROLL's per-token discount inside a turn, 1: roll's {target} has none",
+        )
     else:
         _set_from(m, "gamma", 1.0, "gamma", "ROLL's discount per token")
         _drop_if_present(m, "step_reward_gamma", "only read by ROLL's gigpo / step_reinforce")

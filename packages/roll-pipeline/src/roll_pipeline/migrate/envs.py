@@ -1,10 +1,10 @@
-"""The `custom_envs` handler: each env tag the env managers play, its env type (`rules.ENV_TYPES`), its episode
+"""The `custom_envs` handler: each env tag the env managers play, its env type (`upstream.ENV_TYPES`), its episode
 limits, its prompt, how much history its prompts keep, and its `env_config` key by key.
 
 ROLL's TrajEnvManager (the default) prompts with the whole conversation and trains one sample per episode:
 roll's `max_history_turns: null` (and `sample_shape: auto` then trains whole trajectories); its StepEnvManager
 keeps `history_length - 1` earlier turns and trains one sample per turn. ROLL's env defaults that a file
-leaves out (`rules.ENV_DEFAULTS`: FrozenLake's slippery ice, Sokoban's 10x10 room with 4 boxes, no format
+leaves out (`upstream.ENV_DEFAULTS`: FrozenLake's slippery ice, Sokoban's 10x10 room with 4 boxes, no format
 penalty) are written explicitly where roll's envs differ.
 """
 
@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from roll_pipeline.migrate.load import MISSING
 from roll_pipeline.migrate.report import Change
-from roll_pipeline.roll_keys.rules import ENV_DEFAULTS, ENV_TYPES, GEM_PREFIXES, PROMPT_REASON, SPEED_REASON
+from roll_pipeline.roll_keys.rules import PROMPT_REASON, SPEED_REASON
+from roll_pipeline.roll_keys.upstream import ENV_DEFAULTS, ENV_TYPES, GEM_PREFIXES
 
 if TYPE_CHECKING:
     from roll_pipeline.migrate.translate import Keys, Migration

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from roll_pipeline.migrate import algo
 from roll_pipeline.migrate.envs import custom_envs
 from roll_pipeline.migrate.load import MISSING, parse_device_mapping
-from roll_pipeline.roll_keys.rules import SPEED_REASON, STRATEGIES, TRAINED, match_rule
+from roll_pipeline.roll_keys.rules import SPEED_REASON, TRAINED, match_rule
+from roll_pipeline.roll_keys.upstream import STRATEGIES
 
 if TYPE_CHECKING:
     from roll_pipeline.migrate.translate import Keys, Migration
@@ -161,7 +162,7 @@ def dp_size(m: Migration, role: str) -> int:
 
 
 def strategy(m: Migration, keys: Keys, _: list[str]) -> None:
-    """A worker's backend: ROLL's strategy name -> roll's (`rules.STRATEGIES`), its options passed through
+    """A worker's backend: ROLL's strategy name -> roll's (`upstream.STRATEGIES`), its options passed through
     to a backend that reads the same ones (vllm, deepspeed_train) or reported."""
     role = keys[0]
     m.done.add(keys)

@@ -19,11 +19,11 @@ from roll_pipeline.roll_keys.rules import (
     IGNORED_REASON,
     NO_DEFAULT,
     ROLES,
-    ROLL_FIELDS,
     RULES,
     Rule,
     match_rule,
 )
+from roll_pipeline.roll_keys.upstream import ROLL_FIELDS
 
 __all__ = ["Migration", "is_neutral", "migrate_file", "to_yaml"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from roll_pipeline.roll_keys.rules import ROLL_FIELDS
+from roll_pipeline.roll_keys.upstream import ROLL_FIELDS
 
 __all__ = ["MIN_KEYS", "roll_config_message", "roll_markers"]
 

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 import torch
+from roll_algos import MicroBatch
 
 from roll_pipeline.runtime.cluster import Cluster
 
@@ -103,7 +104,7 @@ class RankGroup:
         return _unshard(await asyncio.gather(*calls), rows)
 
     async def train_step(
-        self, per_rank: Sequence[Sequence[Mapping[str, torch.Tensor]]], loss_fn: Any, **kwargs: Any
+        self, per_rank: Sequence[Sequence[MicroBatch]], loss_fn: Any, **kwargs: Any
     ) -> dict[str, float]:
         """One optimiser step of the group: rank r on `per_rank[r]`; the group's metrics (rank 0's)."""
         if len(per_rank) != self.size:

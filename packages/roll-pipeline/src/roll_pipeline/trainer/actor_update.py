@@ -58,14 +58,10 @@ class ActorUpdater:
         demonstration steps'); None: `loss_fn()` and the run's schedule."""
         loss_fn = loss or self.loss_fn()
         s = exp.samples
-        fields = {
-            "input_ids": s.input_ids,
-            "attention_mask": s.attention_mask,
-            "response_mask": s.response_mask,
-            "segment_ids": s.segment_ids,
-            "old_log_probs": exp.old_log_probs,
-            "advantages": exp.advantages,
-        }
+        fields = s.tensors()
+        fields["segment_ids"] = s.segment_ids
+        fields["old_log_probs"] = exp.old_log_probs
+        fields["advantages"] = exp.advantages
         if self.use_kl_loss and exp.ref_log_probs is not None:
             fields["ref_log_probs"] = exp.ref_log_probs
         if loss_fn.tis_cap is not None:

@@ -31,13 +31,9 @@ class CriticUpdater:
         if exp.values is None:
             raise ValueError("the critic update needs the step's values (compute them before the advantages)")
         s = exp.samples
-        fields = {
-            "input_ids": s.input_ids,
-            "attention_mask": s.attention_mask,
-            "response_mask": s.response_mask,
-            "old_values": exp.values,
-            "returns": exp.returns,
-        }
+        fields = s.tensors()
+        fields["old_values"] = exp.values
+        fields["returns"] = exp.returns
         metrics, timings["time/step_critic_train"] = await train_epochs(
             self.critic,
             self.loss,

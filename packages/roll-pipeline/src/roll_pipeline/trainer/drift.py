@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from roll_algos import kl_penalty, masked_mean
+from roll_algos import MicroBatch, kl_penalty, masked_mean
 
 __all__ = ["DRIFT_FILE", "StartDrift", "kl_to_start"]
 
@@ -39,12 +39,10 @@ class StartDrift:
 
     def __init__(self, actor_train: Any, batch_size: int) -> None:
         self.actor_train, self.batch_size = actor_train, batch_size
-        self._kept: tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor] | None = None
+        self._kept: tuple[MicroBatch, torch.Tensor, torch.Tensor] | None = None
         self._done = False
 
-    async def keep(
-        self, tensors: dict[str, torch.Tensor], mask: torch.Tensor, log_probs: torch.Tensor | None
-    ):
+    async def keep(self, tensors: MicroBatch, mask: torch.Tensor, log_probs: torch.Tensor | None):
         """The rows of the first call only; `log_probs`: the trainer's, of the weights before the update (None:
         scored here, e.g. when the old log-probs are the sampler's)."""
         if self._done:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from roll_algos import MicroBatch
 from roll_strategies import LAST_VALUE_METRICS, lr_decay_factor
 
 from roll_pipeline.observe.metrics import mean
@@ -115,7 +116,7 @@ def check_nonfinite(metrics: Mapping[str, float], limit: int, *, prefix: str, st
 async def train_epochs(
     group: RankGroup,
     loss_fn: Any,
-    fields: dict[str, torch.Tensor],
+    fields: MicroBatch,
     layout: TrainLayout,
     schedule: UpdateSchedule,
     step: int,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from roll_algos import AdvantageInputs
+from roll_algos import AdvantageInputs, MicroBatch
 from roll_rollout import Trajectory
 from roll_rollout.hosting.agent_turns import UNCHAINED_METRIC
 
@@ -95,8 +95,8 @@ class Samples:
         out.view(-1)[self._turn_index] = x.reshape(-1)[self._train_index]
         return out
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """What a forward pass over the rows needs."""
+    def tensors(self) -> MicroBatch:
+        """What a forward pass over the rows needs (a new micro-batch of every row: the updates add their keys)."""
         return {
             "input_ids": self.input_ids,
             "attention_mask": self.attention_mask,
