@@ -78,6 +78,7 @@ class DeepSpeedGradients:
         data_parallel: DataParallel,
     ) -> None:
         self.engine, self.optimizer, self.data_parallel = engine, optimizer, data_parallel
+        self.nonfinite = NonFiniteCount()
         self.zero_stage = zero_stage(ds_config)
         # only the plain torch AdamW of ZeRO-0 in float32 lets a non-finite gradient through to the weights
         self.checks_grad_norm = self.zero_stage > 0 or bool(ds_config["bf16"]["enabled"])
@@ -216,7 +217,7 @@ class DeepSpeedTrainStrategy:
         self.model = self.engine.module
         self.gradients = DeepSpeedGradients(self.engine, self.optimizer, self.ds_config, self.data_parallel)
         self.step = 0  # train steps run, skipped non-finite ones included (the warm-up counts applied ones)
-        self.nonfinite = NonFiniteCount()
+        self.nonfinite = self.gradients.nonfinite
         self.exporter = WeightExporter(self.model, gather=self._gather)
         self.offloaded = False
 
@@ -267,10 +268,6 @@ class DeepSpeedTrainStrategy:
             if REFERENCE_KEY in mb or share:  # exact KL to the worker's frozen reference, or a prefix tree
                 out = micro_batch_outputs(self.engine, mb, with_entropy=with_entropy, share_prefix=share)
                 log_probs, entropy = out.log_probs, out.entropy
-                if out.full_kl is not None:
-                    mb["full_kl"], mb["full_kl_forward"] = out.full_kl, out.full_kl_forward
-                if out.greedy is not None:  # the loss's actor/sampled_not_greedy
-                    mb["greedy"] = out.greedy
             else:
                 log_probs, entropy = token_log_probs(
                     self.engine,
@@ -284,13 +281,7 @@ class DeepSpeedTrainStrategy:
 
         self.engine.train()
         result, applied = run_train_step(
-            self.gradients,
-            micro_batches,
-            loss_of,
-            lr_scale=lr_scale,
-            data_parallel=self.data_parallel,
-            counter=self.nonfinite,
-            device=self.device,
+            self.gradients, micro_batches, loss_of, lr_scale=lr_scale, device=self.device
         )
         self.step += 1
         if applied:
