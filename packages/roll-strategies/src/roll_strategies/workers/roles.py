@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,96 +28,13 @@ from roll_strategies.protocols import (
     StreamingInferStrategy,
     ValueLossFn,
 )
-from roll_strategies.registry import Role, create_strategy
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
 from roll_strategies.train.hf_train import HFTrainStrategy
 from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
-from roll_strategies.workers.allocator import ProcessMemory, configure_allocator, release_freed_memory
+from roll_strategies.workers import base
+from roll_strategies.workers.base import RoleWorker
 
 __all__ = ["ActorInferWorker", "ActorTrainWorker", "CriticWorker", "ReferenceWorker"]
-
-
-def _set_up_process(num_threads: int | None) -> None:
-    """Torch's threads, and glibc's malloc set to give freed tensors back to the OS (`allocator`): a role's
-    worker owns its process (a Ray actor, a rank's child) or shares the driver's (`cluster.backend=local`)."""
-    configure_allocator()
-    if num_threads is not None:
-        torch.set_num_threads(max(1, int(num_threads)))
-
-
-class _RoleWorker:
-    """What every role's worker does alike: its process set up (`_set_up_process`), its strategy built by name
-    for `role` (`registry.create_strategy`; other kwargs go to it), and its freed heap memory given back."""
-
-    role: ClassVar[Role]
-    default_strategy: ClassVar[str]
-    """The backend built when no `strategy_name` is given."""
-
-    def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        num_threads: int | None = None,
-        strategy_name: str | None = None,
-        strategy_config: Mapping[str, Any] | None = None,
-        **strategy_kwargs: Any,
-    ) -> None:
-        name = self.default_strategy if strategy_name is None else strategy_name
-        _set_up_process(num_threads)
-        self.strategy: Any = create_strategy(
-            name, self.role, model_path, strategy_config=strategy_config, **strategy_kwargs
-        )
-
-    def release_memory(self) -> ProcessMemory:
-        """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
-        return release_freed_memory()
-
-
-# The methods some roles share, written once and bound by each (as the backends bind `sync.endpoints`).
-
-
-def _compute_log_probs(
-    self: _RoleWorker, batch: Mapping[str, torch.Tensor], micro_batch_size: int
-) -> torch.Tensor:
-    """Log-probs [B, T] aligned with input_ids under the strategy's current weights (the actor's: the old
-    policy's; the reference's: the reference's)."""
-    return self.strategy.compute_log_probs(batch, micro_batch_size)
-
-
-def _weights_fingerprint(self: _RoleWorker) -> str:
-    """Identifies the weights held (the train and the infer worker's are equal when they hold the same)."""
-    return self.strategy.weights_fingerprint()
-
-
-def _offload_unavailable(self: _RoleWorker) -> str | None:
-    """Why `offload` cannot run with this strategy (no offload / reload, or its own `offload_unavailable`
-    reason), None when it can."""
-    strategy = self.strategy
-    if not callable(getattr(strategy, "offload", None)) or not callable(getattr(strategy, "reload", None)):
-        return f"{type(strategy).__name__} has no offload"
-    unavailable = getattr(strategy, "offload_unavailable", None)
-    return unavailable() if callable(unavailable) else None
-
-
-def _offload(self: _RoleWorker) -> OffloadReport:
-    """The role's model (and a trainer's gradients, fp32 masters and optimiser state) to CPU memory while a
-    colocated inference engine runs (see the strategy's `offload`)."""
-    return self.strategy.offload()
-
-
-def _reload(self: _RoleWorker) -> OffloadReport:
-    """Undo `offload` before the next phase that computes on this worker."""
-    return self.strategy.reload()
-
-
-def _save_checkpoint(self: _RoleWorker, path: str | Path) -> None:
-    """See the strategy's `save_checkpoint`."""
-    self.strategy.save_checkpoint(Path(path))
-
-
-def _load_checkpoint(self: _RoleWorker, path: str | Path) -> None:
-    """See the strategy's `load_checkpoint`."""
-    self.strategy.load_checkpoint(Path(path))
 
 
 def _policy_model(strategy: object) -> torch.nn.Module:
@@ -134,8 +51,8 @@ def _policy_model(strategy: object) -> torch.nn.Module:
     return model
 
 
-class ActorTrainWorker(_RoleWorker):
-    """Owns the trainable policy (`hf_train` or `deepspeed_train`); other kwargs as `_RoleWorker`'s.
+class ActorTrainWorker(RoleWorker):
+    """Owns the trainable policy (`hf_train` or `deepspeed_train`); other kwargs as `RoleWorker`'s.
 
     With `reference_model_path` it also holds a frozen copy of the reference model (in `reference_dtype`, on
     the strategy's device) for the exact KL estimators (`full`, `full_forward`): both models' logits are
@@ -177,7 +94,7 @@ class ActorTrainWorker(_RoleWorker):
             )
         return self.reference_model
 
-    compute_log_probs = _compute_log_probs
+    compute_log_probs = base.compute_log_probs
 
     def train_step(
         self,
@@ -201,7 +118,7 @@ class ActorTrainWorker(_RoleWorker):
         """All weights at once (float32 numpy) for `ActorInferWorker.update_weights`."""
         return self.strategy.export_weights()
 
-    weights_fingerprint = _weights_fingerprint
+    weights_fingerprint = base.weights_fingerprint
 
     def weight_sync_plan(
         self, version: int, *, dtype: str, bucket_bytes: int, transport: str = "cpu"
@@ -218,7 +135,7 @@ class ActorTrainWorker(_RoleWorker):
         """Bucket `index` of `plan`, for `ActorInferWorker.receive_weight_bucket`."""
         return self.strategy.weight_bucket(plan, index)
 
-    save_checkpoint, load_checkpoint = _save_checkpoint, _load_checkpoint
+    save_checkpoint, load_checkpoint = base.save_checkpoint, base.load_checkpoint
 
     def get_step(self) -> int:
         """Optimizer steps taken (restored by load_checkpoint)."""
@@ -247,7 +164,7 @@ class ActorTrainWorker(_RoleWorker):
             share_prefix=self._share_prefix(),
         )
 
-    offload_unavailable = _offload_unavailable
+    offload_unavailable = base.offload_unavailable
 
     def offload(self) -> OffloadReport:
         """The trainer's parameters, gradients, fp32 masters and optimiser state (and the held reference model) to
@@ -267,7 +184,7 @@ class ActorTrainWorker(_RoleWorker):
         return report
 
 
-class ActorInferWorker(_RoleWorker):
+class ActorInferWorker(RoleWorker):
     """Owns the sampling copy of the policy (`hf_infer` or `vllm`); other kwargs go to the strategy."""
 
     role, default_strategy = "infer", "hf_infer"
@@ -305,7 +222,7 @@ class ActorInferWorker(_RoleWorker):
             )
         return await self.strategy.agenerate_one(prompt, params, sample_key)
 
-    compute_log_probs = _compute_log_probs
+    compute_log_probs = base.compute_log_probs
 
     def update_weights(self, named_tensors: Mapping[str, np.ndarray | torch.Tensor], version: int) -> None:
         """Load all weights exported by the train worker at once; set the policy version (stale ones refused)."""
@@ -319,7 +236,7 @@ class ActorInferWorker(_RoleWorker):
         """Record `version` without a transfer (the weights with `fingerprint` are held already)."""
         self.strategy.confirm_weights(version, fingerprint)
 
-    weights_fingerprint = _weights_fingerprint
+    weights_fingerprint = base.weights_fingerprint
 
     def sleep(self, level: int | None = None) -> bool:
         """Free accelerator memory while a colocated trainer runs (`level` None: the strategy's own, vllm's
@@ -351,7 +268,7 @@ class ActorInferWorker(_RoleWorker):
             close()
 
 
-class ReferenceWorker(_RoleWorker):
+class ReferenceWorker(RoleWorker):
     """Owns the frozen reference policy (`hf_train` frozen, the default, or `hf_infer`); `share_prefix` goes to
     the strategy (prefix-tree forwards for the reference log-probs)."""
 
@@ -364,7 +281,7 @@ class ReferenceWorker(_RoleWorker):
         num_threads: int | None = None,
         device: str = "cpu",
         dtype: str = "float32",
-        strategy_name: str = "hf_train",
+        strategy_name: str | None = None,
         strategy_config: Mapping[str, Any] | None = None,
         share_prefix: bool = False,
     ) -> None:
@@ -378,14 +295,12 @@ class ReferenceWorker(_RoleWorker):
             share_prefix=share_prefix,
         )
 
-    compute_log_probs = _compute_log_probs
+    compute_log_probs = base.compute_log_probs
 
-    offload_unavailable = _offload_unavailable
-
-    offload, reload = _offload, _reload
+    offload_unavailable, offload, reload = base.offload_unavailable, base.offload, base.reload
 
 
-class CriticWorker(_RoleWorker):
+class CriticWorker(RoleWorker):
     """Owns the PPO critic (`hf_critic`: a value model with its own optimiser); other kwargs go to it."""
 
     role, default_strategy = "critic", "hf_critic"
@@ -412,8 +327,6 @@ class CriticWorker(_RoleWorker):
         """One attention pair's cost in tokens on the value model (`layout_cost.model_pair_weight`)."""
         return model_pair_weight(self.strategy.model)
 
-    save_checkpoint, load_checkpoint = _save_checkpoint, _load_checkpoint
+    save_checkpoint, load_checkpoint = base.save_checkpoint, base.load_checkpoint
 
-    offload_unavailable = _offload_unavailable
-
-    offload, reload = _offload, _reload
+    offload_unavailable, offload, reload = base.offload_unavailable, base.offload, base.reload
