@@ -48,7 +48,7 @@ from roll_strategies.infer.vllm_engine import (
     with_max_num_seqs,
 )
 from roll_strategies.infer.vllm_worker import encode_tensors
-from roll_strategies.protocols import GenerationOutput, GenerationParams
+from roll_strategies.protocols import GenerationOutput, GenerationParams, check_prompts
 from roll_strategies.sync import endpoints
 from roll_strategies.sync.weight_receiver import WeightReceiver
 from roll_strategies.sync.weight_sync import DEFAULT_BUCKET_BYTES
@@ -203,10 +203,7 @@ class VLLMInferStrategy:
         """Sample a continuation of each prompt concurrently (on the engine's loop); with `per_request_seed`,
         each request is seeded by (seed, its sample key), or (seed, call, row) without one; else by the
         engine's seed."""
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise StrategyError(
-                "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
-            )
+        check_prompts(prompts)
         self._check_awake()
         keys = row_keys(self.seed, next(self._calls), len(prompts), sample_keys)
         outs = await asyncio.gather(

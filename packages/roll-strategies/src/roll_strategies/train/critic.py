@@ -52,7 +52,6 @@ class HFCriticStrategy:
         self.model, self.tokenizer = load_value_model(model_path, device=device, dtype=dtype)
         self.share_prefix = check_prefix_sharing(self.model, share_prefix, model_path, value_model=True)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
-        self.max_grad_norm = optimizer.max_grad_norm
         self.step = 0  # train steps run, skipped non-finite ones included
         self.model.train()
         self.trainer = MasterWeightOptimizer(self.model, optimizer, data_parallel=self.data_parallel)

@@ -67,8 +67,6 @@ class HFTrainStrategy:
         self.defer_sync = self.device.type == "cuda" if defer_sync is None else defer_sync
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype=dtype)
         self.share_prefix = check_prefix_sharing(self.model, share_prefix, model_path)
-        self.trainable = trainable
-        self.max_grad_norm = optimizer.max_grad_norm
         self.step = 0  # train steps run, skipped non-finite ones included (the warm-up counts applied ones)
         self.trainer: MasterWeightOptimizer | None = None
         self.optimizer: torch.optim.Optimizer | None = None
