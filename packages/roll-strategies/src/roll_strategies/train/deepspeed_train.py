@@ -57,7 +57,7 @@ from roll_strategies.sync.weight_sync import WeightExporter
 from roll_strategies.sync.weights import unique_named_tensors
 from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.train.deepspeed_config import build_deepspeed_config, zero_stage
-from roll_strategies.train.offload import OffloadReport, optimizer_state_tensors
+from roll_strategies.train.offload import OffloadReport, allocated_bytes, optimizer_state_tensors
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.schedules import adamw_with_warmup, apply_lr_scale
 from roll_strategies.train.train_loop import NonFiniteCount, StepOutcome, run_train_step
@@ -160,13 +160,6 @@ def _zero_state_bytes(engine: Any) -> int:
     if isinstance(inner, torch.optim.Optimizer):
         tensors += list(optimizer_state_tensors(inner))
     return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
-
-
-def _allocated(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 0
-    torch.cuda.synchronize(device)
-    return int(torch.cuda.memory_allocated(device))
 
 
 class DeepSpeedTrainStrategy:
@@ -309,20 +302,24 @@ class DeepSpeedTrainStrategy:
             )
         if self.offloaded:
             return OffloadReport(0.0, 0)
-        started, before, size = time.perf_counter(), _allocated(self.device), _zero_state_bytes(self.engine)
+        started, before, size = (
+            time.perf_counter(),
+            allocated_bytes(self.device),
+            _zero_state_bytes(self.engine),
+        )
         self.engine.offload_states(pin_memory=self.device.type == "cuda")
         self.offloaded = True
-        return OffloadReport(time.perf_counter() - started, size, before - _allocated(self.device))
+        return OffloadReport(time.perf_counter() - started, size, before - allocated_bytes(self.device))
 
     def reload(self) -> OffloadReport:
         """Undo `offload` (`engine.reload_states()`)."""
         if not self.offloaded:
             return OffloadReport(0.0, 0)
-        started, before = time.perf_counter(), _allocated(self.device)
+        started, before = time.perf_counter(), allocated_bytes(self.device)
         self.engine.reload_states()
         self.offloaded = False
         size = _zero_state_bytes(self.engine)
-        return OffloadReport(time.perf_counter() - started, size, before - _allocated(self.device))
+        return OffloadReport(time.perf_counter() - started, size, before - allocated_bytes(self.device))
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """CPU float32 numpy copies of all weights (tied ones once), gathered under ZeRO-3."""
