@@ -1,9 +1,11 @@
 """Shared fixtures: one tiny model folder (random init), one format-warmed folder and one random Llama-shaped
-folder per test session; the toy prompt helpers; the check that two generations agree."""
+folder per test session; the toy prompt helpers; right-padded prompt + response rows; the check that two
+generations agree."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -85,6 +87,27 @@ def toy() -> SimpleNamespace:
         grid_observation=grid_observation,
         warmup_examples=warmup_examples,
     )
+
+
+def padded_rows(lengths: Sequence[tuple[int, int]], seed: int = 0) -> dict[str, torch.Tensor]:
+    """Right-padded rows of random ids, one per (prompt, response) length pair, with their attention and
+    response masks."""
+    gen = torch.Generator().manual_seed(seed)
+    width = max(p + q for p, q in lengths)
+    ids = torch.zeros((len(lengths), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    resp = torch.zeros_like(ids, dtype=torch.bool)
+    for r, (p, q) in enumerate(lengths):
+        ids[r, : p + q] = torch.randint(8, 200, (p + q,), generator=gen)
+        mask[r, : p + q] = 1
+        resp[r, p : p + q] = True
+    return {"input_ids": ids, "attention_mask": mask, "response_mask": resp}
+
+
+@pytest.fixture(scope="session")
+def prompt_rows():
+    """`padded_rows` for the tests (conftest is not importable in importlib mode)."""
+    return padded_rows
 
 
 def assert_same_generations(plain: list[GenerationOutput], shared: list[GenerationOutput]) -> None:

@@ -13,19 +13,7 @@ from roll_strategies import (
 )
 from roll_strategies.compute.forward import PACK_CAPACITY_KEY
 
-
-def rows(seed: int = 0) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    lengths = [(6, 3), (10, 4), (3, 2), (14, 5)]
-    width = max(p + q for p, q in lengths)
-    ids = torch.zeros((len(lengths), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    resp = torch.zeros_like(ids, dtype=torch.bool)
-    for r, (p, q) in enumerate(lengths):
-        ids[r, : p + q] = torch.randint(8, 200, (p + q,), generator=gen)
-        mask[r, : p + q] = 1
-        resp[r, p : p + q] = True
-    return {"input_ids": ids, "attention_mask": mask, "response_mask": resp}
+LENGTHS = [(6, 3), (10, 4), (3, 2), (14, 5)]  # (prompt, response) per row
 
 
 def mse(values, mb):
@@ -34,7 +22,7 @@ def mse(values, mb):
     return loss, {"vf": float(loss.detach())}
 
 
-def test_value_model_keeps_the_backbone_and_starts_at_zero(warm_model_dir):
+def test_value_model_keeps_the_backbone_and_starts_at_zero(warm_model_dir, prompt_rows):
     critic, _ = load_value_model(warm_model_dir, device="cpu", dtype="float32")
     lm = HFTrainStrategy(warm_model_dir, trainable=False).model
     lm_state = lm.state_dict()
@@ -42,11 +30,11 @@ def test_value_model_keeps_the_backbone_and_starts_at_zero(warm_model_dir):
         torch.testing.assert_close(tensor, lm_state[f"model.{name}"])
     assert float(critic.score.weight.detach().abs().sum()) == 0.0
     strategy = HFCriticStrategy(warm_model_dir)
-    assert float(strategy.compute_values(rows(), 2).abs().sum()) == 0.0
+    assert float(strategy.compute_values(prompt_rows(LENGTHS), 2).abs().sum()) == 0.0
 
 
-def test_critic_fits_returns_and_packing_changes_nothing(warm_model_dir):
-    b = rows(1)
+def test_critic_fits_returns_and_packing_changes_nothing(warm_model_dir, prompt_rows):
+    b = prompt_rows(LENGTHS, 1)
     returns = torch.where(b["response_mask"], torch.linspace(-1, 1, b["input_ids"].shape[1]), 0.0)
     strategies = [
         HFCriticStrategy(warm_model_dir, optimizer=OptimizerSettings(learning_rate=5e-3), seed=0)
@@ -67,8 +55,8 @@ def test_critic_fits_returns_and_packing_changes_nothing(warm_model_dir):
     assert bool((values[~b["response_mask"]] == 0).all())
 
 
-def test_critic_checkpoint_round_trip(warm_model_dir, tmp_path):
-    b = rows(2)
+def test_critic_checkpoint_round_trip(warm_model_dir, tmp_path, prompt_rows):
+    b = prompt_rows(LENGTHS, 2)
     worker = CriticWorker(warm_model_dir, optimizer=OptimizerSettings(learning_rate=1e-2))
     worker.train_step([{**b, "returns": torch.ones(b["input_ids"].shape)}], mse)
     worker.save_checkpoint(tmp_path / "critic")

@@ -11,19 +11,7 @@ from roll_strategies import ActorTrainWorker, HFTrainStrategy, OptimizerSettings
 LR = 1e-2
 
 
-def rows(seed: int = 0) -> dict[str, torch.Tensor]:
-    """Right-padded rows of prompt + response of mixed lengths."""
-    gen = torch.Generator().manual_seed(seed)
-    lengths = [(7, 3), (12, 5), (4, 2), (16, 4), (9, 6)]
-    width = max(p + q for p, q in lengths)
-    ids = torch.zeros((len(lengths), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    resp = torch.zeros_like(ids, dtype=torch.bool)
-    for r, (p, q) in enumerate(lengths):
-        ids[r, : p + q] = torch.randint(8, 200, (p + q,), generator=gen)
-        mask[r, : p + q] = 1
-        resp[r, p : p + q] = True
-    return {"input_ids": ids, "attention_mask": mask, "response_mask": resp}
+LENGTHS = [(7, 3), (12, 5), (4, 2), (16, 4), (9, 6)]  # right-padded rows of prompt + response, mixed lengths
 
 
 def with_advantages(b: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
@@ -57,11 +45,11 @@ def whole_vocabulary(model, ref_model, b, *, grad: bool = False):
     return [torch.cat([pad, x], 1) * m for x in out]
 
 
-def test_compute_reference_kl_equals_the_whole_vocabulary_formula(tiny_model_dir):
+def test_compute_reference_kl_equals_the_whole_vocabulary_formula(tiny_model_dir, prompt_rows):
     worker = ActorTrainWorker(
         tiny_model_dir, optimizer=OptimizerSettings(learning_rate=LR), reference_model_path=tiny_model_dir
     )
-    b = rows()
+    b = prompt_rows(LENGTHS)
     same = worker.compute_reference_kl(b, 2)  # the reference is the initial weights
     torch.testing.assert_close(same.kl, torch.zeros_like(same.kl), rtol=0, atol=1e-6)
     worker.train_step([b], nll, with_entropy=False)  # move the policy away from the reference
@@ -99,10 +87,10 @@ def _steps(worker_or_strategy, b, loss_fn, **kwargs) -> list[dict[str, float]]:
 
 
 @pytest.mark.parametrize("kind", ["full", "full_forward"])
-def test_train_step_exact_kl_equals_the_whole_vocabulary_loss(tiny_model_dir, kind):
+def test_train_step_exact_kl_equals_the_whole_vocabulary_loss(tiny_model_dir, kind, prompt_rows):
     """Two steps whose loss holds the exact KL: the worker's chunked KL (with grad) and a loss computing it from
     whole logits give the same losses, KL values, gradient norms and weights."""
-    b = with_advantages(rows(1), seed=2)
+    b = with_advantages(prompt_rows(LENGTHS, 1), seed=2)
     worker = ActorTrainWorker(
         tiny_model_dir, optimizer=OptimizerSettings(learning_rate=LR), reference_model_path=tiny_model_dir
     )
@@ -125,10 +113,10 @@ def test_train_step_exact_kl_equals_the_whole_vocabulary_loss(tiny_model_dir, ki
 @pytest.mark.deepspeed
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 @pytest.mark.parametrize("stage", [0, 3])
-def test_deepspeed_train_step_exact_kl_follows_hf_train(tiny_model_dir, stage):
+def test_deepspeed_train_step_exact_kl_follows_hf_train(tiny_model_dir, stage, prompt_rows):
     """deepspeed_train runs the same chunked exact KL (inside its engine's forward, so ZeRO's backward hooks
     see it): the same losses, KL values and gradient norms as hf_train."""
-    b = with_advantages(rows(3), seed=4)
+    b = with_advantages(prompt_rows(LENGTHS, 3), seed=4)
     config = {"zero_optimization": {"stage": stage}}
     results = []
     for name, extra in (("hf_train", {}), ("deepspeed_train", {"strategy_config": config})):

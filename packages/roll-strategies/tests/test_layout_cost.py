@@ -1,5 +1,5 @@
 """The rule that runs a micro-batch as a prefix tree only where it pays (`compute/layout_cost.py`), on hand-computed
-counts, and `_layout` asking it: the tree where its nodes save more than its N x N mask costs, the padded or packed
+counts, and `layout.layout` asking it: the tree where its nodes save more than its N x N mask costs, the padded or packed
 rows where not."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 from roll_strategies.compute import layout_cost
-from roll_strategies.compute.forward import _layout, lm_outputs
+from roll_strategies.compute.forward import lm_outputs
+from roll_strategies.compute.layout import layout
 from roll_strategies.compute.layout_cost import (
     Work,
     model_pair_weight,
@@ -89,11 +90,11 @@ def test_layout_runs_the_tree_only_where_it_pays():
         (0.0, long_own, True),
         (1e-3, long_shared, True),
     ):
-        run, *_ = _layout(ids, mask, needed, None, 0, True, pair_weight=w)
+        run, *_ = layout(ids, mask, needed, None, 0, True, pair_weight=w)
         assert (run.attention_mask.dim() == 4) is tree, (w, tree)
         assert run.input_ids.shape == ((1, 242 if w == 0 else 68) if tree else (4, 62))
     ids, mask, needed = long_own
-    run, *_ = _layout(ids, mask, needed, 128, 0, True, pair_weight=1e-3)
+    run, *_ = layout(ids, mask, needed, 128, 0, True, pair_weight=1e-3)
     assert run.attention_mask is None and run.input_ids.shape == (2, 128)  # packed: 2 rows of 2 x 62
 
 

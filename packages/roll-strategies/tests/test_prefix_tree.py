@@ -13,10 +13,11 @@ import random
 from pathlib import Path
 
 import pytest
-import roll_strategies.compute.forward as forward_module
+import roll_strategies.compute.layout as layout_module
 import torch
 from roll_strategies import StrategyError, batched_log_probs, lm_outputs, value_outputs
-from roll_strategies.compute.forward import _layout, reference_kl
+from roll_strategies.compute.forward import reference_kl
+from roll_strategies.compute.layout import layout
 from roll_strategies.compute.prefix_tree import ancestor_mask, build_prefix_tree, tree_forward, tree_masks
 from roll_strategies.compute.probes import prefix_sharing_supported
 from transformers import (
@@ -161,7 +162,7 @@ def max_grad_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> flo
 def assert_same(model, b, **kwargs):
     ids, mask, needed = b["input_ids"], b["attention_mask"], b["response_mask"]
     assert (
-        _layout(ids, mask, needed, None, 0, True, model)[0].tree is not None
+        layout(ids, mask, needed, None, 0, True, model)[0].tree is not None
     )  # the tree runs: no vacuous test
     dense = outputs_and_grads(model, b, False, **kwargs)
     shared = outputs_and_grads(model, b, True, **kwargs)
@@ -243,10 +244,10 @@ def test_rows_sharing_nothing_and_packing_requests():
     b = rows.one_turn_group(6)
     rows_, cols_ = b["response_mask"].nonzero(as_tuple=True)
     args = (b["input_ids"], b["attention_mask"], b["response_mask"])
-    run, *_ = _layout(*args, pack_capacity=64, pad_id=0, share_prefix=True)
+    run, *_ = layout(*args, pack_capacity=64, pad_id=0, share_prefix=True)
     assert run.attention_mask.dim() == 4  # the tree wins over packing
     distinct = rows.pad([([10 + r, 20, 30], [False, True, True]) for r in range(4)])
-    run, *_ = _layout(
+    run, *_ = layout(
         distinct["input_ids"], distinct["attention_mask"], distinct["response_mask"], None, 0, True
     )
     assert run.attention_mask.dim() == 2  # every branch at the root: the dense padded forward
@@ -264,7 +265,7 @@ def test_a_micro_batch_builds_its_trie_once(monkeypatch):
         "roll_strategies.compute.layout_cost.build_prefix_tree", prefix_tree.build_prefix_tree
     )
     b = rows.one_turn_group(6)
-    run, *_ = _layout(b["input_ids"], b["attention_mask"], b["response_mask"], None, 0, True)
+    run, *_ = layout(b["input_ids"], b["attention_mask"], b["response_mask"], None, 0, True)
     assert run.tree is not None and len(built) == 1
 
 
@@ -302,7 +303,7 @@ def test_an_unsupported_model_is_refused_at_construction(tiny_model_dir, monkeyp
 def _detached_copy_tree(model, monkeypatch, prompt: int):
     """Patch the tree so rows 1.. share a second copy of the prompt whose hidden states are detached in every
     layer: every suffix sees the prompt's exact hidden states, only the first one's gradient reaches them."""
-    original = forward_module.tree_forward
+    original = layout_module.tree_forward
     copy_nodes: list[torch.Tensor] = []
 
     def mutated(input_ids, starts, lengths, rows_, cols, _trie=None):
@@ -320,7 +321,7 @@ def _detached_copy_tree(model, monkeypatch, prompt: int):
         swapped = torch.where(copy_nodes[-1][..., None], hidden.detach(), hidden)
         return (swapped, *output[1:]) if isinstance(output, tuple) else swapped
 
-    monkeypatch.setattr(forward_module, "tree_forward", mutated)
+    monkeypatch.setattr(layout_module, "tree_forward", mutated)
     inner = model.model
     for module in (inner.embed_tokens, *inner.layers):
         module.register_forward_hook(detach_copy)

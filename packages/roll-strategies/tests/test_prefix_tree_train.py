@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import roll_strategies.compute.forward as forward_module
+import roll_strategies.compute.layout as layout_module
 import torch
 from roll_strategies import HFCriticStrategy, HFTrainStrategy, OptimizerSettings, free_port
 from roll_strategies.compute.forward import REFERENCE_KEY, SHARE_PREFIX_KEY
@@ -117,8 +117,8 @@ def test_train_step_gradients_equal_dense(model_dir, with_reference, left):
 
 def test_the_micro_batch_key_overrides_the_strategy(tiny_model_dir, monkeypatch):
     calls = []
-    original = forward_module.tree_forward
-    monkeypatch.setattr(forward_module, "tree_forward", lambda *a: calls.append(1) or original(*a))
+    original = layout_module.tree_forward
+    monkeypatch.setattr(layout_module, "tree_forward", lambda *a: calls.append(1) or original(*a))
     shared = HFTrainStrategy(tiny_model_dir, share_prefix=True)
     calls.clear()  # the construction's probe ran one
     shared.train_step(_group_micro_batches(), rows.weighted_nll, with_entropy=False)

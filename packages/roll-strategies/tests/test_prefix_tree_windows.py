@@ -13,7 +13,7 @@ import pytest
 import torch
 from roll_strategies import StrategyError
 from roll_strategies.compute.attention_windows import EVERY_LAYER, attention_windows, describe_windows
-from roll_strategies.compute.forward import _layout
+from roll_strategies.compute.layout import layout
 from roll_strategies.compute.probes import prefix_sharing_supported
 from transformers import (
     Gemma3ForCausalLM,
@@ -123,11 +123,11 @@ def test_windows_are_read_per_layer_type():
 def test_a_mixed_model_gets_a_mask_per_layer_type_and_a_uniform_one_a_tensor():
     b = long_group(0)
     args = (b["input_ids"], b["attention_mask"], b["response_mask"], None, 0, True)
-    mixed, *_ = _layout(*args, model=windowed("gemma3"))
+    mixed, *_ = layout(*args, model=windowed("gemma3"))
     assert set(mixed.attention_mask) == {"sliding_attention", "full_attention"}
     sliding, full = mixed.attention_mask["sliding_attention"], mixed.attention_mask["full_attention"]
     assert ((sliding == 0) <= (full == 0)).all() and bool(((sliding == 0) < (full == 0)).any())
-    uniform, *_ = _layout(*args, model=windowed("mistral"))
+    uniform, *_ = layout(*args, model=windowed("mistral"))
     assert isinstance(uniform.attention_mask, torch.Tensor)
 
 
@@ -135,7 +135,7 @@ def test_unrelated_groups_are_rows_of_their_own():
     """Each root's subtree is one right-padded row with its own mask; `sizes` counts each row's nodes."""
     b = long_group(0)
     args = (b["input_ids"], b["attention_mask"], b["response_mask"], None, 0, True)
-    run, *_ = _layout(*args, model=windowed("qwen2", window=None))
+    run, *_ = layout(*args, model=windowed("qwen2", window=None))
     lengths = b["attention_mask"].sum(1).tolist()
     assert sorted(run.tree.sizes) == [3 + 21, 5 + 20 + 14, 12 + 18 + 25 + 9]
     assert run.input_ids.shape == (3, max(run.tree.sizes)) and run.attention_mask.shape == (3, 1, 64, 64)

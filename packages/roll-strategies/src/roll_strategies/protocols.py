@@ -32,6 +32,7 @@ __all__ = [
     "StreamingInferStrategy",
     "TrainStrategy",
     "ValueLossFn",
+    "check_prompts",
 ]
 
 FinishReason = Literal["stop", "length"]
@@ -70,6 +71,14 @@ class GenerationParams:
                 f"Expected max_new_tokens >= 1, temperature > 0, 0 < top_p <= 1, top_k >= 0; got {self}. "
                 "Use greedy=True for argmax decoding instead of temperature 0."
             )
+
+
+def check_prompts(prompts: Sequence[Sequence[int]]) -> None:
+    """Refuse what no `generate` call can sample from: no prompts, or an empty one."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise StrategyError(
+            "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
+        )
 
 
 @dataclass(frozen=True)

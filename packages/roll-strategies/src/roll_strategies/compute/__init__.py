@@ -2,6 +2,8 @@
 
 - `forward.py`: per-token outputs at the response positions, padded, packed or as a prefix tree: log-probs, entropy,
   exact KL, values.
+- `layout.py`: where a micro-batch's rows run in that forward (padded, packed or a prefix tree) and where each
+  response position is predicted.
 - `prefix_tree.py`: the trie of a micro-batch's rows, a batch row per root's subtree, with 4D ancestor masks
   (one per attention window).
 - `layout_cost.py`: whether that tree costs less than the padded or packed rows (tokens and attention pairs).

@@ -146,49 +146,36 @@ def run_lm(
     with _LOCKS_LOCK:
         lock = _LOCKS.setdefault(inner, threading.Lock())
     with lock:
-        return _run_hooked(model, inner, input_ids, position_ids, attention_mask, rows, cols, reduce)
-
-
-def _run_hooked(
-    model: nn.Module,
-    inner: nn.Module,
-    input_ids: torch.Tensor,
-    position_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    rows: torch.Tensor,
-    cols: torch.Tensor,
-    reduce: Callable[[torch.Tensor, Head, int], T],
-) -> T:
-    head = _readout(inner)
-    captured: dict[str, torch.Tensor] = {}
-    extra: dict[str, object] = {}
-    handles = []
-    if head is not None:
-        decoder = inner.get_decoder()
-        handles.append(
-            decoder.register_forward_hook(lambda m, a, out: captured.__setitem__("h", _last_hidden(out)))
-        )
-        if _supports_logits_to_keep(type(inner)):  # no logits at all: the head runs in chunks below
-            extra["logits_to_keep"] = torch.empty(0, dtype=torch.long, device=input_ids.device)
-
-    def on_output(module: nn.Module, args: object, output: object) -> T:
+        head = _readout(inner)
+        captured: dict[str, torch.Tensor] = {}
+        extra: dict[str, object] = {}
+        handles = []
         if head is not None:
-            return reduce(captured.pop("h")[rows, cols], head, _vocab_size(head, inner))
-        logits = output.logits[rows, cols]  # type: ignore[attr-defined]
-        return reduce(logits, _identity, int(logits.shape[-1]))
+            decoder = inner.get_decoder()
+            handles.append(
+                decoder.register_forward_hook(lambda m, a, out: captured.__setitem__("h", _last_hidden(out)))
+            )
+            if _supports_logits_to_keep(type(inner)):  # no logits at all: the head runs in chunks below
+                extra["logits_to_keep"] = torch.empty(0, dtype=torch.long, device=input_ids.device)
 
-    handles.append(inner.register_forward_hook(on_output))
-    try:
-        return model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-            **extra,
-        )
-    finally:
-        for handle in handles:
-            handle.remove()
+        def on_output(module: nn.Module, args: object, output: object) -> T:
+            if head is not None:
+                return reduce(captured.pop("h")[rows, cols], head, _vocab_size(head, inner))
+            logits = output.logits[rows, cols]  # type: ignore[attr-defined]
+            return reduce(logits, _identity, int(logits.shape[-1]))
+
+        handles.append(inner.register_forward_hook(on_output))
+        try:
+            return model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+                **extra,
+            )
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 def _identity(x: torch.Tensor) -> torch.Tensor:

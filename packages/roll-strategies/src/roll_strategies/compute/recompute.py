@@ -8,9 +8,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from roll_strategies.compute.forward import lm_outputs
+from roll_strategies.compute.forward import lm_outputs, row_slices
 from roll_strategies.compute.logprobs import _first_needed_column, token_log_probs
-from roll_strategies.errors import StrategyError
 
 __all__ = ["batched_log_probs", "tree_log_probs"]
 
@@ -45,17 +44,14 @@ def batched_log_probs(
     """
     input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
     needed = batch.get("response_mask")
-    if micro_batch_size < 1:
-        raise StrategyError(f"Expected micro_batch_size >= 1, got {micro_batch_size}.")
     out = torch.zeros(input_ids.shape, dtype=torch.float32)
     with torch.no_grad():
-        for start in range(0, input_ids.shape[0], micro_batch_size):
-            ids = input_ids[start : start + micro_batch_size].to(device)
-            mask = attention_mask[start : start + micro_batch_size].to(device)
-            part = None if needed is None else needed[start : start + micro_batch_size].to(device)
+        for sl in row_slices(input_ids.shape[0], micro_batch_size):
+            ids, mask = input_ids[sl].to(device), attention_mask[sl].to(device)
+            part = None if needed is None else needed[sl].to(device)
             if share_prefix:
                 lp = tree_log_probs(model, ids, mask, part)
             else:
                 lp, _ = token_log_probs(model, ids, mask, with_entropy=False, needed=part)
-            out[start : start + micro_batch_size] = lp.float().cpu()
+            out[sl] = lp.float().cpu()
     return out

@@ -44,7 +44,7 @@ from roll_strategies.infer.sampling import KeyedSampler, row_keys
 from roll_strategies.infer.slot_decode import decode_settings, slot_decoder
 from roll_strategies.infer.turn_cache import TurnCache
 from roll_strategies.models._loading import load_model_and_tokenizer
-from roll_strategies.protocols import GenerationOutput, GenerationParams
+from roll_strategies.protocols import GenerationOutput, GenerationParams, check_prompts
 from roll_strategies.sync import endpoints
 from roll_strategies.sync.weight_receiver import WeightReceiver
 from roll_strategies.sync.weights import load_named_weights, tensor_shape, unique_named_tensors
@@ -124,10 +124,7 @@ class HFInferStrategy:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Ids and attention mask [B, width], each prompt right-aligned; with `heads`, laid out as
         [padding][head][padding][rest] (`prompt_cache.pad_left`)."""
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise StrategyError(
-                "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
-            )
+        check_prompts(prompts)
         heads = list(heads) if heads is not None else [0] * len(prompts)
         return pad_left(prompts, heads, int(self.tokenizer.pad_token_id), self.device)
 

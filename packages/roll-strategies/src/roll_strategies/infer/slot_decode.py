@@ -41,6 +41,7 @@ from roll_strategies.infer.prompt_cache import MIN_SHARED_TOKENS
 from roll_strategies.infer.sampling import key_array, keyed_pick, sampling_warpers, step_uniforms
 from roll_strategies.infer.slot_cache import SlotKVCache, visibility_mask
 from roll_strategies.infer.turn_cache import KeptSequence, TurnCache
+from roll_strategies.protocols import check_prompts
 
 if TYPE_CHECKING:
     from roll_strategies.protocols import GenerationParams
@@ -193,10 +194,7 @@ class SlotDecoder:
         stop_ids: Sequence[int],
     ) -> list[Decoded]:
         """Every prompt's continuation; row b samples with key `keys[b]` (`sampling.row_keys`)."""
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise StrategyError(
-                "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
-            )
+        check_prompts(prompts)
         rows = [_Row(p, self._head(p)) for p in prompts]  # heads before any keep, as the generate path
         slots = min(self.slots, len(prompts))
         length = -(-(max(map(len, prompts)) + params.max_new_tokens) // CACHE_ROUND) * CACHE_ROUND

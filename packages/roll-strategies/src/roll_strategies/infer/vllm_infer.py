@@ -35,19 +35,25 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from safetensors import safe_open
 from transformers import AutoTokenizer
 
-from roll_strategies.errors import ModelNotFoundError, StrategyError
+from roll_strategies.errors import StrategyError
 from roll_strategies.infer.sampling import row_keys
 from roll_strategies.infer.sleep import DEFAULT_SLEEP_LEVEL, sleep_unavailable
+from roll_strategies.infer.vllm_engine import (
+    OUR_KEYS,
+    checkpoint_tensor_shapes,
+    engine_kwargs,
+    layer_chunks,
+    with_max_num_seqs,
+)
 from roll_strategies.infer.vllm_worker import encode_tensors
-from roll_strategies.protocols import GenerationOutput, GenerationParams
+from roll_strategies.protocols import GenerationOutput, GenerationParams, check_prompts
 from roll_strategies.sync import endpoints
 from roll_strategies.sync.weight_receiver import WeightReceiver
 from roll_strategies.sync.weight_sync import DEFAULT_BUCKET_BYTES
 
-__all__ = [
+__all__ = [  # with the engine helpers of `vllm_engine`, importable from here as before
     "VLLMInferStrategy",
     "checkpoint_tensor_shapes",
     "engine_kwargs",
@@ -56,85 +62,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-_OUR_KEYS = {"sleep_level", "update_chunk_bytes", "per_request_seed"}
 _LOG = logging.getLogger(__name__)
 DROPPED_WEIGHTS = "dropped by sleep level 2"
 """The weights fingerprint after a level-2 sleep: matches no trainer's, so the next sync sends the weights."""
-
-
-def layer_chunks(
-    tensors: Mapping[str, torch.Tensor], chunk_bytes: int
-) -> list[list[tuple[str, torch.Tensor]]]:
-    """Named tensors grouped by layer ("model.layers.N." or the module path), in chunks of about
-    `chunk_bytes` that never split a group (a group larger than that is one chunk)."""
-    groups: dict[str, list[tuple[str, torch.Tensor]]] = {}
-    for name, tensor in tensors.items():
-        parts = name.split(".")
-        key = ".".join(parts[:3]) if parts[:2] == ["model", "layers"] else ".".join(parts[:-1])
-        groups.setdefault(key, []).append((name, tensor))
-    chunks: list[list[tuple[str, torch.Tensor]]] = [[]]
-    size = 0
-    for group in groups.values():
-        group_bytes = sum(t.numel() * t.element_size() for _, t in group)
-        if chunks[-1] and size + group_bytes > chunk_bytes:
-            chunks.append([])
-            size = 0
-        chunks[-1].extend(group)
-        size += group_bytes
-    return [c for c in chunks if c]
-
-
-def checkpoint_tensor_shapes(model_path: str | Path) -> dict[str, tuple[int, ...]]:
-    """{name: shape} of every tensor in a model folder's safetensors files (read from the headers only)."""
-    files = sorted(Path(model_path).glob("*.safetensors"))
-    if not files:
-        raise ModelNotFoundError(model_path, "no *.safetensors file")
-    shapes: dict[str, tuple[int, ...]] = {}
-    for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            for name in handle.keys():  # noqa: SIM118 (safe_open has keys(), no iteration)
-                shapes[name] = tuple(handle.get_slice(name).get_shape())
-    return shapes
-
-
-def engine_kwargs(
-    model_path: str | Path,
-    *,
-    dtype: str,
-    seed: int,
-    sleep_enabled: bool,
-    share_prefix: bool,
-    config: Mapping[str, Any],
-) -> dict[str, Any]:
-    """vLLM `AsyncEngineArgs` arguments (a plain dict: testable without vllm); `config`: the strategy_config
-    without roll's own keys, given last so it overrides the defaults. `share_prefix` sets
-    `enable_prefix_caching`; without it the engine's default stands."""
-    prefix = {"enable_prefix_caching": True} if share_prefix else {}
-    asked = config.get("enable_prefix_caching")
-    if share_prefix and asked is not None and not asked:
-        raise StrategyError(
-            "Expected enable_prefix_caching unset or true with share_prefix=True, got enable_prefix_caching="
-            "false in strategy_config; drop one of the two (share_prefix=false keeps the engine's default)."
-        )
-    return {
-        "model": str(model_path),
-        "dtype": dtype,
-        "seed": seed,
-        "logprobs_mode": "processed_logprobs",
-        "worker_extension_cls": "roll_strategies.infer.vllm_worker.RollWorkerExtension",
-        "enable_sleep_mode": sleep_enabled,
-        "disable_log_stats": True,
-        **prefix,
-        **config,
-    }
-
-
-def with_max_num_seqs(strategy_config: Mapping[str, Any] | None, infer_batch_size: int) -> dict[str, Any]:
-    """A vllm `strategy_config` with vLLM's `max_num_seqs` (the most requests the engine runs at once) set to the
-    role's `infer_batch_size`, unless the config names its own (a config check refuses the two disagreeing)."""
-    config = dict(strategy_config or {})
-    config.setdefault("max_num_seqs", int(infer_batch_size))
-    return config
 
 
 class VLLMInferStrategy:
@@ -189,7 +119,7 @@ class VLLMInferStrategy:
             engine_args = AsyncEngineArgs(**kwargs)
         except TypeError as err:
             raise StrategyError(
-                f"Expected strategy_config keys of vLLM's AsyncEngineArgs (or {sorted(_OUR_KEYS)}), got "
+                f"Expected strategy_config keys of vLLM's AsyncEngineArgs (or {sorted(OUR_KEYS)}), got "
                 f"{sorted(config)}: {err}. Fix the role's strategy_config."
             ) from err
         self._start(lambda: AsyncLLM.from_engine_args(engine_args), checkpoint_tensor_shapes(self.model_path))
@@ -273,10 +203,7 @@ class VLLMInferStrategy:
         """Sample a continuation of each prompt concurrently (on the engine's loop); with `per_request_seed`,
         each request is seeded by (seed, its sample key), or (seed, call, row) without one; else by the
         engine's seed."""
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise StrategyError(
-                "Expected a non-empty list of non-empty prompts (token id lists); got an empty one."
-            )
+        check_prompts(prompts)
         self._check_awake()
         keys = row_keys(self.seed, next(self._calls), len(prompts), sample_keys)
         outs = await asyncio.gather(

@@ -108,35 +108,13 @@ def build_qwen_style_tokenizer(corpus: Iterable[str], *, vocab_size: int = 8192)
     Returns:
         A `PreTrainedTokenizerFast` with eos `<|im_end|>`, pad `<|endoftext|>`, no bos, Qwen2.5's chat template.
     """
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        trainers,
-    )
+    from tokenizers import AddedToken, decoders
     from transformers import PreTrainedTokenizerFast
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
+    from roll_strategies.models.tiny_tokenizer import train_qwen_bpe
+
+    tok = train_qwen_bpe([*_BASE_CORPUS, *corpus], vocab_size=vocab_size)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=1,  # every corpus word can merge to one token, as most English words are in Qwen's vocabulary
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte: no text is out of vocabulary
-    )
-    tok.train_from_iterator([*_BASE_CORPUS, *corpus], trainer)
     # After the BPE vocabulary, in Qwen's order (151643, 151644, 151645 in Qwen's own tokenizer).
     tok.add_special_tokens(
         [AddedToken(t, special=True, normalized=False) for t in (PAD_TOKEN, IM_START, IM_END)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerBase
@@ -33,6 +33,7 @@ __all__ = [
     "TAG_TOKENS",
     "UNK_TOKEN",
     "build_tiny_tokenizer",
+    "train_qwen_bpe",
 ]
 
 PAD_TOKEN = "<|endoftext|>"
@@ -53,13 +54,12 @@ CHAT_TEMPLATE = (
 )
 
 
-def _train_bpe(vocab_texts: Iterable[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
-    """Learn merges until every corpus word (and grid symbol) is one token; deterministic."""
-    words = set(BASE_WORDS)
-    for text in vocab_texts:
-        words.update(WORD_PATTERN.findall(text))
-    corpus = [form for word in sorted(words) for form in (word, " " + word)]
-    corpus += [symbol for symbol in GRID_SYMBOLS for _ in range(2)]
+def train_qwen_bpe(
+    corpus: Iterable[str], *, vocab_size: int, special_tokens: Sequence[str] = ()
+) -> Tokenizer:
+    """A byte-level BPE tokenizer with Qwen2's pipeline (NFC, its split regex, ByteLevel: the shape `Qwen2Tokenizer`
+    rebuilds from a saved vocabulary and merges) learnt from `corpus`, deterministically; every byte is in its
+    alphabet, so no text is out of vocabulary, and min_frequency 1 lets every corpus word merge to one token."""
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -69,13 +69,25 @@ def _train_bpe(vocab_texts: Iterable[str]) -> tuple[dict[str, int], list[tuple[s
         ]
     )
     trainer = trainers.BpeTrainer(
-        vocab_size=1_000_000,  # no cap: merge until each word is a single token
+        vocab_size=vocab_size,
         min_frequency=1,
         show_progress=False,
-        special_tokens=[*SPECIAL_TOKENS, *TAG_TOKENS],
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(corpus, trainer)
+    return tok
+
+
+def _train_bpe(vocab_texts: Iterable[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Learn merges until every corpus word (and grid symbol) is one token; deterministic."""
+    words = set(BASE_WORDS)
+    for text in vocab_texts:
+        words.update(WORD_PATTERN.findall(text))
+    corpus = [form for word in sorted(words) for form in (word, " " + word)]
+    corpus += [symbol for symbol in GRID_SYMBOLS for _ in range(2)]
+    # no vocabulary cap: merge until each word is a single token
+    tok = train_qwen_bpe(corpus, vocab_size=1_000_000, special_tokens=[*SPECIAL_TOKENS, *TAG_TOKENS])
     model = json.loads(tok.to_str())["model"]
     merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     return dict(model["vocab"]), merges  # type: ignore[return-value]

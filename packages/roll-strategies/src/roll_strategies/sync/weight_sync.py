@@ -21,6 +21,7 @@ one GPU, an NCCL broadcast across GPUs).
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -66,10 +67,7 @@ class TensorSpec:
     @property
     def numel(self) -> int:
         """Number of elements."""
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -194,19 +192,10 @@ def pack_bucket(
         raise WeightSyncError(f"Expected a bucket index in [0, {plan.num_buckets}), got {index}.")
     dtype = resolve_dtype(plan.dtype)
     slices = plan.buckets[index]
-    if plan.transport == Transport.CPU.value:
-        parts = [tensors[s.name].detach().reshape(-1)[s.start : s.stop].to("cpu", dtype) for s in slices]
-        return WeightBucket(
-            version=plan.version,
-            fingerprint=plan.fingerprint,
-            index=index,
-            num_buckets=plan.num_buckets,
-            slices=slices,
-            data=torch.cat(parts) if parts else torch.empty(0, dtype=dtype),
-            plan=plan if index == 0 else None,
-        )
-    # GPU transports: packed where the weights are (torch.cat copies, so the bucket never aliases them)
-    parts = [tensors[s.name].detach().reshape(-1)[s.start : s.stop].to(dtype=dtype) for s in slices]
+    # packed into CPU tensors, or (GPU transports) where the weights are; torch.cat copies, so the bucket never
+    # aliases them
+    to = "cpu" if plan.transport == Transport.CPU.value else None
+    parts = [tensors[s.name].detach().reshape(-1)[s.start : s.stop].to(to, dtype) for s in slices]
     device = parts[0].device if parts else torch.device("cpu")
     return WeightBucket(
         version=plan.version,

@@ -14,9 +14,8 @@ from pathlib import Path
 import torch
 from roll_algos.micro_batch import MicroBatch
 
-from roll_strategies.compute.forward import PACK_CAPACITY_KEY, SHARE_PREFIX_KEY, value_outputs
+from roll_strategies.compute.forward import micro_batch_values, row_slices, value_outputs
 from roll_strategies.compute.probes import check_prefix_sharing, packing_supported
-from roll_strategies.errors import StrategyError
 from roll_strategies.protocols import ValueLossFn
 from roll_strategies.train.checkpoints import read_checkpoint, write_checkpoint
 from roll_strategies.train.data_parallel import DataParallelSpec, join_group
@@ -53,7 +52,6 @@ class HFCriticStrategy:
         self.model, self.tokenizer = load_value_model(model_path, device=device, dtype=dtype)
         self.share_prefix = check_prefix_sharing(self.model, share_prefix, model_path, value_model=True)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
-        self.max_grad_norm = optimizer.max_grad_norm
         self.step = 0  # train steps run, skipped non-finite ones included
         self.model.train()
         self.trainer = MasterWeightOptimizer(self.model, optimizer, data_parallel=self.data_parallel)
@@ -78,16 +76,13 @@ class HFCriticStrategy:
 
     def compute_values(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """[B, T] values at batch["response_mask"] positions (zero elsewhere), no grad, on CPU."""
-        if micro_batch_size < 1:
-            raise StrategyError(f"Expected micro_batch_size >= 1, got {micro_batch_size}.")
         ids, mask, needed = batch["input_ids"], batch["attention_mask"], batch["response_mask"]
         out = torch.zeros(ids.shape, dtype=torch.float32)
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad():
-                for start in range(0, ids.shape[0], micro_batch_size):
-                    sl = slice(start, start + micro_batch_size)
+                for sl in row_slices(ids.shape[0], micro_batch_size):
                     if not bool(needed[sl].any()):
                         continue
                     values = value_outputs(
@@ -115,29 +110,13 @@ class HFCriticStrategy:
         counters; a NaN/inf loss skips the step (`train_loop.run_train_step`)."""
 
         def loss_of(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
-            capacity = mb.get(PACK_CAPACITY_KEY)
-            share = mb.get(SHARE_PREFIX_KEY)
-            values = value_outputs(
-                self.model,
-                mb["input_ids"],
-                mb["attention_mask"],
-                mb["response_mask"],
-                pack_capacity=None if capacity is None else int(capacity),
-                pad_id=self.pad_id,
-                share_prefix=self.share_prefix if share is None else bool(share),
-            )
+            values = micro_batch_values(self.model, mb, pad_id=self.pad_id, share_prefix=self.share_prefix)
             loss, metrics = loss_fn(values, mb)
             return loss, metrics, values
 
         self.model.train()
         result, _ = run_train_step(
-            self.trainer,
-            micro_batches,
-            loss_of,
-            lr_scale=lr_scale,
-            data_parallel=self.data_parallel,
-            counter=self.trainer.nonfinite,
-            device=self.device,
+            self.trainer, micro_batches, loss_of, lr_scale=lr_scale, device=self.device
         )
         self.step += 1
         return result

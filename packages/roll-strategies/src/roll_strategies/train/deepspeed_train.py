@@ -57,7 +57,7 @@ from roll_strategies.sync.weight_sync import WeightExporter
 from roll_strategies.sync.weights import unique_named_tensors
 from roll_strategies.train.data_parallel import DataParallel, DataParallelSpec, join_group
 from roll_strategies.train.deepspeed_config import build_deepspeed_config, zero_stage
-from roll_strategies.train.offload import OffloadReport, optimizer_state_tensors
+from roll_strategies.train.offload import OffloadReport, allocated_bytes, optimizer_state_tensors
 from roll_strategies.train.optimizer import OptimizerSettings
 from roll_strategies.train.schedules import adamw_with_warmup, apply_lr_scale
 from roll_strategies.train.train_loop import NonFiniteCount, StepOutcome, run_train_step
@@ -78,6 +78,7 @@ class DeepSpeedGradients:
         data_parallel: DataParallel,
     ) -> None:
         self.engine, self.optimizer, self.data_parallel = engine, optimizer, data_parallel
+        self.nonfinite = NonFiniteCount()
         self.zero_stage = zero_stage(ds_config)
         # only the plain torch AdamW of ZeRO-0 in float32 lets a non-finite gradient through to the weights
         self.checks_grad_norm = self.zero_stage > 0 or bool(ds_config["bf16"]["enabled"])
@@ -161,13 +162,6 @@ def _zero_state_bytes(engine: Any) -> int:
     return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
 
 
-def _allocated(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 0
-    torch.cuda.synchronize(device)
-    return int(torch.cuda.memory_allocated(device))
-
-
 class DeepSpeedTrainStrategy:
     """Train backend on DeepSpeed (ZeRO stage, offload, bf16 from `strategy_config`, see `deepspeed_config`);
     AdamW, warm-up and clipping from `optimizer` (an `OptimizerSettings`, as hf_train); `data_parallel`: this
@@ -216,7 +210,7 @@ class DeepSpeedTrainStrategy:
         self.model = self.engine.module
         self.gradients = DeepSpeedGradients(self.engine, self.optimizer, self.ds_config, self.data_parallel)
         self.step = 0  # train steps run, skipped non-finite ones included (the warm-up counts applied ones)
-        self.nonfinite = NonFiniteCount()
+        self.nonfinite = self.gradients.nonfinite
         self.exporter = WeightExporter(self.model, gather=self._gather)
         self.offloaded = False
 
@@ -267,10 +261,6 @@ class DeepSpeedTrainStrategy:
             if REFERENCE_KEY in mb or share:  # exact KL to the worker's frozen reference, or a prefix tree
                 out = micro_batch_outputs(self.engine, mb, with_entropy=with_entropy, share_prefix=share)
                 log_probs, entropy = out.log_probs, out.entropy
-                if out.full_kl is not None:
-                    mb["full_kl"], mb["full_kl_forward"] = out.full_kl, out.full_kl_forward
-                if out.greedy is not None:  # the loss's actor/sampled_not_greedy
-                    mb["greedy"] = out.greedy
             else:
                 log_probs, entropy = token_log_probs(
                     self.engine,
@@ -284,13 +274,7 @@ class DeepSpeedTrainStrategy:
 
         self.engine.train()
         result, applied = run_train_step(
-            self.gradients,
-            micro_batches,
-            loss_of,
-            lr_scale=lr_scale,
-            data_parallel=self.data_parallel,
-            counter=self.nonfinite,
-            device=self.device,
+            self.gradients, micro_batches, loss_of, lr_scale=lr_scale, device=self.device
         )
         self.step += 1
         if applied:
@@ -318,20 +302,24 @@ class DeepSpeedTrainStrategy:
             )
         if self.offloaded:
             return OffloadReport(0.0, 0)
-        started, before, size = time.perf_counter(), _allocated(self.device), _zero_state_bytes(self.engine)
+        started, before, size = (
+            time.perf_counter(),
+            allocated_bytes(self.device),
+            _zero_state_bytes(self.engine),
+        )
         self.engine.offload_states(pin_memory=self.device.type == "cuda")
         self.offloaded = True
-        return OffloadReport(time.perf_counter() - started, size, before - _allocated(self.device))
+        return OffloadReport(time.perf_counter() - started, size, before - allocated_bytes(self.device))
 
     def reload(self) -> OffloadReport:
         """Undo `offload` (`engine.reload_states()`)."""
         if not self.offloaded:
             return OffloadReport(0.0, 0)
-        started, before = time.perf_counter(), _allocated(self.device)
+        started, before = time.perf_counter(), allocated_bytes(self.device)
         self.engine.reload_states()
         self.offloaded = False
         size = _zero_state_bytes(self.engine)
-        return OffloadReport(time.perf_counter() - started, size, before - _allocated(self.device))
+        return OffloadReport(time.perf_counter() - started, size, before - allocated_bytes(self.device))
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """CPU float32 numpy copies of all weights (tied ones once), gathered under ZeRO-3."""

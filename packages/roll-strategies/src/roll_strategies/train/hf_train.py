@@ -67,8 +67,6 @@ class HFTrainStrategy:
         self.defer_sync = self.device.type == "cuda" if defer_sync is None else defer_sync
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=device, dtype=dtype)
         self.share_prefix = check_prefix_sharing(self.model, share_prefix, model_path)
-        self.trainable = trainable
-        self.max_grad_norm = optimizer.max_grad_norm
         self.step = 0  # train steps run, skipped non-finite ones included (the warm-up counts applied ones)
         self.trainer: MasterWeightOptimizer | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -122,11 +120,6 @@ class HFTrainStrategy:
                     self.model, mb, with_entropy=with_entropy, pad_id=pad_id, share_prefix=self.share_prefix
                 )
                 log_probs, entropy = out.log_probs, out.entropy
-                if out.full_kl is not None:
-                    mb["full_kl"] = out.full_kl
-                    mb["full_kl_forward"] = out.full_kl_forward
-                if out.greedy is not None:  # the loss's actor/sampled_not_greedy
-                    mb["greedy"] = out.greedy
             else:
                 log_probs, entropy = token_log_probs(
                     self.model, mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy
@@ -140,8 +133,6 @@ class HFTrainStrategy:
             micro_batches,
             loss_of,
             lr_scale=lr_scale,
-            data_parallel=self.data_parallel,
-            counter=self.trainer.nonfinite,
             device=self.device,
             defer_sync=self.defer_sync,
         )

@@ -19,6 +19,7 @@ import torch
 __all__ = [
     "OffloadReport",
     "TrainStateOffload",
+    "allocated_bytes",
     "offload_tensors",
     "optimizer_state_tensors",
     "reload_tensors",
@@ -81,7 +82,8 @@ def _move(tensors: Iterable[torch.Tensor | None], device: torch.device, *, pin: 
     return moved
 
 
-def _allocated(device: torch.device) -> int:
+def allocated_bytes(device: torch.device) -> int:
+    """Bytes torch holds allocated on a CUDA `device` now (synchronised first); 0 on other devices."""
     if device.type != "cuda":
         return 0
     torch.cuda.synchronize(device)
@@ -89,9 +91,9 @@ def _allocated(device: torch.device) -> int:
 
 
 def _swap(tensors: list[torch.Tensor], target: torch.device, home: torch.device) -> OffloadReport:
-    started, before = time.perf_counter(), _allocated(home)
+    started, before = time.perf_counter(), allocated_bytes(home)
     moved = _move(tensors, target, pin=home.type == "cuda")
-    after = _allocated(home)
+    after = allocated_bytes(home)
     return OffloadReport(time.perf_counter() - started, moved, before - after)
 
 

@@ -155,6 +155,10 @@ class GradientBackend(Protocol):
 
     lockstep: bool
     """True when forward / backward run collectives (ZeRO with N ranks): every rank runs every micro-batch."""
+    data_parallel: DataParallel
+    """This rank's group: the metrics are added up over it."""
+    nonfinite: NonFiniteCount
+    """Where the skipped steps are counted."""
 
     def zero_grad(self) -> None:
         """Begin a step with no gradients."""
@@ -180,8 +184,6 @@ def run_train_step(
     loss_of: LossOf,
     *,
     lr_scale: float,
-    data_parallel: DataParallel,
-    counter: NonFiniteCount,
     device: torch.device,
     defer_sync: bool = False,
 ) -> tuple[dict[str, float], bool]:
@@ -201,7 +203,7 @@ def run_train_step(
             f"Expected a finite lr_scale >= 0, got {lr_scale}; it multiplies the scheduled lr (a decay factor,"
             " or a phase's rate over the configured one)."
         )
-    count = len(micro_batches)
+    data_parallel, count = backend.data_parallel, len(micro_batches)
     if backend.lockstep:
         data_parallel.check_same(count, "number of micro-batches")
     if count == 0 and data_parallel.size == 1:
@@ -231,7 +233,7 @@ def run_train_step(
         )
     outcome = backend.step(lr_scale, sums.nonfinite_loss)
     if outcome.counted:
-        counter.record(skipped=not outcome.applied)
+        backend.nonfinite.record(skipped=not outcome.applied)
     grad_norm = math.nan if sums.nonfinite_loss else outcome.grad_norm
-    metrics_out = {**sums.means(), "grad_norm": grad_norm, "lr": outcome.lr, **counter.metrics()}
+    metrics_out = {**sums.means(), "grad_norm": grad_norm, "lr": outcome.lr, **backend.nonfinite.metrics()}
     return {**metrics_out, **outcome.extra}, outcome.applied

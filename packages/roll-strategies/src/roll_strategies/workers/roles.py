@@ -28,29 +28,13 @@ from roll_strategies.protocols import (
     StreamingInferStrategy,
     ValueLossFn,
 )
-from roll_strategies.registry import create_strategy
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
 from roll_strategies.train.hf_train import HFTrainStrategy
 from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
-from roll_strategies.workers.allocator import ProcessMemory, configure_allocator, release_freed_memory
+from roll_strategies.workers import base
+from roll_strategies.workers.base import RoleWorker
 
 __all__ = ["ActorInferWorker", "ActorTrainWorker", "CriticWorker", "ReferenceWorker"]
-
-
-def _set_up_process(num_threads: int | None) -> None:
-    """Torch's threads, and glibc's malloc set to give freed tensors back to the OS (`allocator`): a role's
-    worker owns its process (a Ray actor, a rank's child) or shares the driver's (`cluster.backend=local`)."""
-    configure_allocator()
-    if num_threads is not None:
-        torch.set_num_threads(max(1, int(num_threads)))
-
-
-def _offload_unavailable(strategy: object) -> str | None:
-    """Why `strategy` cannot offload (no offload / reload, or its own `offload_unavailable` reason), else None."""
-    if not callable(getattr(strategy, "offload", None)) or not callable(getattr(strategy, "reload", None)):
-        return f"{type(strategy).__name__} has no offload"
-    unavailable = getattr(strategy, "offload_unavailable", None)
-    return unavailable() if callable(unavailable) else None
 
 
 def _policy_model(strategy: object) -> torch.nn.Module:
@@ -67,8 +51,8 @@ def _policy_model(strategy: object) -> torch.nn.Module:
     return model
 
 
-class ActorTrainWorker:
-    """Owns the trainable policy (`hf_train` or `deepspeed_train`); other kwargs go to the strategy.
+class ActorTrainWorker(RoleWorker):
+    """Owns the trainable policy (`hf_train` or `deepspeed_train`); other kwargs as `RoleWorker`'s.
 
     With `reference_model_path` it also holds a frozen copy of the reference model (in `reference_dtype`, on
     the strategy's device) for the exact KL estimators (`full`, `full_forward`): both models' logits are
@@ -77,21 +61,17 @@ class ActorTrainWorker:
     tree when the strategy was built with `share_prefix` (the reference follows the strategy's setting).
     """
 
+    role, default_strategy = "train", "hf_train"
+
     def __init__(
         self,
         model_path: str | Path,
         *,
-        num_threads: int | None = None,
-        strategy_name: str = "hf_train",
-        strategy_config: Mapping[str, Any] | None = None,
         reference_model_path: str | Path | None = None,
         reference_dtype: str = "float32",
-        **strategy_kwargs: Any,
+        **worker_kwargs: Any,
     ) -> None:
-        _set_up_process(num_threads)
-        self.strategy = create_strategy(
-            strategy_name, "train", model_path, strategy_config=strategy_config, **strategy_kwargs
-        )
+        super().__init__(model_path, **worker_kwargs)
         self.reference_model: torch.nn.Module | None = None
         self._reference_offloaded = False
         if reference_model_path is not None:
@@ -114,9 +94,7 @@ class ActorTrainWorker:
             )
         return self.reference_model
 
-    def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
-        """Old-policy log-probs [B, T] aligned with input_ids."""
-        return self.strategy.compute_log_probs(batch, micro_batch_size)
+    compute_log_probs = base.compute_log_probs
 
     def train_step(
         self,
@@ -140,9 +118,7 @@ class ActorTrainWorker:
         """All weights at once (float32 numpy) for `ActorInferWorker.update_weights`."""
         return self.strategy.export_weights()
 
-    def weights_fingerprint(self) -> str:
-        """Identifies the current weights; equal to the infer worker's when it holds them already."""
-        return self.strategy.weights_fingerprint()
+    weights_fingerprint = base.weights_fingerprint
 
     def weight_sync_plan(
         self, version: int, *, dtype: str, bucket_bytes: int, transport: str = "cpu"
@@ -159,13 +135,7 @@ class ActorTrainWorker:
         """Bucket `index` of `plan`, for `ActorInferWorker.receive_weight_bucket`."""
         return self.strategy.weight_bucket(plan, index)
 
-    def save_checkpoint(self, path: str | Path) -> None:
-        """See the strategy's `save_checkpoint`."""
-        self.strategy.save_checkpoint(Path(path))
-
-    def load_checkpoint(self, path: str | Path) -> None:
-        """See the strategy's `load_checkpoint`."""
-        self.strategy.load_checkpoint(Path(path))
+    save_checkpoint, load_checkpoint = base.save_checkpoint, base.load_checkpoint
 
     def get_step(self) -> int:
         """Optimizer steps taken (restored by load_checkpoint)."""
@@ -194,9 +164,7 @@ class ActorTrainWorker:
             share_prefix=self._share_prefix(),
         )
 
-    def offload_unavailable(self) -> str | None:
-        """Why `offload` cannot run with this strategy, None when it can."""
-        return _offload_unavailable(self.strategy)
+    offload_unavailable = base.offload_unavailable
 
     def offload(self) -> OffloadReport:
         """The trainer's parameters, gradients, fp32 masters and optimiser state (and the held reference model) to
@@ -215,27 +183,11 @@ class ActorTrainWorker:
             self._reference_offloaded = False
         return report
 
-    def release_memory(self) -> ProcessMemory:
-        """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
-        return release_freed_memory()
 
-
-class ActorInferWorker:
+class ActorInferWorker(RoleWorker):
     """Owns the sampling copy of the policy (`hf_infer` or `vllm`); other kwargs go to the strategy."""
 
-    def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        num_threads: int | None = None,
-        strategy_name: str = "hf_infer",
-        strategy_config: Mapping[str, Any] | None = None,
-        **strategy_kwargs: Any,
-    ) -> None:
-        _set_up_process(num_threads)
-        self.strategy = create_strategy(
-            strategy_name, "infer", model_path, strategy_config=strategy_config, **strategy_kwargs
-        )
+    role, default_strategy = "infer", "hf_infer"
 
     def generate(
         self,
@@ -270,9 +222,7 @@ class ActorInferWorker:
             )
         return await self.strategy.agenerate_one(prompt, params, sample_key)
 
-    def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
-        """Log-probs [B, T] under the current sampling weights."""
-        return self.strategy.compute_log_probs(batch, micro_batch_size)
+    compute_log_probs = base.compute_log_probs
 
     def update_weights(self, named_tensors: Mapping[str, np.ndarray | torch.Tensor], version: int) -> None:
         """Load all weights exported by the train worker at once; set the policy version (stale ones refused)."""
@@ -286,9 +236,7 @@ class ActorInferWorker:
         """Record `version` without a transfer (the weights with `fingerprint` are held already)."""
         self.strategy.confirm_weights(version, fingerprint)
 
-    def weights_fingerprint(self) -> str:
-        """Fingerprint of the weights held."""
-        return self.strategy.weights_fingerprint()
+    weights_fingerprint = base.weights_fingerprint
 
     def sleep(self, level: int | None = None) -> bool:
         """Free accelerator memory while a colocated trainer runs (`level` None: the strategy's own, vllm's
@@ -313,10 +261,6 @@ class ActorInferWorker:
         """Version passed with the last update (0 before any)."""
         return self.strategy.policy_version
 
-    def release_memory(self) -> ProcessMemory:
-        """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
-        return release_freed_memory()
-
     def close(self) -> None:
         """Shut the strategy's engine down where it runs one (vllm: its engine processes and loop thread)."""
         close = getattr(self.strategy, "close", None)
@@ -324,9 +268,11 @@ class ActorInferWorker:
             close()
 
 
-class ReferenceWorker:
+class ReferenceWorker(RoleWorker):
     """Owns the frozen reference policy (`hf_train` frozen, the default, or `hf_infer`); `share_prefix` goes to
     the strategy (prefix-tree forwards for the reference log-probs)."""
+
+    role, default_strategy = "reference", "hf_train"
 
     def __init__(
         self,
@@ -335,58 +281,29 @@ class ReferenceWorker:
         num_threads: int | None = None,
         device: str = "cpu",
         dtype: str = "float32",
-        strategy_name: str = "hf_train",
+        strategy_name: str | None = None,
         strategy_config: Mapping[str, Any] | None = None,
         share_prefix: bool = False,
     ) -> None:
-        _set_up_process(num_threads)
-        self.strategy = create_strategy(
-            strategy_name,
-            "reference",
+        super().__init__(
             model_path,
+            num_threads=num_threads,
+            strategy_name=strategy_name,
             strategy_config=strategy_config,
             device=device,
             dtype=dtype,
             share_prefix=share_prefix,
         )
 
-    def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
-        """Reference log-probs [B, T] aligned with input_ids."""
-        return self.strategy.compute_log_probs(batch, micro_batch_size)
+    compute_log_probs = base.compute_log_probs
 
-    def offload_unavailable(self) -> str | None:
-        """Why `offload` cannot run with this strategy, None when it can."""
-        return _offload_unavailable(self.strategy)
-
-    def offload(self) -> OffloadReport:
-        """The frozen reference model to CPU memory while a colocated inference engine runs (see the strategy's `offload`)."""
-        return self.strategy.offload()
-
-    def reload(self) -> OffloadReport:
-        """Undo `offload` before the next phase that computes on this worker."""
-        return self.strategy.reload()
-
-    def release_memory(self) -> ProcessMemory:
-        """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
-        return release_freed_memory()
+    offload_unavailable, offload, reload = base.offload_unavailable, base.offload, base.reload
 
 
-class CriticWorker:
+class CriticWorker(RoleWorker):
     """Owns the PPO critic (`hf_critic`: a value model with its own optimiser); other kwargs go to it."""
 
-    def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        num_threads: int | None = None,
-        strategy_name: str = "hf_critic",
-        strategy_config: Mapping[str, Any] | None = None,
-        **strategy_kwargs: Any,
-    ) -> None:
-        _set_up_process(num_threads)
-        self.strategy = create_strategy(
-            strategy_name, "critic", model_path, strategy_config=strategy_config, **strategy_kwargs
-        )
+    role, default_strategy = "critic", "hf_critic"
 
     def compute_values(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
         """Values [B, T] at the response positions, aligned with input_ids."""
@@ -410,26 +327,6 @@ class CriticWorker:
         """One attention pair's cost in tokens on the value model (`layout_cost.model_pair_weight`)."""
         return model_pair_weight(self.strategy.model)
 
-    def save_checkpoint(self, path: str | Path) -> None:
-        """See the strategy's `save_checkpoint`."""
-        self.strategy.save_checkpoint(Path(path))
+    save_checkpoint, load_checkpoint = base.save_checkpoint, base.load_checkpoint
 
-    def load_checkpoint(self, path: str | Path) -> None:
-        """See the strategy's `load_checkpoint`."""
-        self.strategy.load_checkpoint(Path(path))
-
-    def offload_unavailable(self) -> str | None:
-        """Why `offload` cannot run with this strategy, None when it can."""
-        return _offload_unavailable(self.strategy)
-
-    def offload(self) -> OffloadReport:
-        """The value model, its gradients, fp32 masters and optimiser state to CPU memory while a colocated inference engine runs (see the strategy's `offload`)."""
-        return self.strategy.offload()
-
-    def reload(self) -> OffloadReport:
-        """Undo `offload` before the next phase that computes on this worker."""
-        return self.strategy.reload()
-
-    def release_memory(self) -> ProcessMemory:
-        """Give this process's freed heap memory back to the OS (once a step); its pid and resident set after."""
-        return release_freed_memory()
+    offload_unavailable, offload, reload = base.offload_unavailable, base.offload, base.reload
