@@ -1,8 +1,10 @@
-"""Shared fixtures of the cross-package tests: one local Ray instance per test session."""
+"""Shared fixtures of the cross-package tests: one local Ray instance per test session, and the one pair of
+resumed runs under Ray that two test files read."""
 
 from __future__ import annotations
 
 import pytest
+from small_runs import ResumedRuns, resume_under_ray
 
 SESSION_RAY = {
     "address": "local",  # a fresh instance: never a cluster another process left running on the machine
@@ -46,3 +48,10 @@ def ray_four_gpus():
     ray.shutdown()
     if was_running:
         ray.init(**SESSION_RAY)
+
+
+@pytest.fixture(scope="session")
+def resumed_under_ray(ray_session, tmp_path_factory) -> ResumedRuns:
+    """Two data-parallel ranks under Ray, 4 steps, and a resume from step 2 (`small_runs.resume_under_ray`): run
+    once for both tests that read it (each pipeline run starts its Ray actors, about 2 minutes on 2 cores)."""
+    return resume_under_ray(tmp_path_factory.mktemp("resumed_under_ray"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 SMALL_BATCHES = [
@@ -73,3 +75,69 @@ def run_two_steps_in_process(tmp_path: Any) -> Any:
 def compact(events: list[str]) -> list[str]:
     """`events` with each run of one kind as one."""
     return [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]
+
+
+EXACT_TWO_RANKS_UNDER_RAY = [
+    "train_env_manager.num_env_groups=4",  # 3 of the 4 groups play each step: the round-robin cursor moves
+    "train_env_manager.group_size=2",
+    "train_env_manager.max_env_num_per_worker=8",
+    "rollout_batch_size=6",
+    "val_env_manager.num_env_groups=2",
+    "custom_envs.FrozenLake.max_actions_per_traj=4",
+    "actor_train.training_args.per_device_train_batch_size=4",
+    "actor_train.training_args.gradient_accumulation_steps=2",
+    "actor_train.training_args.learning_rate=1e-3",
+    "actor_train.world_size=2",  # two ranks: each gets half of every 8-row mini-batch
+    "actor_infer.infer_batch_size=1",
+    "cluster.backend=ray",
+    "async_generation_ratio=0",
+    "eval_steps=2",
+    "save_steps=2",
+    "max_steps=4",
+    "track_with=[]",
+    "print_baselines=false",
+]
+"""The exact mode of docs/checkpoints.md (synchronous rollout, no redundant env slots, infer_batch_size=1) with
+2 data-parallel train ranks under Ray: 4 steps, checkpoints and validations at steps 2 and 4."""
+
+
+@dataclass(frozen=True)
+class ResumedRuns:
+    """The uninterrupted run of EXACT_TWO_RANKS_UNDER_RAY and a run resumed from its step-2 checkpoint."""
+
+    ranks: int
+    """The actor's train ranks."""
+    whole: Any
+    """The uninterrupted run's `RunSummary`."""
+    resumed: Any
+    """The resumed run's `RunSummary`."""
+    whole_dir: Path
+    """The uninterrupted run's folder (metrics.jsonl)."""
+    resumed_dir: Path
+    """The resumed run's folder."""
+    resume_point: Path
+    """The uninterrupted run's step-2 checkpoint, where the resumed run started."""
+
+
+def resume_under_ray(out: Path) -> ResumedRuns:
+    """Run EXACT_TWO_RANKS_UNDER_RAY to its end, then again from its step-2 checkpoint (on the running Ray
+    instance): one pair of runs that the resume tests of one rank's and two ranks' state both read. Resumed
+    from the run's own checkpoint, not from a killed run: a killed driver would strand its Ray actors in the
+    shared test instance (test_exact_resume.py kills `roll train` without Ray)."""
+    from roll_pipeline import AgenticPipeline
+    from roll_pipeline.config.compose import compose
+
+    def run(exp: str, *extra: str) -> tuple[int, Any]:
+        cfg = compose(
+            None, None, [*EXACT_TWO_RANKS_UNDER_RAY, f"output_dir={out}", f"exp_name={exp}", *extra]
+        )
+        pipeline = AgenticPipeline(cfg, progress=False)
+        try:
+            return pipeline.parts.actor_train.size, pipeline.run()
+        finally:
+            pipeline.close()
+
+    ranks, whole = run("whole")
+    resume_point = out / "whole" / "checkpoints" / "checkpoint-2"
+    _, resumed = run("resumed", f"resume_from_checkpoint={resume_point}")
+    return ResumedRuns(ranks, whole, resumed, out / "whole", out / "resumed", resume_point)

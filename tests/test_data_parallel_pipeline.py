@@ -1,6 +1,7 @@
-"""A real run with 2 data-parallel train ranks under Ray (gloo on the CPU, the builtin tiny model): 3 steps with
-checkpoints, then a resume from the step-2 checkpoint that must reach the uninterrupted run's step-3 weights and
-metrics (the exact mode of docs/checkpoints.md, as `test_exact_resume.py` checks for one rank)."""
+"""A real run with 2 data-parallel train ranks under Ray (gloo on the CPU, the builtin tiny model): 4 steps with
+checkpoints, then a resume from the step-2 checkpoint that must reach the uninterrupted run's step-4 weights and
+metrics (the exact mode of docs/checkpoints.md, as `test_exact_resume.py` checks for one rank without Ray). The
+pair of runs is `resumed_under_ray` (tests/conftest.py), which `test_exact_resume.py` reads too."""
 
 from __future__ import annotations
 
@@ -12,40 +13,10 @@ import torch
 from roll_pipeline import AgenticPipeline, CheckpointManager, RunSummary
 from roll_pipeline.config.compose import compose
 from safetensors.torch import load_file
-
-EXACT = [
-    "train_env_manager.num_env_groups=4",
-    "train_env_manager.group_size=2",
-    "train_env_manager.max_env_num_per_worker=8",
-    "rollout_batch_size=6",
-    "val_env_manager.num_env_groups=2",
-    "custom_envs.FrozenLake.max_actions_per_traj=4",
-    "actor_train.training_args.per_device_train_batch_size=4",
-    "actor_train.training_args.gradient_accumulation_steps=2",
-    "actor_train.training_args.learning_rate=1e-3",
-    "actor_train.world_size=2",  # two ranks: each gets half of every 8-row mini-batch
-    "actor_infer.infer_batch_size=1",
-    "cluster.backend=ray",
-    "async_generation_ratio=0",
-    "eval_steps=3",
-    "save_steps=2",
-    "max_steps=3",
-    "track_with=[]",
-    "print_baselines=false",
-]
+from small_runs import EXACT_TWO_RANKS_UNDER_RAY as EXACT
+from small_runs import ResumedRuns
 
 TIMED = ("time/", "weight_sync/seconds", "rollout/env_worker_threads_max", "memory/")
-
-
-def _run(out: Path, exp: str, *extra: str) -> tuple[int, RunSummary]:
-    """(the actor's ranks, what the run reached)."""
-    cfg = compose(None, None, [*EXACT, f"output_dir={out}", f"exp_name={exp}", *extra])
-    pipeline = AgenticPipeline(cfg, progress=False)
-    try:
-        ranks = pipeline.parts.actor_train.size
-        return ranks, pipeline.run()
-    finally:
-        pipeline.close()
 
 
 def _rows(run_dir: Path) -> dict[int, dict[str, float]]:
@@ -62,20 +33,19 @@ def _weights(checkpoint: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_two_ranks_under_ray_train_save_and_resume_into_the_uninterrupted_run(tmp_path, ray_session):
-    ranks, whole = _run(tmp_path, "whole")
-    assert ranks == 2 and whole.steps == 3
-    second = tmp_path / "whole" / "checkpoints" / "checkpoint-2"
-    assert CheckpointManager.load_state(second)["step"] == 2
-    _, resumed = _run(tmp_path, "resumed", f"resume_from_checkpoint={second}")
-    assert resumed.steps == 3 and resumed.last_checkpoint.name == "checkpoint-3"
-    want, have = _rows(tmp_path / "whole")[3], _rows(tmp_path / "resumed")[3]
+def test_two_ranks_under_ray_train_save_and_resume_into_the_uninterrupted_run(resumed_under_ray: ResumedRuns):
+    runs = resumed_under_ray
+    assert runs.ranks == 2 and runs.whole.steps == 4
+    assert CheckpointManager.load_state(runs.resume_point)["step"] == 2
+    assert runs.resumed.steps == 4 and runs.resumed.last_checkpoint.name == "checkpoint-4"
+    want, have = _rows(runs.whole_dir)[4], _rows(runs.resumed_dir)[4]
     assert have == want
     assert want["actor/micro_batches"] > 0 and want["train/nonfinite_steps"] == 0
-    final, reference = _weights(resumed.last_checkpoint), _weights(whole.last_checkpoint)
+    final, reference = _weights(runs.resumed.last_checkpoint), _weights(runs.whole.last_checkpoint)
     assert final.keys() == reference.keys()
     assert all(torch.equal(final[k], reference[k]) for k in reference)
-    assert not all(torch.equal(_weights(second)[k], reference[k]) for k in reference)  # step 3 trained
+    resume_point = _weights(runs.resume_point)
+    assert not all(torch.equal(resume_point[k], reference[k]) for k in reference)  # steps 3 and 4 trained
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from roll_pipeline import AgenticPipeline, CheckpointManager
 from roll_pipeline.config.compose import compose
 from roll_pipeline.state.checkpoint import MANIFEST_FILE, checkpoint_problem, checkpoint_step
 from safetensors.torch import load_file
+from small_runs import ResumedRuns
 
 EXACT = [
     "train_env_manager.num_env_groups=4",  # 3 of the 4 groups play each step: the round-robin cursor moves
@@ -212,20 +213,17 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_and_auto_resume_tak
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_under_ray_a_resumed_run_equals_the_uninterrupted_run(tmp_path, ray_session):
-    # Resumed from the uninterrupted run's own step-2 checkpoint, not from a killed run (a killed driver would
-    # strand its Ray actors in the shared test instance; the tests above kill `roll train` without Ray).
-    ray = ["cluster.backend=ray", "eval_steps=2", "max_steps=4", "save_steps=2"]
-    whole = _run_in_process(tmp_path, "whole", *ray)
-    second = tmp_path / "whole" / "checkpoints" / "checkpoint-2"
-    resumed = _run_in_process(tmp_path, "resumed", *ray, f"resume_from_checkpoint={second}")
-    assert resumed.val_history[0][0] == 2
-    want = {row["step"]: _untimed(row) for row in _rows(tmp_path / "whole")}
-    have = {row["step"]: _untimed(row) for row in _rows(tmp_path / "resumed")}
+def test_under_ray_a_resumed_run_equals_the_uninterrupted_run(resumed_under_ray: ResumedRuns):
+    """Ray actors (2 train ranks, the policy server, the env workers) resumed from step 2 of 4: the run shared
+    with test_data_parallel_pipeline.py (`resumed_under_ray`), read here for each resumed step."""
+    runs = resumed_under_ray
+    assert runs.resumed.val_history[0][0] == 2
+    want = {row["step"]: _untimed(row) for row in _rows(runs.whole_dir)}
+    have = {row["step"]: _untimed(row) for row in _rows(runs.resumed_dir)}
     assert sorted(have) == [3, 4]
     for step, row in have.items():
         assert row == want[step], f"step {step} differs"
-    final, reference = _weights(resumed.last_checkpoint), _weights(whole.last_checkpoint)
+    final, reference = _weights(runs.resumed.last_checkpoint), _weights(runs.whole.last_checkpoint)
     assert all(torch.equal(final[k], reference[k]) for k in reference)
 
 
