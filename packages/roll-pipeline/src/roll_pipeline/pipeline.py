@@ -9,8 +9,8 @@ declares needs_critic, e.g. gae) -> actor update (`actor_update`: PPO mini-batch
 inference engine on the trainer's GPUs sleeps from the end of the rollout to the weight sync:
 `runtime.infer_sleep`; trained roles on its GPUs keep their state in CPU memory from the weight sync to the
 next training phase: `runtime.trainer_offload`); validation
-(greedy, fixed held-out seeds) every `eval_steps` and at the end (with `render_save_dir`, a few of its
-episodes drawn as GIFs: `render`); a checkpoint every `save_steps`. With `async_generation_ratio` r > 0
+(greedy, fixed held-out seeds) every `eval_steps` and at the end (`val_subset_size`: the first N of them, and
+all of them too at the end; with `render_save_dir`, a few of its episodes drawn as GIFs: `render`); a checkpoint every `save_steps`. With `async_generation_ratio` r > 0
 the env loops keep generating while the actor trains, so the rollout of step k + 1 overlaps the update of
 step k (docs/rollout.md).
 """
@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from roll_rollout import validation_seeds
+from roll_rollout import RolloutBatch, validation_seeds
 
 from roll_pipeline.assembly.parts import assemble, build_updaters
 from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.observe.flips import ValidationFlips
 from roll_pipeline.observe.metrics import mean, rollout_metrics, val_metrics
-from roll_pipeline.observe.summary import RunSummary
+from roll_pipeline.observe.summary import SUBSET_PREFIX, RunSummary
 from roll_pipeline.runtime.rollout import sampling_of
 from roll_pipeline.state.checkpoint import CheckpointError
 from roll_pipeline.state.run_state import (
@@ -60,7 +60,6 @@ class AgenticPipeline:
         self.update_actor: ActorUpdater | None = None  # built at the start of `run` (packing is probed)
         self.update_critic: CriticUpdater | None = None
         self.val_flips = ValidationFlips()  # validation episodes won and lost since the last pass
-        # the KL to the policy the RL phase started from (its first step's rows)
         # the KL to the policy the RL phase started from (its first step's rows)
         self.drift = StartDrift(self.parts.actor_train, self.parts.settings.experience.actor_batch_size)
         self.step = 0
@@ -223,11 +222,21 @@ class AgenticPipeline:
         return metrics
 
     async def _validate(self) -> dict[str, float]:
-        t, parts, count = time.perf_counter(), self.parts, self.loop.val_rollout_batch_size
-        batch = await parts.val_rollout.get_batch(
-            count, seeds=validation_seeds(count // parts.val_rollout.layout.group_size)
-        )
+        """Greedy episodes on the fixed validation seeds, in the passes of `LoopSettings.val_passes`: the flips
+        are the first pass's (the same episodes at every validation); a second pass (all, at max_steps) is
+        logged as val/..., the first's success beside it as val/subset/..."""
+        t, parts = time.perf_counter(), self.parts
+        first, *rest = self.loop.val_passes(self.step)
+        batch = await self._val_batch(first)
         metrics = {**val_metrics(batch), **self.val_flips.update(batch)}
+        if rest:
+            subset = {
+                k.replace("val/env/", SUBSET_PREFIX, 1): v
+                for k, v in metrics.items()
+                if k.startswith("val/env/") and k.endswith("/success")
+            }
+            batch = await self._val_batch(rest[0])
+            metrics |= {**val_metrics(batch), **subset}
         metrics["time/step_val"] = time.perf_counter() - t
         if parts.renderer is not None:  # in a thread: the event loop (async rollout, env workers) goes on
             render = parts.renderer.render
@@ -239,6 +248,11 @@ class AgenticPipeline:
         # a run resumed at this step, which did not validate here (docs/checkpoints.md, exactness).
         await parts.cluster.call(parts.policy_server, "forget_turns")
         return metrics
+
+    async def _val_batch(self, count: int) -> RolloutBatch:
+        """The first `count` validation episodes (whole groups, one fixed seed each)."""
+        rollout = self.parts.val_rollout
+        return await rollout.get_batch(count, seeds=validation_seeds(count // rollout.layout.group_size))
 
     async def _release_memory(self) -> dict[str, float]:
         """Every worker process gives its freed heap memory back to the OS (`roll_strategies.workers.allocator`: glibc

@@ -192,8 +192,17 @@ class LoopSettings:
     validate_at_start: bool
     train_rollout_batch_size: int
     val_rollout_batch_size: int
+    val_subset_size: int | None  # the episodes of every validation but the one at max_steps (None: all)
     critic_warmup: int  # steps the actor stays frozen while the critic learns
     max_consecutive_skipped_steps: int
+
+    def val_passes(self, step: int) -> tuple[int, ...]:
+        """The episodes of each pass of the validation after `step`: the subset alone, or at max_steps the
+        subset and then all (the curve stays on the same episodes, and the end is measured on all)."""
+        subset, every = self.val_subset_size, self.val_rollout_batch_size
+        if subset is None:
+            return (every,)
+        return (subset, every) if step == self.max_steps else (subset,)
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,16 @@ of how many slots (`train_env_manager`, `val_env_manager`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
 from roll_pipeline.config.roles import StrictModel
 
-__all__ = ["CustomEnvConfig", "EnvManagerConfig", "default_val_envs"]
+if TYPE_CHECKING:
+    from roll_pipeline.config.schema import AgenticConfig
+
+__all__ = ["CustomEnvConfig", "EnvManagerConfig", "default_val_envs", "val_subset_problems"]
 
 
 class EnvManagerConfig(StrictModel):
@@ -129,3 +132,15 @@ class CustomEnvConfig(StrictModel):
 
 def default_val_envs() -> EnvManagerConfig:
     return EnvManagerConfig(num_env_groups=128, group_size=1)
+
+
+def val_subset_problems(cfg: AgenticConfig) -> list[str]:
+    """What is wrong with `val_subset_size` (the first whole groups of a validation, fewer than all)."""
+    subset, episodes, group = cfg.val_subset_size, cfg.val_rollout_batch_size, cfg.val_env_manager.group_size
+    if subset is None or (subset < episodes and subset % group == 0):
+        return []
+    return [
+        f"val_subset_size={subset} must be a multiple of val_env_manager.group_size={group} (whole groups)"
+        f" and below the {episodes} episodes of a whole validation (val_batch_size), of which it plays the first;"
+        f" set it to a multiple of {group} under {episodes}, or null to play all at every validation"
+    ]

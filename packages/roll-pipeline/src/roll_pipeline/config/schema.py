@@ -17,7 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from roll_algos import DEFAULT_POLICY_LOSS, FULL_KL_KINDS, estimator_spec
 
 from roll_pipeline.config.checks import config_problems, estimator_problem, policy_loss_problem
-from roll_pipeline.config.envs import CustomEnvConfig, EnvManagerConfig, default_val_envs
+from roll_pipeline.config.envs import CustomEnvConfig, EnvManagerConfig, default_val_envs, val_subset_problems
 from roll_pipeline.config.roles import (
     ClusterConfig,
     GeneratingArgs,
@@ -61,9 +61,7 @@ class AgenticConfig(StrictModel):
     )
     max_steps: int = Field(400, ge=0, description="training steps (one rollout + one actor update each)")
     save_steps: int = Field(80, ge=1, description="checkpoint every this many steps (and at the end)")
-    eval_steps: int = Field(
-        20, ge=1, description="validate every this many steps (and before and after training)"
-    )
+    eval_steps: int = Field(20, ge=1, description="validate every this many steps and at max_steps")
     validate_at_start: bool = Field(
         True,
         description="validate before the first step (or the resumed step), the start of every curve; false"
@@ -78,6 +76,14 @@ class AgenticConfig(StrictModel):
         None, ge=1, description="trajectories per step (default: all train envs)"
     )
     val_batch_size: int | None = Field(None, ge=1, description="validation episodes (default: all val envs)")
+    val_subset_size: int | None = Field(
+        None,
+        ge=1,
+        description="episodes of every validation but the one at max_steps: the first this many of the"
+        " validation's fixed seeds (the same at each pass, never chosen by score; whole val groups, fewer than"
+        " val_batch_size's); the one at max_steps plays them (val/subset/env/TAG/success) and then all"
+        " val_batch_size (val/env/...); val/episodes says what each pass played. null: every pass plays all",
+    )
     sequence_length: int = Field(1024, ge=16, description="max tokens of a prompt plus its response")
     async_generation_ratio: int = Field(
         1,
@@ -175,9 +181,7 @@ class AgenticConfig(StrictModel):
         description="adaptive KL controller (Ziegler et al.): steer the measured KL per token towards this by"
         " scaling the KL coefficients in use (init_kl_coef, kl_loss_coef); null: fixed coefficients",
     )
-    kl_horizon: int = Field(
-        10000, ge=1, description="adaptive KL controller horizon, in trajectories (needs target_kl)"
-    )
+    kl_horizon: int = Field(10000, ge=1, description="adaptive KL horizon, in trajectories (needs target_kl)")
     kl_penalty: Literal["kl", "abs", "mse", "k3", "full", "full_forward"] = Field(
         "k3",
         description="per-token KL estimator of the reward penalty, the loss term and the measured KL; k3, kl, abs"
@@ -219,9 +223,7 @@ class AgenticConfig(StrictModel):
         " that drew it), or the reference model's (fixed for the run: a format token stays out however the"
         " policy drifts, and a decision the policy grew sure of stays in; needs use_kl_loss)",
     )
-    norm_mean_type: Literal["mean_std", "mean", "none"] = Field(
-        "mean_std", description="group normalisation of scores"
-    )
+    norm_mean_type: Literal["mean_std", "mean", "none"] = Field("mean_std", description="group normalisation")
     gigpo_step_weight: float = Field(
         1.0, ge=0, description="gigpo: omega, the weight of the step (anchor-state) advantage"
     )
@@ -275,9 +277,7 @@ class AgenticConfig(StrictModel):
         " RL's 1e-6. SmolLM2-135M on held-out FrozenLake maps after 10 cloning steps: 0.008 at 1e-6 (nothing"
         " cloned), 0.531 at 2e-5, 0.742 at 1e-4",
     )
-    critic_warmup: int = Field(
-        0, ge=0, description="gae: the first this many steps train only the critic (the actor stays fixed)"
-    )
+    critic_warmup: int = Field(0, ge=0, description="gae: the first this many steps train only the critic")
     value_clip: float | None = Field(
         None, gt=0, description="gae: clip the value loss around the old values by this much; null: unclipped"
     )
@@ -374,7 +374,7 @@ class AgenticConfig(StrictModel):
                 f"rollout_batch_size={batch} must be a multiple of train_env_manager.group_size={group} (whole"
                 " groups); a batch larger than num_env_groups*group_size is fine: groups play several seeds a step"
             )
-        problems = config_problems(self)
+        problems = config_problems(self) + val_subset_problems(self)
         if self.pretrain is None:
             problems.insert(
                 0,

@@ -91,10 +91,12 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
 
 
 def val_metrics(batch: RolloutBatch) -> dict[str, float]:
-    """Metrics of a validation rollout: `val/score/mean`, `val/env/{tag}/success`, `val/failed_episodes`."""
+    """Metrics of a validation rollout: `val/score/mean`, `val/env/{tag}/success`, `val/failed_episodes`,
+    `val/episodes` (all it played: a curve says what each of its points was measured on)."""
     out = {
         **env_metrics(batch.trajectories, batch.failed, "val/env/"),
         **score_metrics(batch.trajectories, "val/score"),
     }
     out["val/failed_episodes"] = float(len(batch.failed))
+    out["val/episodes"] = float(len(batch.trajectories) + len(batch.failed))
     return out

@@ -8,7 +8,7 @@ from roll_algos import estimator_spec
 from roll_rollout.hosting.env_kinds import env_kind
 
 from roll_pipeline.config.schema import AgenticConfig
-from roll_pipeline.observe.summary import RunSummary
+from roll_pipeline.observe.summary import SUBSET_PREFIX, RunSummary
 
 if TYPE_CHECKING:
     from roll_envs import EnvBaselines
@@ -192,15 +192,23 @@ def print_run_header(config: AgenticConfig) -> None:
     )
     if not config.print_baselines:
         return
+    # with val_subset_size, also on the subset: the curve's episodes until the validation at max_steps
+    subset = config.val_subset_size
+    on_subset = config.model_copy(update={"val_batch_size": subset, "val_subset_size": None})
     try:
-        found = tag_baselines(config)
+        found = {(tag, False): base for tag, base in tag_baselines(config).items()}
+        if subset is not None:
+            found |= {
+                (tag, True): base for tag, base in tag_baselines(on_subset, validation_only=True).items()
+            }
     except Exception as exc:  # baselines are a courtesy; never block a run on them
         print(f"[roll] (baselines unavailable: {exc})")
         return
-    for tag, base in found.items():
+    for (tag, of_subset), base in found.items():
         name = base.env if tag == base.env else f"{tag} ({base.env})"
         rates = ", ".join(f"{k} {v:.1%}" for k, v in base.success.items())
         where = scored_on(base, tag in config.val_env_manager.tags)
+        where = f"val_subset_size's first {where.removeprefix('the ')}" if of_subset else where
         print(f"[roll] {name} baselines on {where}: {rates}. {base.note}")
 
 
@@ -208,11 +216,14 @@ def print_final_report(config: AgenticConfig, summary: RunSummary) -> None:
     """Validation success before and after, wall time and where the artefacts are."""
     print(f"[roll] done: {summary.steps} steps in {summary.wall_time_s / 60:.1f} min")
     if summary.val_history:
-        first_step, _ = summary.val_history[0]
-        last_step, _ = summary.val_history[-1]
+        (first_step, _), (last_step, last) = summary.val_history[0], summary.val_history[-1]
+        every, subset = config.val_rollout_batch_size, config.val_subset_size
+        both = any(k.startswith(SUBSET_PREFIX) for k in last)
         print(
-            f"[roll] validation success (greedy, {config.val_rollout_batch_size} held-out seeds): "
-            f"step {first_step}: {summary.val_success(0):.3f} -> step {last_step}: {summary.val_success(-1):.3f}"
+            f"[roll] validation success (greedy, {f'the first {subset} of {every}' if subset else every} held-out"
+            f" seeds): step {first_step}: {summary.curve_success(0):.3f} -> step {last_step}:"
+            f" {summary.curve_success(-1):.3f}"
+            + (f"; all {every} at step {last_step}: {summary.val_success(-1):.3f}" if both else "")
         )
     print(f"[roll] TensorBoard: tensorboard --logdir {summary.run_dir / 'tensorboard'}")
     print(f"[roll] metrics: {summary.run_dir / 'metrics.jsonl'}; learning curve: roll plot {summary.run_dir}")
