@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 from roll_algos import ActorLoss
+from roll_algos.errors import AlgosError
 
 
 def _batch():
@@ -96,3 +97,34 @@ def test_entropy_scope_decision_averages_the_bonus_over_the_decision_tokens_only
     )
     assert decision["actor/entropy"] == pytest.approx(1.2)  # row 0's one decision token; row 1 has none
     assert float(loss) == pytest.approx((2.0 - 0.5 * 1.2) / 2)  # both terms over the 2 rows with a response
+
+
+def test_entropy_scope_turn_max_covers_each_turns_most_uncertain_token_however_sure():
+    mb = _batch()
+    log_probs = mb["old_log_probs"].clone()  # ratio 1: each token's PPO loss is -advantage
+    entropy = torch.tensor([[9.0, 0.1, 1.2, 0.3], [9.0, 0.2, 0.4, 9.0]], requires_grad=True)
+    loss, metrics = ActorLoss(entropy_scope="turn_max", entropy_loss_coef=0.5)(log_probs, entropy, mb)
+    # the bonus: row 0's 1.2 and row 1's 0.4 (a token the sampler drew at p=0.999, which decision drops)
+    assert metrics["actor/entropy"] == pytest.approx((1.2 + 0.4) / 2)
+    assert float(loss.detach()) == pytest.approx((-10 / 3 - 3) / 2 - 0.5 * (1.2 + 0.4) / 2)
+    loss.backward()
+    expected = torch.zeros(2, 4)
+    expected[0, 2] = expected[1, 2] = -0.5 / 2  # d loss / d entropy: only the two peaks, each row's mean of 1
+    assert torch.equal(entropy.grad, expected)
+
+
+def test_turn_peak_tokens_picks_one_token_per_turn_the_first_of_a_tie():
+    from roll_algos.objectives import turn_peak_tokens
+
+    entropy = torch.tensor([[0.0, 0.5, 0.7, 0.3, 0.3, 2.0], [0.4, 0.4, 0.1, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[False, True, True, True, True, False], [True, True, True, False, False, False]])
+    segments = torch.tensor([[0, 1, 1, 2, 2, 0], [1, 1, 1, 0, 0, 0]])  # row 0: two turns; row 1: one
+    peaks = turn_peak_tokens(entropy, mask, segments)
+    assert peaks.nonzero().tolist() == [[0, 2], [0, 3], [1, 0]]  # 2.0 is off the response; ties: the first
+    assert turn_peak_tokens(entropy, mask, None).nonzero().tolist() == [[0, 2], [1, 0]]  # a row, one turn
+    assert not turn_peak_tokens(entropy, torch.zeros_like(mask), None).any()
+
+
+def test_an_unknown_entropy_scope_is_refused():
+    with pytest.raises(AlgosError, match="entropy_scope must be one of"):
+        ActorLoss(entropy_scope="decisions")

@@ -161,6 +161,7 @@ def test_an_unknown_override_key_names_the_nearest_valid_key():
         ({"skip_confident_by": "reference", "use_kl_loss": False}, "skip_confident_by=reference"),
         ({"skip_confident_by": "reference", "skip_confident_tokens": None}, "skip_confident_by=reference"),
         ({"entropy_scope": "decision"}, "entropy_scope=decision"),
+        ({"entropy_scope": "turn_max"}, "entropy_scope=turn_max"),
         ({"actor_infer": {"generating_args": {"temperature": 1.5}}}, "recompute_old_log_probs=true"),
         ({"actor_infer": {"generating_args": {"top_p": 0.9}}}, "recompute_old_log_probs=true"),
         (

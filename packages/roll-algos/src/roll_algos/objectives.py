@@ -27,14 +27,19 @@ from roll_algos.policy_losses import (
 )
 
 __all__ = [
+    "ENTROPY_SCOPES",
     "FULL_KL_KINDS",
     "ActorLoss",
     "CriticLoss",
     "skipped_tokens_problem",
     "token_kl",
     "turn_max_entropy",
+    "turn_peak_tokens",
     "turns_not_greedy",
 ]
+
+ENTROPY_SCOPES = ("response", "decision", "turn_max")
+"""The tokens an entropy bonus can cover (`ActorLoss.entropy_scope`)."""
 
 FULL_KL_KINDS = ("full", "full_forward")
 """The `kl_penalty` kinds computed exactly over the vocabulary where both models' logits are (the train
@@ -91,14 +96,44 @@ def skipped_tokens_problem(
     )
 
 
-def _turn_max(values: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor | None) -> torch.Tensor:
-    """Each turn's largest value of `values` [B, T] over its response tokens (`mask`, not empty), [turns]:
-    a turn is a row's tokens of one `segment_ids` value (None: each row is one turn)."""
+def _turns(
+    mask: torch.Tensor, segment_ids: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """The response tokens of `mask` [B, T] (not empty) as (rows, cols) and each one's turn index, with the
+    number of turns: a turn is a row's tokens of one `segment_ids` value (None: each row is one turn)."""
     rows, cols = mask.bool().nonzero(as_tuple=True)
     seg = torch.zeros_like(rows) if segment_ids is None else segment_ids[rows, cols].long()
     keys, index = torch.unique(rows * (int(seg.max()) + 1) + seg, return_inverse=True)
-    peak = torch.full((keys.numel(),), float("-inf"), device=values.device)
+    return rows, cols, index, keys.numel()
+
+
+def _turn_max(values: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor | None) -> torch.Tensor:
+    """Each turn's largest value of `values` [B, T] over its response tokens (`mask`, not empty), [turns]."""
+    rows, cols, index, turns = _turns(mask, segment_ids)
+    peak = torch.full((turns,), float("-inf"), device=values.device)
     return peak.scatter_reduce(0, index, values.detach()[rows, cols].float(), "amax")
+
+
+def turn_peak_tokens(
+    entropy: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor | None
+) -> torch.Tensor:
+    """[B, T] bool: each turn's response token of largest `entropy` (the first of a tie), one per turn.
+
+    Where a turn decides (its move) once the format tokens are near-certain; unlike the tokens
+    `skip_confident_tokens` keeps, it stays in however sure the policy grows of its choice.
+    """
+    peaks = torch.zeros_like(mask, dtype=torch.bool)
+    if not bool(mask.bool().any()):
+        return peaks
+    rows, cols, index, turns = _turns(mask, segment_ids)
+    values = entropy.detach()[rows, cols].float()
+    peak = torch.full((turns,), float("-inf"), device=values.device).scatter_reduce(0, index, values, "amax")
+    position = torch.arange(rows.numel(), device=values.device)
+    tied = values == peak[index]
+    first = torch.full((turns,), rows.numel(), device=values.device)
+    first = first.scatter_reduce(0, index[tied], position[tied], "amin")
+    peaks[rows[first], cols[first]] = True
+    return peaks
 
 
 def turn_max_entropy(entropy: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor | None) -> float:
@@ -157,7 +192,8 @@ class ActorLoss:
     shares. The KL and entropy terms still cover every response token. `skip_confident_by="reference"`
     compares the reference model's probability of the token (`ref_log_probs`) instead of the sampler's.
     `entropy_scope="decision"` aggregates the entropy bonus over those decision tokens only, so it keeps
-    the choices exploring without flattening the answer format. A term over fewer tokens than the response's
+    the choices exploring without flattening the answer format; `entropy_scope="turn_max"` over each turn's
+    token of largest entropy (`turn_peak_tokens`), which stays covered once the sampler is sure of it. A term over fewer tokens than the response's
     (the decision tokens) is divided by the micro-batch's loss units all the same (response tokens for
     token-mean, rows with a response otherwise; `_coverage`), a skipped token or row counting 0: those are the
     units `loss_scale` shares out, so the mini-batch's loss does not depend on how its rows were cut into
@@ -180,6 +216,8 @@ class ActorLoss:
     policy_loss: str = DEFAULT_POLICY_LOSS
 
     def __post_init__(self) -> None:
+        if self.entropy_scope not in ENTROPY_SCOPES:
+            raise AlgosError(f"entropy_scope must be one of {ENTROPY_SCOPES}, got {self.entropy_scope!r}")
         check_policy_loss_config(self.policy_loss, self._loss_config(None))
         skipped = skipped_tokens_problem(self.policy_loss, self.ratio_level, self.skip_confident_tokens)
         if skipped is not None:
@@ -238,7 +276,7 @@ class ActorLoss:
             loss = loss + self.kl_loss_coef * kl
             metrics["actor/kl_loss"] = float(kl.detach())
         if entropy is not None:
-            scope = pg_mask if self.entropy_scope == "decision" else mask
+            scope = self._entropy_tokens(entropy, mask, pg_mask, mb.get("segment_ids"))
             ent = self._aggregate(entropy, scope)
             loss = loss - self.entropy_loss_coef * ent * _coverage(scope, mask, self.agg_mode)
             metrics["actor/entropy"] = float(ent.detach())
@@ -260,6 +298,20 @@ class ActorLoss:
                 )
             return mb[key]
         return kl_penalty(log_probs, mb["ref_log_probs"], kind=self.kl_penalty)
+
+    def _entropy_tokens(
+        self,
+        entropy: torch.Tensor,
+        mask: torch.Tensor,
+        pg_mask: torch.Tensor,
+        segment_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The response tokens the entropy bonus covers (`entropy_scope`)."""
+        if self.entropy_scope == "decision":
+            return pg_mask
+        if self.entropy_scope == "turn_max":
+            return turn_peak_tokens(entropy, mask, segment_ids)
+        return mask
 
     def _decision_tokens(self, mask: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
         """The response tokens the policy-gradient term trains on."""

@@ -166,10 +166,11 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
             "skip_confident_by=reference compares the reference model's probabilities, which the update sees"
             " only with use_kl_loss=true, and only matters with skip_confident_tokens set; set both, or drop it"
         )
-    if cfg.entropy_scope == "decision" and not (cfg.skip_confident_tokens and cfg.entropy_loss_coef > 0):
+    scoped = cfg.entropy_scope == "turn_max" or cfg.skip_confident_tokens
+    if cfg.entropy_scope != "response" and not (scoped and cfg.entropy_loss_coef > 0):
         problems.append(
-            "entropy_scope=decision bounds the entropy bonus to the tokens skip_confident_tokens keeps; set"
-            " skip_confident_tokens and entropy_loss_coef > 0, or drop entropy_scope"
+            f"entropy_scope={cfg.entropy_scope} scopes an entropy bonus (decision: to the tokens skip_confident_tokens"
+            " keeps); set entropy_loss_coef > 0 (and skip_confident_tokens for decision), or drop entropy_scope"
         )
     sampling = cfg.actor_infer.generating_args
     if sampling.reshapes_sampling() and not cfg.recompute_old_log_probs:

@@ -199,11 +199,11 @@ class AgenticConfig(StrictModel):
         description="entropy bonus; 0 by default: over every response token it also randomises the answer "
         "format, while the KL term alone keeps the policy near the reference",
     )
-    entropy_scope: Literal["response", "decision"] = Field(
+    entropy_scope: Literal["response", "decision", "turn_max"] = Field(
         "response",
-        description="the tokens the entropy bonus covers: every response token, or only the decision tokens"
-        " the policy-gradient term trains on (see skip_confident_tokens): the choices keep exploring while the"
-        " answer format stays sharp (actor/entropy is then their mean); decision needs skip_confident_tokens",
+        description="the tokens the entropy bonus covers (actor/entropy is their mean): every response token;"
+        " decision: those the policy-gradient term trains on (needs skip_confident_tokens), so the answer format"
+        " stays sharp; turn_max: each turn's token of largest entropy (its choice), kept however sure it grows",
     )
     whiten_advantages: bool = Field(
         True,
