@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 from small_runs import steps
 
@@ -139,27 +138,15 @@ def test_an_agent_whose_history_re_tokenises_trains_one_row_per_call_and_says_wh
 
 def _play_one(agent: str, policy: Any, tokenizer: Any, max_turns: int = 3, max_new_tokens: int = 96) -> Any:
     """One four_choice episode (seed 0: yellow, B is right) of an openai_agent slot playing `agent`."""
-    from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
-    from roll_rollout.hosting.worker import encode_jobs
+    from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings
+    from roll_rollout.testing import play_jobs
 
     config = {"agent": agent, "task_env": "four_choice", "agent_timeout_s": 60}
     spec = EnvSlotSpec(0, "Agent", "openai_agent", config, max_turns=max_turns, max_context_tokens=4096)
 
-    async def play() -> Any:
-        worker = EnvWorker([spec], tokenizer, policy)
-        await worker.submit(
-            encode_jobs([EpisodeJob(0, 0, 0, 0, SamplingSettings(max_new_tokens=max_new_tokens))])
-        )
-        try:
-            for _ in range(120):
-                out = msgpack.unpackb(await worker.poll(0.5))
-                if out["done"]:
-                    return decode_trajectory(out["done"][0])
-            raise AssertionError("no episode finished")
-        finally:
-            worker.close()
-
-    return asyncio.run(play())
+    worker = EnvWorker([spec], tokenizer, policy)
+    job = EpisodeJob(0, 0, 0, 0, SamplingSettings(max_new_tokens=max_new_tokens))
+    return asyncio.run(play_jobs(worker, [job]))[0]
 
 
 @pytest.mark.parametrize("tag", sorted(FRAMEWORK_AGENTS))

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 from small_runs import steps
 
@@ -30,8 +29,8 @@ def _tokenizer() -> Any:
 
 def _play(policy: Any, agent: str = AGENT, demonstrate: bool = False, seed: int = 0) -> Any:
     """One FrozenLake episode of an openai_agent slot playing `agent`."""
-    from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
-    from roll_rollout.hosting.worker import encode_jobs
+    from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings
+    from roll_rollout.testing import play_jobs
 
     config = {
         "agent": agent,
@@ -43,19 +42,8 @@ def _play(policy: Any, agent: str = AGENT, demonstrate: bool = False, seed: int 
     spec = EnvSlotSpec(0, "Lake", "openai_agent", config, max_turns=10, max_context_tokens=4096)
     sampling = SamplingSettings(max_new_tokens=96, demonstrate=demonstrate)
 
-    async def play() -> Any:
-        worker = EnvWorker([spec], _tokenizer(), policy)
-        await worker.submit(encode_jobs([EpisodeJob(0, 0, 0, seed, sampling)]))
-        try:
-            for _ in range(120):
-                out = msgpack.unpackb(await worker.poll(0.5))
-                if out["done"]:
-                    return decode_trajectory(out["done"][0])
-            raise AssertionError("no episode finished")
-        finally:
-            worker.close()
-
-    return asyncio.run(play())
+    worker = EnvWorker([spec], _tokenizer(), policy)
+    return asyncio.run(play_jobs(worker, [EpisodeJob(0, 0, 0, seed, sampling)]))[0]
 
 
 def _reference(moves: list[str], seed: int = 0) -> tuple[int, float, bool]:

@@ -129,9 +129,8 @@ def play_agent():
     four_choice playing `agent` ('path.py:function'); the decoded trajectory."""
     import asyncio
 
-    import msgpack
-    from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings, decode_trajectory
-    from roll_rollout.hosting.worker import encode_jobs
+    from roll_rollout import EnvSlotSpec, EnvWorker, EpisodeJob, SamplingSettings
+    from roll_rollout.testing import play_jobs
 
     def play(
         tokenizer, agent, policy, seed=0, max_turns=4, max_new_tokens=8, timeout_s=30.0, demonstrate=False
@@ -140,18 +139,7 @@ def play_agent():
         spec = EnvSlotSpec(0, "Agent", "openai_agent", config, max_turns=max_turns, max_context_tokens=4096)
         sampling = SamplingSettings(max_new_tokens=max_new_tokens, demonstrate=demonstrate)
 
-        async def run():
-            worker = EnvWorker([spec], tokenizer, policy)
-            await worker.submit(encode_jobs([EpisodeJob(0, 7, 9, seed, sampling)]))
-            try:
-                for _ in range(60):
-                    out = msgpack.unpackb(await worker.poll(0.5))
-                    if out["done"]:
-                        return decode_trajectory(out["done"][0])
-                raise AssertionError("no episode finished")
-            finally:
-                worker.close()
-
-        return asyncio.run(run())
+        worker = EnvWorker([spec], tokenizer, policy)
+        return asyncio.run(play_jobs(worker, [EpisodeJob(0, 7, 9, seed, sampling)], timeout_s=30.0))[0]
 
     return play
