@@ -105,22 +105,9 @@ def answer_ids(chat_tokenizer):
 def char_tokenizer():
     """A character-level tokenizer (printable ASCII, one id a character) with CHAT_TEMPLATE: any text, tool
     calls included, encodes and decodes back as it was."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import decoders
 
-    specials = ["<|endoftext|>", "<unk>", "<|im_start|>", "<|im_end|>"]
-    vocab = {tok: i for i, tok in enumerate(specials + [chr(c) for c in range(32, 127)] + ["\n"])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.add_special_tokens(specials)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token="<unk>",
-        chat_template=CHAT_TEMPLATE,
-    )
+    return hf_tokenizer([chr(c) for c in range(32, 127)] + ["\n"], r"[\s\S]", decoders.Fuse())
 
 
 @pytest.fixture
