@@ -18,6 +18,8 @@ from roll_strategies.compute.probes import prefix_sharing_supported
 from transformers import (
     Gemma3ForCausalLM,
     Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
     Qwen2Config,
@@ -169,3 +171,34 @@ def test_an_unsupported_windowed_model_is_refused_naming_its_layers():
     model = _OneMask(windowed("gemma3"))
     with pytest.raises(StrategyError, match=r"layers 0, 2 \(sliding_attention\).*share_prefix=false"):
         check_prefix_sharing(model, True, "gemma3-dir")
+
+
+def _rounding_apart(dtype: torch.dtype) -> torch.nn.Module:
+    """An exact Llama (every layer full attention) in `dtype` whose padded and prefix-tree log-probs round
+    apart by ~0.1 in bfloat16: 8 layers of SmolLM2's width, a head 5x as large (log-probs up to ~64)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=576,
+        num_hidden_layers=8,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        intermediate_size=1536,
+        initializer_range=0.1,
+        attn_implementation="sdpa",
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(5.0)
+    return model.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_probe_answers_in_float32_for_a_half_precision_model(dtype):
+    exact = _rounding_apart(dtype)
+    saved = {name: (t.dtype, t.clone()) for name, t in [*exact.named_parameters(), *exact.named_buffers()]}
+    assert prefix_sharing_supported(exact)  # exact in float32, though its half-precision outputs differ
+    restored = dict([*exact.named_parameters(), *exact.named_buffers()])
+    for name, (dtype_before, value) in saved.items():  # rotary frequencies stay float32, weights come back
+        assert restored[name].dtype == dtype_before and torch.equal(restored[name], value), name
+    assert not prefix_sharing_supported(_OneMask(windowed("gemma3").to(dtype)))

@@ -3,10 +3,18 @@ a few rows both ways (padded, and packed or as a prefix tree) and compare, rows 
 shortest attention window so that a layout letting a token see past its window is caught. The answer is
 cached on the model object. `check_prefix_sharing` is a strategy's refusal of `share_prefix` where the tree is
 not exact.
+
+The probe runs in float32 whatever the model's dtype: a half-precision model is cast up for it and back
+(bfloat16 and float16 values are exact in float32, so the weights come back bit for bit; the peak is the
+float32 copy). In bfloat16 the two layouts' other matmul shapes round differently by more than any fixed
+tolerance on a trained model's log-probs, so a probe there could refuse an exact layout (seen on a cloned
+SmolLM2) or pass an inexact one; in float32 a layout that is exact agrees to 1e-4.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +28,7 @@ from roll_strategies.errors import StrategyError
 __all__ = ["check_prefix_sharing", "packing_supported", "prefix_sharing_supported"]
 
 _PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}
+_EXACT_IN_FLOAT32 = (torch.bfloat16, torch.float16)
 
 
 def _probe_length(model: nn.Module) -> int:
@@ -32,12 +41,31 @@ def _probe_length(model: nn.Module) -> int:
     return max(7, min(windows, default=0) + 3)
 
 
+@contextmanager
+def _in_float32(model: nn.Module) -> Iterator[None]:
+    """`model`'s half-precision parameters and buffers in float32 inside the block, each given back its own
+    dtype after it (a buffer kept in float32, such as rotary frequencies, is left as it is)."""
+    halves = [t for t in (*model.parameters(), *model.buffers()) if t.dtype in _EXACT_IN_FLOAT32]
+    dtypes = [t.dtype for t in halves]
+    for t in halves:
+        t.data = t.data.float()
+    try:
+        yield
+    finally:
+        for t, dtype in zip(halves, dtypes, strict=True):
+            t.data = t.data.to(dtype)
+
+
 def _probe(model: nn.Module, value_model: bool, cached: str, prefix: int, **layout: Any) -> bool:
     """Whether `model`'s outputs on three rows (the first `prefix` tokens shared, the longest
     `_probe_length`) under `layout` equal the padded ones; cached on the model as `cached`."""
     if getattr(model, cached, None) is not None:
         return bool(getattr(model, cached))
     param = next(model.parameters())
+    dtype = param.dtype
+    if dtype in _EXACT_IN_FLOAT32:
+        with _in_float32(model):
+            return _probe(model, value_model, cached, prefix, **layout)
     vocab = int(getattr(model.config, "vocab_size", 64) or 64)
     gen = torch.Generator().manual_seed(0)
     width = _probe_length(model)
@@ -62,7 +90,7 @@ def _probe(model: nn.Module, value_model: bool, cached: str, prefix: int, **layo
             else:
                 a = lm_outputs(model, ids, mask, needed).log_probs
                 b = lm_outputs(model, ids, mask, needed, **layout).log_probs
-        ok = bool(torch.allclose(a, b, rtol=0, atol=_PROBE_TOLERANCE.get(param.dtype, 5e-2)))
+        ok = bool(torch.allclose(a, b, rtol=0, atol=_PROBE_TOLERANCE.get(dtype, 1e-4)))
     except Exception:  # a model that rejects the layout's inputs cannot run it
         ok = False
     finally:
