@@ -8,7 +8,8 @@ The probe runs in float32 whatever the model's dtype: a half-precision model is 
 (bfloat16 and float16 values are exact in float32, so the weights come back bit for bit; the peak is the
 float32 copy). In bfloat16 the two layouts' other matmul shapes round differently by more than any fixed
 tolerance on a trained model's log-probs, so a probe there could refuse an exact layout (seen on a cloned
-SmolLM2) or pass an inexact one; in float32 a layout that is exact agrees to 1e-4.
+SmolLM2) or pass an inexact one; in float32 an exact layout agrees to ~1e-4 (8 layers of SmolLM2's width), one that
+lets a token see past its window differs by orders of magnitude more.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from roll_strategies.errors import StrategyError
 
 __all__ = ["check_prefix_sharing", "packing_supported", "prefix_sharing_supported"]
 
-_PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-8}
+_PROBE_TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-8}
 _EXACT_IN_FLOAT32 = (torch.bfloat16, torch.float16)
 
 
