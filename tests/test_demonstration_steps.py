@@ -57,6 +57,46 @@ def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
     assert all("signal/kl_to_start/k3" not in rows[s] for s in (1, 2, 3))
 
 
+@pytest.mark.parametrize(
+    ("kl_reference", "kl_penalty"),
+    [("rl_start", "full_forward"), ("rl_start", "k3"), ("pretrained", "full_forward")],
+)
+def test_a_reference_at_the_rl_start_is_the_cloned_policy(tmp_path, kl_reference, kl_penalty):
+    """With kl_reference: rl_start the first RL step's reference is the policy that step starts from (the clone),
+    whether the trainer holds it (full_forward) or a reference worker does (k3): the KL that step measures before
+    its update is 0; against the pretrained model it is not."""
+    from roll_pipeline import AgenticPipeline
+
+    overrides = [
+        *steps(2),
+        *SMALL_FROZEN_LAKE,
+        *FEW_WORKERS,
+        "val_env_manager.num_env_groups=1",
+        "validate_at_start=false",
+        "cluster.backend=local",
+        "demonstration_steps=1",
+        "demonstration_learning_rate=3e-3",
+        "actor_train.training_args.warmup_steps=0",  # the cloning step moves the policy at its full rate
+        f"kl_penalty={kl_penalty}",
+        f"kl_reference={kl_reference}",
+        f"output_dir={tmp_path}",
+        "exp_name=run",
+    ]
+    pipeline = AgenticPipeline(compose(None, None, overrides), progress=False)
+    try:
+        pipeline.run()
+    finally:
+        pipeline.close()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rl_step = next(r for r in rows if r["step"] == 2)
+    assert rl_step["train/demonstration_step"] == 0.0
+    if kl_reference == "rl_start":
+        # k3 compares the sampler's log-probs with the reference worker's: the same weights, the same numbers
+        assert abs(rl_step["critic/kl"]) < 1e-6
+    else:
+        assert rl_step["critic/kl"] > 1e-3
+
+
 def test_roll_config_refuses_an_env_without_demonstrations():
     problems = check_demonstrations(
         {

@@ -23,6 +23,7 @@ import torch
 from roll_pipeline import AgenticPipeline, CheckpointManager
 from roll_pipeline.config.compose import compose
 from roll_pipeline.state.checkpoint import MANIFEST_FILE, checkpoint_problem, checkpoint_step
+from roll_pipeline.trainer.start_reference import REFERENCE_FILE
 from safetensors.torch import load_file
 from small_runs import ResumedRuns
 
@@ -249,3 +250,37 @@ def test_a_run_resumed_in_its_demonstration_steps_equals_the_uninterrupted_run(t
         assert _untimed(have) == _untimed(want), f"step {want['step']} differs"
     final, reference = _weights(resumed.last_checkpoint), _weights(whole.last_checkpoint)
     assert all(torch.equal(final[k], reference[k]) for k in reference)
+
+
+@pytest.mark.slow
+def test_a_reference_at_the_rl_start_resumes_from_before_and_after_it_into_the_uninterrupted_run(tmp_path):
+    """kl_reference: rl_start, cloning at step 1: a checkpoint from before the first RL step (checkpoint-1) takes
+    the reference at step 2 after the resume; one after it (checkpoint-2) keeps the reference's weights, the
+    actor's of checkpoint-1, and the resumed run measures its KL against them as the run never stopped."""
+    run = [
+        "demonstration_steps=1",
+        "kl_reference=rl_start",
+        "kl_penalty=full_forward",
+        "custom_envs.FrozenLake.max_actions_per_traj=10",  # shortest paths on 4x4 maps run up to 9 moves
+        "actor_train.training_args.lr_scheduler_type=constant",  # the parts stop at their own max_steps
+        "actor_train.training_args.warmup_steps=0",
+        "eval_steps=1",  # each part validates at its end, so the whole run validates there too
+        "validate_at_start=false",
+        "save_steps=1",
+    ]
+    whole = _run_in_process(tmp_path, "whole", *run, "max_steps=3")
+    for max_steps in (1, 2, 3):
+        resume = ["resume_from_checkpoint=auto"] if max_steps > 1 else []
+        parts = _run_in_process(tmp_path, "parts", *run, f"max_steps={max_steps}", *resume)
+    checkpoints = tmp_path / "parts" / "checkpoints"
+    assert not (checkpoints / "checkpoint-1" / REFERENCE_FILE).exists()  # cloning only: nothing taken yet
+    reference = load_file(str(checkpoints / "checkpoint-2" / REFERENCE_FILE))
+    clone = _weights(checkpoints / "checkpoint-1")  # the actor as the first RL step started
+    assert reference.keys() == clone.keys() and all(torch.equal(reference[k], clone[k]) for k in clone)
+    rows = _rows(tmp_path / "parts")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[1]["critic/kl"] == 0.0 and rows[2]["critic/kl"] > 0.0  # the policy is its reference at step 2
+    for want, have in zip(_rows(tmp_path / "whole"), rows, strict=True):
+        assert _untimed(have) == _untimed(want), f"step {want['step']} differs"
+    final, uninterrupted = _weights(parts.last_checkpoint), _weights(whole.last_checkpoint)
+    assert all(torch.equal(final[k], uninterrupted[k]) for k in uninterrupted)

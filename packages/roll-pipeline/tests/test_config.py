@@ -155,6 +155,7 @@ def test_an_unknown_override_key_names_the_nearest_valid_key():
         ({"kl_horizon": 100}, "set target_kl"),
         ({"target_kl": 0.1, "use_kl_loss": False}, "no KL term"),
         ({"use_kl_loss": False, "kl_loss_coef": 0.2}, "use_kl_loss=false"),
+        ({"kl_reference": "rl_start", "use_kl_loss": False}, "kl_reference=rl_start sets the weights"),
         ({"pg_clip": 0.3, "pg_clip_low": 0.1, "pg_clip_high": 0.2}, "override it on both sides"),
         ({"sample_shape": "trajectory"}, "max_history_turns: null"),
         ({"tis_cap": 2.0}, "recompute_old_log_probs"),
@@ -177,6 +178,15 @@ def test_an_unknown_override_key_names_the_nearest_valid_key():
 def test_settings_that_would_do_nothing_are_errors(overrides, message):
     with pytest.raises(ConfigError, match=message):
         validate(overrides)
+
+
+def test_a_reference_at_the_rl_start_is_accepted_with_every_kl_estimator_and_without_cloning():
+    """Without demonstration steps the RL start is the start weights: accepted, as with either kind of
+    reference (the frozen copy in the trainer, a reference worker)."""
+    for kl_penalty in ("full_forward", "k3"):
+        cfg = tiny_config(kl_reference="rl_start", kl_penalty=kl_penalty)
+        assert (cfg.kl_reference, cfg.demonstration_steps, cfg.uses_reference) == ("rl_start", 0, True)
+    assert tiny_config(kl_reference="rl_start", use_kl_loss=False, init_kl_coef=0.1).uses_reference
 
 
 def test_roles_reject_settings_they_never_read():

@@ -139,6 +139,8 @@ class AgenticPipeline:
         )
         timings.update(await parts.infer_sleep.before_training())
         timings.update(await parts.trainer_offload.reload())
+        if demo is None and parts.start_reference is not None:  # before the first RL step's experience
+            await parts.start_reference.take()
         if any(t.turns for t in batch.trajectories):
             trajs = batch.trajectories
             if demo is None:
@@ -280,6 +282,8 @@ class AgenticPipeline:
             if parts.critic is not None:
                 await parts.critic.call_all("save_checkpoint", str(path.parent / CRITIC_DIR))
             self.drift.save(path.parent / DRIFT_FILE)
+            if parts.start_reference is not None:
+                await parts.start_reference.save(path.parent)
             if offloaded:
                 await parts.trainer_offload.offload()
 
@@ -302,7 +306,10 @@ class AgenticPipeline:
             await parts.critic.call_all("load_checkpoint", str(critic_dir))
         self.step, self._skipped_in_a_row = restore_pipeline_state(state, parts.rollouts, parts.kl)
         self.val_flips.load_state(state)
-        self.drift.resumed(Path(path) / DRIFT_FILE, self.step > parts.settings.demonstration_steps)
+        past_start = self.step > parts.settings.demonstration_steps  # the first RL step is done
+        self.drift.resumed(Path(path) / DRIFT_FILE, past_start)
+        if parts.start_reference is not None:
+            await parts.start_reference.resumed(Path(path), past_start)
 
     def close(self) -> None:
         """Stop the workers."""

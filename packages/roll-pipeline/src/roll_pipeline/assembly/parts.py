@@ -1,7 +1,7 @@
 """A run's parts, built from its settings once (`assembly.settings.RunSettings`): the model folder and tokenizer,
 the cluster, the checkpoints and resume state, the tracker, each role's workers from its plan
 (`runtime.placement.plan_roles`), the rollouts, and the step's components (experience, updates, weight sync,
-the demonstration phase). `AgenticPipeline` runs the loop over them; `roll eval` and `roll serve` build their
+the demonstration phase, the reference taking the RL start's weights). `AgenticPipeline` runs the loop over them; `roll eval` and `roll serve` build their
 inference server here too. Nothing here reads the config itself."""
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from roll_pipeline.trainer.demonstration import Demonstration
 from roll_pipeline.trainer.experience import ExperienceMaker
 from roll_pipeline.trainer.kl_control import KLControl
 from roll_pipeline.trainer.micro_batches import TrainLayout
+from roll_pipeline.trainer.start_reference import StartReference
 from roll_pipeline.trainer.weight_update import WeightUpdater, pick_transport
 
 __all__ = ["RunParts", "assemble", "build_updaters", "inference_server"]
@@ -151,6 +152,11 @@ class RunParts:
                 s.demonstration_loss,
                 s.demonstration_schedule,
             )
+        # kl_reference: rl_start (the config checks make sure a KL term, hence a reference, is there)
+        self.start_reference: StartReference | None = None
+        if s.kl_reference == "rl_start" and self.reference is not None:
+            in_trainer = s.spawn.reference_in_trainer
+            self.start_reference = StartReference(self.actor_train, self.reference, in_trainer=in_trainer)
         sync = pick_transport(s.spawn.backend, self.plans["actor_train"], self.plans["actor_infer"])
         _log(f"[roll] weight sync transport: {sync}")
         self.update_weights = WeightUpdater(

@@ -213,6 +213,7 @@ class RunSettings:
     pretrain: str
     cluster: ClusterConfig
     use_kl_loss: bool
+    kl_reference: Literal["pretrained", "rl_start"]  # rl_start: the actor's weights at the first RL step
     model_update_frequency: int
     demonstration_steps: int
     outputs: OutputSettings

@@ -159,6 +159,11 @@ def _loss_problems(cfg: AgenticConfig) -> list[str]:
             "target_kl set, but no KL term is on for the controller to scale; set init_kl_coef > 0 (reward"
             " penalty) or use_kl_loss=true with kl_loss_coef > 0"
         )
+    if cfg.kl_reference == "rl_start" and not cfg.uses_reference:
+        problems.append(
+            "kl_reference=rl_start sets the weights of the KL term's reference, but no KL term reads the"
+            " reference; set use_kl_loss=true with kl_loss_coef > 0 (or init_kl_coef > 0), or drop kl_reference"
+        )
     if not cfg.use_kl_loss and is_set(cfg, "kl_loss_coef"):
         problems.append("kl_loss_coef set with use_kl_loss=false: set use_kl_loss=true or drop kl_loss_coef")
     if cfg.skip_confident_by == "reference" and not (cfg.use_kl_loss and cfg.skip_confident_tokens):

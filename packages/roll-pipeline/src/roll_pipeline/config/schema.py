@@ -191,6 +191,11 @@ class AgenticConfig(StrictModel):
         " against a frozen reference copy there (one more model in its memory, activations O(chunk x"
         " vocabulary); docs/training.md)",
     )
+    kl_reference: Literal["pretrained", "rl_start"] = Field(
+        "pretrained",
+        description="the KL term's reference weights: pretrain's, or rl_start: the actor's as the first RL step"
+        " starts (after demonstration_steps: the clone; with none, pretrain's); rl_start needs a KL term",
+    )
     use_kl_loss: bool = Field(True, description="add kl_loss_coef * KL(actor || reference) to the loss")
     kl_loss_coef: float = Field(0.01, ge=0, description="weight of the KL loss term")
     entropy_loss_coef: float = Field(
@@ -253,7 +258,7 @@ class AgenticConfig(StrictModel):
     )
     reference: WorkerConfig = Field(
         default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_infer")),
-        description="the frozen initial policy of the KL term",
+        description="the frozen policy of the KL term (its weights: kl_reference)",
     )
     critic: WorkerConfig = Field(
         default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs(strategy_name="hf_critic")),

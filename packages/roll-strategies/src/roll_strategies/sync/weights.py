@@ -1,8 +1,10 @@
-"""Named-tensor weight sync between a train model and an infer model (tied weights handled once)."""
+"""Named-tensor weight sync between a train model and an infer model (tied weights handled once), and a model's
+weights to and from one safetensors file (a reference that took the actor's weights, kept in a checkpoint)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -13,6 +15,8 @@ from roll_strategies.errors import WeightSyncError
 __all__ = [
     "export_named_weights",
     "load_named_weights",
+    "load_weights_file",
+    "save_weights_file",
     "tensor_shape",
     "tied_aliases",
     "unique_named_tensors",
@@ -95,3 +99,18 @@ def load_named_weights(model: nn.Module, named_tensors: Mapping[str, np.ndarray 
                 value = value.copy()
             src = torch.as_tensor(value)
             state[name].copy_(src.to(device=state[name].device, dtype=state[name].dtype))
+
+
+def save_weights_file(model: nn.Module, path: Path) -> None:
+    """`model`'s state dict as one safetensors file (no pickle), in its own dtypes, each tied tensor once."""
+    from safetensors.torch import save_file
+
+    tensors = {n: t.detach().to("cpu").contiguous() for n, t in unique_named_tensors(model).items()}
+    save_file(tensors, str(path))
+
+
+def load_weights_file(model: nn.Module, path: Path) -> None:
+    """Undo `save_weights_file`: the file's tensors into `model` in place, strictly (`load_named_weights`)."""
+    from safetensors.torch import load_file
+
+    load_named_weights(model, load_file(str(path)))

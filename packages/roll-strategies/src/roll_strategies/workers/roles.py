@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from roll_strategies.protocols import (
     ValueLossFn,
 )
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
+from roll_strategies.sync.weights import load_named_weights, load_weights_file, save_weights_file
 from roll_strategies.train.hf_train import HFTrainStrategy
 from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
 from roll_strategies.workers import base
@@ -49,6 +50,22 @@ def _policy_model(strategy: object) -> torch.nn.Module:
             f"got {type(strategy).__name__}; use strategy_name hf_train for actor_train, or kl_penalty k3."
         )
     return model
+
+
+class _HoldsReference(Protocol):
+    """A worker holding a reference model (`ActorTrainWorker`'s frozen copy, `ReferenceWorker`'s own)."""
+
+    def _reference(self) -> torch.nn.Module: ...
+
+
+def _save_reference(self: _HoldsReference, path: str | Path) -> None:
+    """The held reference's weights to one safetensors file at `path` (in its own dtype: restored exactly)."""
+    save_weights_file(self._reference(), Path(path))
+
+
+def _load_reference(self: _HoldsReference, path: str | Path) -> None:
+    """Undo `save_reference`: the held reference's weights from `path`."""
+    load_weights_file(self._reference(), Path(path))
 
 
 class ActorTrainWorker(RoleWorker):
@@ -163,6 +180,13 @@ class ActorTrainWorker(RoleWorker):
             device=self.strategy.device,
             share_prefix=self._share_prefix(),
         )
+
+    def reference_from_policy(self) -> None:
+        """The held reference takes the trained model's weights as they are now (cast to its dtype): the KL
+        term then measures against this policy (`kl_reference: rl_start`). Under ZeRO-3 every rank calls it."""
+        load_named_weights(self._reference(), self.strategy.export_weights())
+
+    save_reference, load_reference = _save_reference, _load_reference
 
     offload_unavailable = base.offload_unavailable
 
@@ -296,6 +320,23 @@ class ReferenceWorker(RoleWorker):
         )
 
     compute_log_probs = base.compute_log_probs
+
+    def _reference(self) -> torch.nn.Module:
+        """The frozen model both reference backends hold (`hf_train` frozen, `hf_infer`)."""
+        model = getattr(self.strategy, "model", None)
+        if not isinstance(model, torch.nn.Module):
+            raise StrategyError(
+                f"Expected a reference strategy holding a Hugging Face model (hf_train, hf_infer), got"
+                f" {type(self.strategy).__name__}; use one of those for the reference role."
+            )
+        return model
+
+    def load_weights(self, named_tensors: Mapping[str, np.ndarray | torch.Tensor]) -> None:
+        """Replace the reference's weights in place by `named_tensors` (the actor's `export_weights()`: the KL
+        term then measures against that policy, `kl_reference: rl_start`), strictly, cast to its dtype."""
+        load_named_weights(self._reference(), named_tensors)
+
+    save_reference, load_reference = _save_reference, _load_reference
 
     offload_unavailable, offload, reload = base.offload_unavailable, base.offload, base.reload
 
