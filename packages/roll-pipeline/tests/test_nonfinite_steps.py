@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,15 +26,10 @@ from roll_pipeline.trainer.epochs import (
     train_epochs,
 )
 from roll_pipeline.trainer.micro_batches import TrainLayout
-from roll_strategies import ActorTrainWorker, CriticWorker, OptimizerSettings, build_tiny_model
+from roll_strategies import ActorTrainWorker, CriticWorker, OptimizerSettings
 
 ROWS, WIDTH = 8, 10
 LAYOUT = TrainLayout("fixed", rows_per_micro_batch=2, rows_per_mini_batch=4, max_tokens=10_000, round_to=1)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", vocab_texts=["Left Right Up Down"])
 
 
 def _schedule(limit: int) -> UpdateSchedule:

@@ -5,7 +5,6 @@ child processes that train as one rank does on the same rows."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -15,7 +14,7 @@ from roll_pipeline.runtime.cluster import LocalCluster
 from roll_pipeline.runtime.ranks import RankGroup, row_shares
 from roll_pipeline.trainer.epochs import UpdateSchedule, train_epochs
 from roll_pipeline.trainer.micro_batches import TrainLayout
-from roll_strategies import ActorTrainWorker, OptimizerSettings, build_tiny_model
+from roll_strategies import ActorTrainWorker, OptimizerSettings
 
 ROWS, WIDTH = 8, 12
 
@@ -93,11 +92,6 @@ def test_rank_0_serves_the_buckets_and_under_zero3_every_rank_gathers_with_its_p
     assert asyncio.run(sync()) == ("bucket", ("plan", 3, 0), 0)
     assert fakes[0].buckets == [(("plan", 3, 0), 0)]
     assert fakes[1].buckets == ([(("plan", 3, 1), 0)] if gathers else [])
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", vocab_texts=["Left Right Up Down"])
 
 
 def _fields() -> dict[str, torch.Tensor]:

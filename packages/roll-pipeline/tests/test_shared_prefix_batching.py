@@ -272,13 +272,6 @@ def test_every_role_gets_the_switch(share, monkeypatch):
 # -- the step: a prefix-tree step equals the padded one ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from roll_strategies import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", vocab_texts=["Left Right Up Down"])
-
-
 def _train(model_dir: Path, share: bool, critic: bool) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """One update over 3 groups of 4 rows (each group's rows share a prompt), one mini-batch of micro-batches of
     3 rows: a group is split over two micro-batches, another shares one with a third group's rows."""
