@@ -12,7 +12,6 @@ import torch
 from roll_algos import ActorLoss
 from roll_pipeline.runtime.cluster import LocalCluster
 from roll_pipeline.runtime.ranks import RankGroup, row_shares
-from roll_pipeline.trainer.epochs import UpdateSchedule, train_epochs
 from roll_pipeline.trainer.micro_batches import TrainLayout
 from roll_strategies import ActorTrainWorker, OptimizerSettings
 
@@ -110,11 +109,10 @@ def _fields() -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow  # two child processes load torch and the model
-def test_two_rank_processes_train_as_one_rank_does(model_dir, tmp_path):
+def test_two_rank_processes_train_as_one_rank_does(model_dir, tmp_path, train_once):
     layout = TrainLayout(
         "fixed", rows_per_micro_batch=2, rows_per_mini_batch=4, max_tokens=10_000, round_to=1
     )
-    schedule = UpdateSchedule(1, 0, 1, 10, "constant", 0.0)
     kwargs = {"optimizer": OptimizerSettings(learning_rate=1e-3, warmup_steps=0), "num_threads": 1}
     cluster = LocalCluster()
     try:
@@ -126,18 +124,8 @@ def test_two_rank_processes_train_as_one_rank_does(model_dir, tmp_path):
         fields = _fields()
         for group in (ranks, one):
             fields["old_log_probs"] = asyncio.run(group.map_rows("compute_log_probs", fields, 3))
-            run = train_epochs(
-                group,
-                ActorLoss(agg_mode="token-mean"),  # the loss units the micro-batch weights count
-                fields,
-                layout,
-                schedule,
-                0,
-                agg_mode="token-mean",
-                prefix="a",
-                with_entropy=False,
-            )
-            metrics, _ = asyncio.run(run)
+            loss = ActorLoss(agg_mode="token-mean")  # the loss units the micro-batch weights count
+            metrics = train_once(group, loss, fields, layout, prefix="a", with_entropy=False)
             assert metrics["a/micro_batches"] == 4  # 2 mini-batches x 2 micro-batches, on 1 or 2 ranks
         got, want = (asyncio.run(g.call_main("export_weights")) for g in (ranks, one))
         diff = max(float(abs(got[k] - want[k]).max()) for k in want)
