@@ -1,16 +1,17 @@
-"""Shared test helpers of roll-algos: a random multi-turn row batch builder (session fixture), and `plug_in`,
-which installs a plugin module under a registry's entry-point group."""
+"""Shared test helpers of roll-algos: a random multi-turn row batch builder (session fixture), `plug_in`,
+which installs a plugin module under a registry's entry-point group, and `scratch_names`, the names a test
+registers."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
 import torch
-from roll_algos import AdvantageInputs
+from roll_algos import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, AdvantageInputs
 from roll_algos.plugins import Registry
 
 
@@ -96,3 +97,13 @@ def plug_in(tmp_path, monkeypatch) -> Callable[[Registry, str, str], None]:
         monkeypatch.setattr(registry, "plugin_errors", {})
 
     return install
+
+
+@pytest.fixture
+def scratch_names() -> Iterator[list[str]]:
+    """Names a test registers (an estimator or a policy loss); removed from both registries afterwards."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        ADVANTAGE_ESTIMATORS.pop(name, None)
+        POLICY_LOSSES.pop(name, None)

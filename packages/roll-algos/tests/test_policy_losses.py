@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 import warnings
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -26,15 +25,6 @@ from roll_algos import (
     registered_policy_losses,
 )
 from roll_algos import policy_losses as policy_losses_module
-
-
-@pytest.fixture
-def scratch_names() -> Iterator[list[str]]:
-    """Names a test registers; removed from the registry afterwards."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        POLICY_LOSSES.pop(name, None)
 
 
 def _batch() -> dict[str, torch.Tensor]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from roll_algos import (
@@ -19,15 +17,6 @@ from roll_algos import (
     registered_estimators,
 )
 from roll_algos import registry as registry_module
-
-
-@pytest.fixture
-def scratch_names() -> Iterator[list[str]]:
-    """Names a test registers; removed from the registry afterwards."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        ADVANTAGE_ESTIMATORS.pop(name, None)
 
 
 def raw_score(inputs: AdvantageInputs, config: AdvantageConfig) -> AdvantageOutput:

@@ -100,27 +100,15 @@ def test_token_kl_estimators_and_full():
             token_kl(lp, ref, mask, kind)
 
 
-def test_reference_log_probs_of_the_exact_kl_pass_equal_a_separate_pass():
+def test_reference_log_probs_of_the_exact_kl_pass_equal_a_separate_pass(tiny_model):
     """The train worker's exact-KL pass also gives the reference's log-probs (no second reference pass): they
     equal the reference's own log-prob pass, and the KL of a model against itself is 0."""
     from roll_strategies.compute.forward import reference_kl
     from roll_strategies.compute.recompute import batched_log_probs
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
-    def model(seed: int) -> Qwen2ForCausalLM:
-        torch.manual_seed(seed)
-        config = Qwen2Config(
-            vocab_size=50,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-        )
-        return Qwen2ForCausalLM(config).eval()
-
-    policy, reference = model(0), model(1)
-    ids = torch.randint(0, 50, (3, 9))
+    policy, reference = (Qwen2ForCausalLM.from_pretrained(tiny_model(seed)).eval() for seed in (0, 1))
+    ids = torch.randint(0, policy.config.vocab_size, (3, 9), generator=torch.Generator().manual_seed(0))
     attention = torch.ones_like(ids)
     attention[0, :2] = 0  # left padding
     response = torch.zeros_like(ids, dtype=torch.bool)

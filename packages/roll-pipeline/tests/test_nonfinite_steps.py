@@ -7,9 +7,7 @@ with the run's real losses; the non-finite values come from the data, as a broke
 
 from __future__ import annotations
 
-import asyncio
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,18 +22,12 @@ from roll_pipeline.trainer.epochs import (
     check_nonfinite,
     first_nonfinite,
     merge_metrics,
-    train_epochs,
 )
 from roll_pipeline.trainer.micro_batches import TrainLayout
-from roll_strategies import ActorTrainWorker, CriticWorker, OptimizerSettings, build_tiny_model
+from roll_strategies import ActorTrainWorker, CriticWorker, OptimizerSettings
 
 ROWS, WIDTH = 8, 10
 LAYOUT = TrainLayout("fixed", rows_per_micro_batch=2, rows_per_mini_batch=4, max_tokens=10_000, round_to=1)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", vocab_texts=["Left Right Up Down"])
 
 
 def _schedule(limit: int) -> UpdateSchedule:
@@ -89,7 +81,7 @@ def test_the_limit_comes_from_the_config():
     assert AgenticConfig(pretrain="builtin:tiny").max_consecutive_nonfinite_steps == 5
 
 
-def test_nan_advantages_skip_the_actor_steps_and_the_run_stops_at_the_limit(model_dir):
+def test_nan_advantages_skip_the_actor_steps_and_the_run_stops_at_the_limit(model_dir, train_once):
     cluster, worker = (
         LocalCluster(),
         ActorTrainWorker(model_dir, optimizer=OptimizerSettings(learning_rate=1e-3)),
@@ -102,18 +94,10 @@ def test_nan_advantages_skip_the_actor_steps_and_the_run_stops_at_the_limit(mode
 
     def update(step: int, adv: torch.Tensor) -> dict[str, float]:
         data = {**fields, "advantages": adv}
-        run = train_epochs(
-            RankGroup(cluster, [worker]),
-            ActorLoss(),
-            data,
-            LAYOUT,
-            schedule,
-            step,
-            agg_mode="token-mean",
-            prefix="actor",
-            with_entropy=True,
+        ranks = RankGroup(cluster, [worker])
+        return train_once(
+            ranks, ActorLoss(), data, LAYOUT, prefix="actor", schedule=schedule, step=step, with_entropy=True
         )
-        return asyncio.run(run)[0]
 
     good = update(0, advantages)
     assert good["actor/nonfinite_steps"] == 0 and math.isfinite(good["actor/loss"])
@@ -129,24 +113,16 @@ def test_nan_advantages_skip_the_actor_steps_and_the_run_stops_at_the_limit(mode
     assert worker.strategy.trainer.nonfinite.total == 5
 
 
-def test_nan_returns_skip_the_critic_step_and_its_metrics_say_so(model_dir):
+def test_nan_returns_skip_the_critic_step_and_its_metrics_say_so(model_dir, train_once):
     cluster, worker = LocalCluster(), CriticWorker(model_dir, optimizer=OptimizerSettings(learning_rate=1e-3))
     rows = _rows()
     returns = torch.ones(ROWS, WIDTH) * rows["response_mask"]
     returns[0, 5] = math.nan  # one row: only its mini-batch is skipped
     data = {**rows, "old_values": torch.zeros(ROWS, WIDTH), "returns": returns}
     schedule = _schedule(limit=2)
-    run = train_epochs(
-        RankGroup(cluster, [worker]),
-        CriticLoss(0.5),
-        data,
-        LAYOUT,
-        schedule,
-        0,
-        agg_mode="token-mean",
-        prefix="critic",
+    metrics = train_once(
+        RankGroup(cluster, [worker]), CriticLoss(0.5), data, LAYOUT, prefix="critic", schedule=schedule
     )
-    metrics = asyncio.run(run)[0]
     assert metrics["critic/nonfinite_steps"] == 1 and math.isnan(metrics["critic/loss"])
     nan_batch_last = 0 in torch.randperm(ROWS, generator=schedule.generator(0))[4:].tolist()
     assert metrics["critic/nonfinite_in_a_row"] == float(nan_batch_last)

@@ -5,7 +5,6 @@ child processes that train as one rank does on the same rows."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -13,9 +12,8 @@ import torch
 from roll_algos import ActorLoss
 from roll_pipeline.runtime.cluster import LocalCluster
 from roll_pipeline.runtime.ranks import RankGroup, row_shares
-from roll_pipeline.trainer.epochs import UpdateSchedule, train_epochs
 from roll_pipeline.trainer.micro_batches import TrainLayout
-from roll_strategies import ActorTrainWorker, OptimizerSettings, build_tiny_model
+from roll_strategies import ActorTrainWorker, OptimizerSettings
 
 ROWS, WIDTH = 8, 12
 
@@ -95,11 +93,6 @@ def test_rank_0_serves_the_buckets_and_under_zero3_every_rank_gathers_with_its_p
     assert fakes[1].buckets == ([(("plan", 3, 1), 0)] if gathers else [])
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", vocab_texts=["Left Right Up Down"])
-
-
 def _fields() -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     lengths = torch.randint(6, WIDTH + 1, (ROWS,), generator=gen)
@@ -116,11 +109,10 @@ def _fields() -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow  # two child processes load torch and the model
-def test_two_rank_processes_train_as_one_rank_does(model_dir, tmp_path):
+def test_two_rank_processes_train_as_one_rank_does(model_dir, tmp_path, train_once):
     layout = TrainLayout(
         "fixed", rows_per_micro_batch=2, rows_per_mini_batch=4, max_tokens=10_000, round_to=1
     )
-    schedule = UpdateSchedule(1, 0, 1, 10, "constant", 0.0)
     kwargs = {"optimizer": OptimizerSettings(learning_rate=1e-3, warmup_steps=0), "num_threads": 1}
     cluster = LocalCluster()
     try:
@@ -132,18 +124,8 @@ def test_two_rank_processes_train_as_one_rank_does(model_dir, tmp_path):
         fields = _fields()
         for group in (ranks, one):
             fields["old_log_probs"] = asyncio.run(group.map_rows("compute_log_probs", fields, 3))
-            run = train_epochs(
-                group,
-                ActorLoss(agg_mode="token-mean"),  # the loss units the micro-batch weights count
-                fields,
-                layout,
-                schedule,
-                0,
-                agg_mode="token-mean",
-                prefix="a",
-                with_entropy=False,
-            )
-            metrics, _ = asyncio.run(run)
+            loss = ActorLoss(agg_mode="token-mean")  # the loss units the micro-batch weights count
+            metrics = train_once(group, loss, fields, layout, prefix="a", with_entropy=False)
             assert metrics["a/micro_batches"] == 4  # 2 mini-batches x 2 micro-batches, on 1 or 2 ranks
         got, want = (asyncio.run(g.call_main("export_weights")) for g in (ranks, one))
         diff = max(float(abs(got[k] - want[k]).max()) for k in want)

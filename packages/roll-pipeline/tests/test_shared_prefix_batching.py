@@ -7,7 +7,6 @@ sharing their prompt) gives the weights of the padded step on the same rows."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -272,20 +271,14 @@ def test_every_role_gets_the_switch(share, monkeypatch):
 # -- the step: a prefix-tree step equals the padded one ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from roll_strategies import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", vocab_texts=["Left Right Up Down"])
-
-
-def _train(model_dir: Path, share: bool, critic: bool) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
-    """One update over 3 groups of 4 rows (each group's rows share a prompt), one mini-batch of micro-batches of
+def _train(
+    train_once: Any, model_dir: Path, share: bool, critic: bool
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    """One update (the `train_once` fixture) over 3 groups of 4 rows (each group's rows share a prompt), one mini-batch of micro-batches of
     3 rows: a group is split over two micro-batches, another shares one with a third group's rows."""
     from roll_algos import ActorLoss, CriticLoss
     from roll_pipeline.runtime.cluster import LocalCluster
     from roll_pipeline.runtime.ranks import RankGroup
-    from roll_pipeline.trainer.epochs import UpdateSchedule, train_epochs
     from roll_strategies import ActorTrainWorker, CriticWorker, OptimizerSettings
 
     torch.manual_seed(0)
@@ -308,29 +301,18 @@ def _train(model_dir: Path, share: bool, critic: bool) -> tuple[dict[str, float]
         data["old_log_probs"] = worker.compute_log_probs(data, 12)
         loss, extra = ActorLoss(agg_mode="token-mean"), {"with_entropy": True}
     lay = TrainLayout("fixed", 3, 12, 10_000, 1, share_prefix=share)
-    schedule = UpdateSchedule(1, 0, 1, 10, "constant", 0.0)
-    run = train_epochs(
-        RankGroup(LocalCluster(), [worker]),
-        loss,
-        data,
-        lay,
-        schedule,
-        0,
-        agg_mode="token-mean",
-        prefix="x",
-        groups=groups,
-        **extra,
+    metrics = train_once(
+        RankGroup(LocalCluster(), [worker]), loss, data, lay, prefix="x", groups=groups, **extra
     )
-    metrics, _ = asyncio.run(run)
     model = worker.strategy.model
     return metrics, {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 @pytest.mark.slow  # four train steps of the tiny model (actor and critic, tree and padded)
 @pytest.mark.parametrize("critic", [False, True], ids=["actor", "critic"])
-def test_the_tree_step_equals_the_padded_step(model_dir, critic):
-    tree_metrics, tree = _train(model_dir, True, critic)
-    dense_metrics, dense = _train(model_dir, False, critic)
+def test_the_tree_step_equals_the_padded_step(model_dir, critic, train_once):
+    tree_metrics, tree = _train(train_once, model_dir, True, critic)
+    dense_metrics, dense = _train(train_once, model_dir, False, critic)
     assert tree_metrics["x/loss"] == pytest.approx(dense_metrics["x/loss"], rel=1e-4, abs=1e-6)
     assert tree_metrics["x/grad_norm"] == pytest.approx(dense_metrics["x/grad_norm"], rel=1e-4)
     worst = max(float((tree[n] - dense[n]).abs().max()) for n in tree)

@@ -15,7 +15,7 @@ from roll_pipeline.runtime.policy_server import PolicyServer
 from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.runtime.workers import RolePlan
 from roll_pipeline.trainer.weight_update import WeightUpdater, pick_transport
-from roll_strategies import ActorTrainWorker, OptimizerSettings, build_tiny_model
+from roll_strategies import ActorTrainWorker, OptimizerSettings
 from roll_strategies.sync.transport import Transport
 
 POOL = GpuPool((0, 1), (1.0, 1.0))
@@ -131,13 +131,12 @@ def test_the_updater_defaults_to_the_cpu_path():
     assert updater.transport is Transport.CPU
 
 
-def test_a_gpu_transport_goes_through_the_workers_to_the_server(tmp_path: Path):
+def test_a_gpu_transport_goes_through_the_workers_to_the_server(model_dir: Path):
     """The non-CPU plan path end to end on CPU tensors (a GPU transport packs where the weights are): the
     worker takes `transport`, the plan carries it, and the server then holds the trainer's weights."""
-    model = build_tiny_model(tmp_path / "model", vocab_texts=["Left Right Up Down"])
     cluster = LocalCluster()
-    train = ActorTrainWorker(model, optimizer=OptimizerSettings(learning_rate=3e-3))
-    server = PolicyServer(model, seed=1)
+    train = ActorTrainWorker(model_dir, optimizer=OptimizerSettings(learning_rate=3e-3))
+    server = PolicyServer(model_dir, seed=1)
     ids = torch.randint(8, 200, (4, 12), generator=torch.Generator().manual_seed(0))
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     train.train_step([batch], lambda lp, ent, mb: (-lp[:, 1:].mean(), {}), with_entropy=False)

@@ -8,7 +8,6 @@ the dtype's size for the bytes sent.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,12 +16,7 @@ from roll_pipeline.runtime.policy_server import PolicyServer
 from roll_pipeline.runtime.ranks import RankGroup
 from roll_pipeline.trainer.weight_update import WeightUpdater
 from roll_rollout import GenerateRequest, SamplingSettings
-from roll_strategies import ActorTrainWorker, OptimizerSettings, build_tiny_model
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", vocab_texts=["Left Right Up Down"])
+from roll_strategies import ActorTrainWorker, OptimizerSettings
 
 
 def nll_loss(log_probs, entropy, mb):

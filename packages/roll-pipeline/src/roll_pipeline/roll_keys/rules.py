@@ -64,7 +64,7 @@ class Rule(NamedTuple):
 
 _LOGS = "roll writes logs, TensorBoard events and metrics.jsonl in the run folder (output_dir/exp_name)"
 _PLACE = "placement and scheduling only; roll places roles by device_mapping on Ray (or in-process)"
-_SPEED = "speed or memory only, no effect on what is trained"
+SPEED_REASON = "speed or memory only, no effect on what is trained"
 _PARALLEL = (
     "roll trains data-parallel only (DeepSpeed ZeRO): each rank holds the whole model; same results, more"
     " memory per GPU"
@@ -73,11 +73,11 @@ _TEMPLATE = (
     "roll formats prompts with the model tokenizer's own chat template (ROLL's template for the same model"
     " family)"
 )
-_PROMPT = (
+PROMPT_REASON = (
     "roll builds each prompt from the env's own instruction (system prompt; set custom_envs.TAG.env_instruction"
     " to replace it) and the observation, not from ROLL's agent templates: same game, other prompt text"
 )
-_IGNORED = (
+IGNORED_REASON = (
     "not a field of ROLL's config: ROLL ignores it too (at most an interpolation source, whose values reach roll"
     " through the keys using it)"
 )
@@ -106,21 +106,21 @@ RULES: tuple[Rule, ...] = (
     Rule("num_gpus_per_node", "drop", reason=_PLACE),
     Rule("num_nodes", "drop", reason=_PLACE),
     Rule("model_download_type", "drop", reason="roll loads hub ids from the Hugging Face cache (HF_HUB_OFFLINE=1 offline)"),
-    Rule("profiler_*", "drop", reason=_SPEED),
-    Rule("length_profiler_dir", "drop", reason=_SPEED),
+    Rule("profiler_*", "drop", reason=SPEED_REASON),
+    Rule("length_profiler_dir", "drop", reason=SPEED_REASON),
     Rule("otlp_output_dir", "drop", reason=_LOGS),
     Rule("report_length_and_rewards", "drop", reason=_LOGS),
     Rule("rollout_dump_dir", "drop", reason="dump episodes with `roll rollout --dump DIR` instead"),
     Rule("rollout_mock", "drop", reason="ROLL's rollout dump/mock for debugging; `roll rollout --dump DIR` dumps episodes"),
     Rule("env_monitor", "drop", reason="roll fails a hung env call after env_step_timeout_s and recreates the env"),
-    Rule("is_offload_states", "drop", reason=_SPEED),
-    Rule("is_offload_optimizer_states_in_train_step", "drop", reason=_SPEED),
-    Rule("model_update_buffer_size_mb", "drop", reason=_SPEED),
-    Rule("max_running_requests", "drop", reason=_SPEED),
-    Rule("generate_opt_level", "drop", reason=_SPEED),
+    Rule("is_offload_states", "drop", reason=SPEED_REASON),
+    Rule("is_offload_optimizer_states_in_train_step", "drop", reason=SPEED_REASON),
+    Rule("model_update_buffer_size_mb", "drop", reason=SPEED_REASON),
+    Rule("max_running_requests", "drop", reason=SPEED_REASON),
+    Rule("generate_opt_level", "drop", reason=SPEED_REASON),
     Rule("router_args", "drop", reason=_PLACE),
     Rule("partial_gpu_mode", "drop", reason=_PLACE),
-    Rule("transfer_backend", "drop", reason=_SPEED),
+    Rule("transfer_backend", "drop", reason=SPEED_REASON),
     Rule("skip_mock_system_prompt", "drop", reason=_TEMPLATE),
     Rule("parse_tool_call_parameter_to_dict", "drop", reason="tool-call parsing of ROLL's tool envs, which roll does not have"),
     Rule("exp_mode", "unsupported", reason="ROLL's ground-truth / unit-test evaluation modes", neutral=("train",)),
@@ -229,9 +229,9 @@ RULES: tuple[Rule, ...] = (
     Rule("strategy_config.megatron_*.sequence_parallel", "drop", reason=_PARALLEL),
     Rule("strategy_config.megatron_*.use_distributed_optimizer", "drop", reason="ZeRO partitions the optimiser state instead (zero_optimization.stage)"),
     Rule("strategy_config.megatron_*.max_grad_norm", "drop", reason="ROLL reads the top-level max_grad_norm"),
-    Rule("strategy_config.megatron_*.*", "drop", reason="a Megatron-Core option (kernels, fusion, recomputation, overlap): " + _SPEED),
+    Rule("strategy_config.megatron_*.*", "drop", reason="a Megatron-Core option (kernels, fusion, recomputation, overlap): " + SPEED_REASON),
     Rule("strategy_config.fsdp2_*.max_grad_norm", "drop", reason="ROLL reads the top-level max_grad_norm"),
-    Rule("strategy_config.fsdp2_*.*", "drop", reason="an FSDP2 option (sharding, wrapping, offload, reduce dtype): " + _SPEED),
+    Rule("strategy_config.fsdp2_*.*", "drop", reason="an FSDP2 option (sharding, wrapping, offload, reduce dtype): " + SPEED_REASON),
     Rule("strategy_config.sglang.*", "drop", reason="an SGLang engine option; roll samples with vLLM"),
     Rule("strategy_config.hf_*.*", "drop", reason="the hf backends read no strategy_config"),
     # --- workers ---
@@ -245,12 +245,12 @@ RULES: tuple[Rule, ...] = (
     Rule("<role>.max_tokens_per_microbatch_in_train", "handler", "train_batching"),
     Rule("<role>.sequence_length_round_in_train", "handler", "train_batching"),
     Rule("<role>.use_sequence_packing", "handler", "train_batching"),
-    Rule("<role>.sequence_packing_args", "drop", reason=_SPEED),
-    Rule("<role>.use_dynamic_batching_in_infer", "drop", reason="roll batches inference by infer_batch_size; " + _SPEED),
-    Rule("<role>.max_tokens_per_microbatch_in_infer", "drop", reason=_SPEED),
-    Rule("<role>.sequence_length_round_in_infer", "drop", reason=_SPEED),
-    Rule("<role>.use_remove_padding", "drop", reason=_SPEED),
-    Rule("<role>.offload_nccl", "drop", reason=_SPEED),
+    Rule("<role>.sequence_packing_args", "drop", reason=SPEED_REASON),
+    Rule("<role>.use_dynamic_batching_in_infer", "drop", reason="roll batches inference by infer_batch_size; " + SPEED_REASON),
+    Rule("<role>.max_tokens_per_microbatch_in_infer", "drop", reason=SPEED_REASON),
+    Rule("<role>.sequence_length_round_in_infer", "drop", reason=SPEED_REASON),
+    Rule("<role>.use_remove_padding", "drop", reason=SPEED_REASON),
+    Rule("<role>.offload_nccl", "drop", reason=SPEED_REASON),
     Rule("<role>.logits_in_fp32", "drop", reason="roll computes log-probs in float32"),
     Rule("<role>.system_envs", "drop", reason="environment variables of ROLL's workers; export what your run needs in the shell"),
     Rule("<role>.data_args", "drop", reason=_TEMPLATE),
@@ -261,17 +261,17 @@ RULES: tuple[Rule, ...] = (
     Rule("<role>.worker_cls", "unsupported", reason="a custom worker class (e.g. ROLL's TOPR policy-gradient worker)", neutral=(None,)),
     Rule("<role>.pg_variant", "unsupported", reason="a policy-gradient variant other than PPO's clipped objective (e.g. TOPR)", neutral=(None, "ppo")),
     Rule("<role>.topr_*", "drop", reason="only read by ROLL's TOPR worker"),
-    Rule("<role>.router_replay", "drop", reason="MoE router replay: " + _SPEED),
+    Rule("<role>.router_replay", "drop", reason="MoE router replay: " + SPEED_REASON),
     Rule("<role>.apply_loss_scale", "drop", reason="roll weights micro-batch losses by their share of the mini-batch"),
     Rule("<role>.mtp_training_mode", "unsupported", reason="multi-token-prediction training", neutral=(None, "disabled")),
     Rule("<role>.opd_kl_coef", "drop", reason="only read in on-policy distillation"),
     Rule("<role>.tag_included", "drop", reason="only read in on-policy distillation"),
     Rule("<role>.model_args.dtype", "rename", "{0}.model_args.dtype", convert="dtype", roll_default="bf16"),
     Rule("<role>.model_args.model_name_or_path", "unsupported", reason="a role loading another model than pretrain", neutral=(None,)),
-    Rule("<role>.model_args.attn_implementation", "drop", reason="attention kernel: " + _SPEED),
-    Rule("<role>.model_args.flash_attn", "drop", reason=_IGNORED),
-    Rule("<role>.model_args.disable_gradient_checkpointing", "drop", reason="activation recomputation: " + _SPEED),
-    Rule("<role>.model_args.gradient_checkpointing_use_reentrant", "drop", reason=_SPEED),
+    Rule("<role>.model_args.attn_implementation", "drop", reason="attention kernel: " + SPEED_REASON),
+    Rule("<role>.model_args.flash_attn", "drop", reason=IGNORED_REASON),
+    Rule("<role>.model_args.disable_gradient_checkpointing", "drop", reason="activation recomputation: " + SPEED_REASON),
+    Rule("<role>.model_args.gradient_checkpointing_use_reentrant", "drop", reason=SPEED_REASON),
     Rule("<role>.model_args.model_type", "drop", reason="roll reads the model type from the model folder's config.json"),
     Rule("<role>.model_args.device_map", "drop", reason=_PLACE),
     Rule("<role>.model_args.ulysses_size", "drop", reason="Ulysses sequence parallelism: " + _PARALLEL),
@@ -297,10 +297,6 @@ RULES: tuple[Rule, ...] = (
 )
 # fmt: on
 """Every ROLL key the migration knows, first match wins (see the module docstring)."""
-
-IGNORED_REASON = _IGNORED
-PROMPT_REASON = _PROMPT
-SPEED_REASON = _SPEED
 
 
 def _segment_matches(pattern: str, key: str) -> bool:

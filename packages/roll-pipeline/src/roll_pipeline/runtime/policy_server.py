@@ -29,22 +29,19 @@ class PolicyServer:
     (`BatchingPolicy`), or one submission per request to a continuously batching engine (`StreamingPolicy`).
 
     `max_batch_size` caps a batch of `BatchingPolicy`; for vllm it becomes vLLM's `max_num_seqs` unless
-    strategy_config names its own. `share_prefix` goes to the strategy (hf_infer encodes each distinct
-    prompt of a batch once; vllm turns on its prefix caching)."""
+    strategy_config names its own. `worker_kwargs` go to `ActorInferWorker` as they are, with its defaults and
+    its strategy's (device, dtype, seed, num_threads, share_prefix: hf_infer encodes each distinct prompt of a
+    batch once; vllm turns on its prefix caching)."""
 
     def __init__(
         self,
         model_path: str | Path,
         *,
-        dtype: str = "float32",
-        device: str = "cpu",
-        seed: int = 0,
-        num_threads: int | None = None,
         max_batch_size: int = 256,
         stop_strings: Sequence[str] = (),
         strategy_name: str = "hf_infer",
         strategy_config: Mapping[str, Any] | None = None,
-        share_prefix: bool = False,
+        **worker_kwargs: Any,
     ) -> None:
         from roll_strategies import ActorInferWorker
 
@@ -56,14 +53,7 @@ class PolicyServer:
 
             strategy_config = with_max_num_seqs(strategy_config, max_batch_size)
         self.worker = ActorInferWorker(
-            model_path,
-            device=device,
-            dtype=dtype,
-            seed=seed,
-            num_threads=num_threads,
-            strategy_name=strategy_name,
-            strategy_config=strategy_config,
-            share_prefix=share_prefix,
+            model_path, strategy_name=strategy_name, strategy_config=strategy_config, **worker_kwargs
         )
         self.policy: BatchingPolicy | StreamingPolicy = (
             StreamingPolicy(self._generate_one)

@@ -79,18 +79,7 @@ class RoleSpawner:
         backend, dtype, threads and optimizer, asking Ray for the plan's CPUs and GPUs."""
         plan = self.plans[name]
         return self.cluster.spawn(
-            cls,
-            str(self.model_path),
-            name=name,
-            num_cpus=plan.num_cpus,
-            num_gpus=plan.num_gpus,
-            **_pool_kwargs(plan),
-            device=plan.device,
-            dtype=plan.dtype,
-            num_threads=plan.num_threads,
-            **plan.strategy,
-            **plan.optimizer,
-            **kwargs,
+            cls, str(self.model_path), name=name, device=plan.device, **_plan_kwargs(plan), **kwargs
         )
 
     def spawn_ranks(self, cls: type, name: str, **kwargs: Any) -> RankGroup:
@@ -104,18 +93,22 @@ class RoleSpawner:
             str(self.model_path),
             name=name,
             rank_kwargs=[{"device": device} for device in plan.rank_devices],
-            num_cpus=plan.num_cpus,
-            num_gpus=plan.num_gpus,
-            **_pool_kwargs(plan),
-            dtype=plan.dtype,
-            num_threads=plan.num_threads,
-            **plan.strategy,
-            **plan.optimizer,
+            **_plan_kwargs(plan),
             **kwargs,
         )
         return RankGroup(self.cluster, ranks, gathers_weights=plan.gathers_weights)
 
 
-def _pool_kwargs(plan: RolePlan) -> dict[str, Any]:
-    """`gpus=` for a plan in the GPU pool; nothing otherwise (the CPU and in-process calls stay as they were)."""
-    return {"gpus": plan.gpus} if plan.gpus is not None else {}
+def _plan_kwargs(plan: RolePlan) -> dict[str, Any]:
+    """What a plan gives every worker of its role but the device: the CPUs and GPUs its Ray actors ask for
+    (`gpus=` only in the GPU pool), and the constructor's dtype, threads, backend and optimizer."""
+    pool = {"gpus": plan.gpus} if plan.gpus is not None else {}
+    return {
+        "num_cpus": plan.num_cpus,
+        "num_gpus": plan.num_gpus,
+        **pool,
+        "dtype": plan.dtype,
+        "num_threads": plan.num_threads,
+        **plan.strategy,
+        **plan.optimizer,
+    }

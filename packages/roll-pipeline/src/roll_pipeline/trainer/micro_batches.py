@@ -41,7 +41,6 @@ from roll_algos import MicroBatch
 from roll_strategies.compute.layout_cost import trie_pays
 
 from roll_pipeline.trainer.micro_plan import (
-    BatchingMode,
     TrainLayout,
     group_units,
     micro_batch_slots,
@@ -51,7 +50,6 @@ from roll_pipeline.trainer.micro_plan import (
 )
 
 __all__ = [
-    "BatchingMode",
     "PaddingStats",
     "TrainLayout",
     "build_micro_batches",

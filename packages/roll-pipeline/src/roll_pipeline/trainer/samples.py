@@ -20,7 +20,7 @@ computes, and every estimator works with either shape.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 import torch
@@ -109,25 +109,17 @@ class Samples:
         old_log_probs: torch.Tensor | None = None,
         ref_log_probs: torch.Tensor | None = None,
     ) -> AdvantageInputs:
-        """Estimator inputs on the turn view; per-token tensors are given in the training rows' layout."""
-        t = self.turns
+        """Estimator inputs on the turn view (whose fields are those of `AdvantageInputs` but the per-token
+        tensors, which are given in the training rows' layout)."""
 
         def view(x: torch.Tensor | None) -> torch.Tensor | None:
             return None if x is None else self.to_turns(x)
 
         return AdvantageInputs(
-            response_mask=t.response_mask,
-            token_rewards=t.token_rewards,
-            episode_scores=t.episode_scores,
-            step_rewards=t.step_rewards,
-            trajectory_ids=t.trajectory_ids,
-            group_ids=t.group_ids,
-            step_ids=t.step_ids,
-            anchor_ids=t.anchor_ids,
+            **{f.name: getattr(self.turns, f.name) for f in fields(self.turns)},
             values=view(values),
             old_log_probs=view(old_log_probs),
             ref_log_probs=view(ref_log_probs),
-            anchor_texts=t.anchor_texts,
         )
 
 
