@@ -30,7 +30,7 @@ from roll_strategies.protocols import (
 )
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
 from roll_strategies.train.hf_train import HFTrainStrategy
-from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
+from roll_strategies.train.offload import OffloadReport, TrainStateOffload
 from roll_strategies.workers import base
 from roll_strategies.workers.base import RoleWorker
 
@@ -73,13 +73,15 @@ class ActorTrainWorker(RoleWorker):
     ) -> None:
         super().__init__(model_path, **worker_kwargs)
         self.reference_model: torch.nn.Module | None = None
-        self._reference_offloaded = False
+        self._reference_offload: TrainStateOffload | None = None
         if reference_model_path is not None:
             _policy_model(self.strategy)  # a clear error now rather than at the first step
             model, _ = load_model_and_tokenizer(
                 reference_model_path, device=str(self.strategy.device), dtype=reference_dtype
             )
             self.reference_model = model.eval().requires_grad_(False)
+            # frozen: no train state beside the model
+            self._reference_offload = TrainStateOffload(model, self.strategy.device, lambda: {})
             check_prefix_sharing(self.reference_model, self._share_prefix(), reference_model_path)
 
     def _share_prefix(self) -> bool:
@@ -170,18 +172,12 @@ class ActorTrainWorker(RoleWorker):
         """The trainer's parameters, gradients, fp32 masters and optimiser state (and the held reference model) to
         CPU memory while a colocated inference engine runs (see the strategy's `offload`)."""
         report = self.strategy.offload()
-        if self.reference_model is not None and not self._reference_offloaded:
-            report = report + offload_tensors(self.reference_model, self.strategy.device)
-            self._reference_offloaded = True
-        return report
+        return report if self._reference_offload is None else report + self._reference_offload.offload()
 
     def reload(self) -> OffloadReport:
         """Undo `offload` before the next phase that computes on this worker."""
         report = self.strategy.reload()
-        if self.reference_model is not None and self._reference_offloaded:
-            report = report + reload_tensors(self.reference_model, self.strategy.device)
-            self._reference_offloaded = False
-        return report
+        return report if self._reference_offload is None else report + self._reference_offload.reload()
 
 
 class ActorInferWorker(RoleWorker):
