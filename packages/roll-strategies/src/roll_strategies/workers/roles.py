@@ -26,7 +26,6 @@ from roll_strategies.protocols import (
     LossFn,
     SleepableStrategy,
     StreamingInferStrategy,
-    ValueLossFn,
 )
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
 from roll_strategies.train.hf_train import HFTrainStrategy
@@ -103,18 +102,17 @@ class ActorTrainWorker(RoleWorker):
         micro_batches: Sequence[MicroBatch],
         loss_fn: LossFn,
         *,
-        with_entropy: bool,
-        lr_scale: float = 1.0,
         with_full_kl: bool = False,
+        **step_kwargs: Any,
     ) -> dict[str, float]:
-        """One optimizer step; returns averaged metrics + grad_norm + lr.
+        """One optimizer step (`base.train_step`: `with_entropy` and `lr_scale` go to the strategy).
 
         `with_full_kl`: each micro-batch also gets `full_kl` / `full_kl_forward` [B, T], the exact KL between
         the trained model and the held reference, with grad (the loss of kl_penalty full / full_forward)."""
         if with_full_kl:
             reference = self._reference()
             micro_batches = [{**mb, REFERENCE_KEY: reference} for mb in micro_batches]
-        return self.strategy.train_step(micro_batches, loss_fn, with_entropy=with_entropy, lr_scale=lr_scale)
+        return base.train_step(self, micro_batches, loss_fn, **step_kwargs)
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """All weights at once (float32 numpy) for `ActorInferWorker.update_weights`."""
@@ -305,15 +303,7 @@ class CriticWorker(RoleWorker):
         """Values [B, T] at the response positions, aligned with input_ids."""
         return self.strategy.compute_values(batch, micro_batch_size)
 
-    def train_step(
-        self,
-        micro_batches: Sequence[MicroBatch],
-        loss_fn: ValueLossFn,
-        *,
-        lr_scale: float = 1.0,
-    ) -> dict[str, float]:
-        """One optimiser step of the critic; returns averaged metrics + grad_norm + lr."""
-        return self.strategy.train_step(micro_batches, loss_fn, lr_scale=lr_scale)
+    train_step = base.train_step
 
     def packing_supported(self) -> bool:
         """Whether packed micro-batches give the padded values on this model."""
