@@ -10,21 +10,16 @@ seconds per step, and the largest difference of the fused weights from the loop'
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import time
 
 import torch
-from gradient_fold import SHAPES
+from gradient_fold import SHAPES, print_times, rounds_and_threads
 
 KINDS = {"loop (CPU default)": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    args = parser.parse_args()
+    args = rounds_and_threads(__doc__, rounds=5)
     numel = sum(torch.Size(s).numel() for s in SHAPES)
     print(f"AdamW over {numel / 1e6:.1f}M float32 parameters, seconds per step\n")
     print("| threads | AdamW | median | best |\n|---|---|---:|---:|")
@@ -46,8 +41,7 @@ def main() -> None:
                 begin = time.perf_counter()
                 optimizer.step()
                 times[name].append(time.perf_counter() - begin)
-        for name, values in times.items():
-            print(f"| {threads} | {name} | {statistics.median(values):.3f} | {min(values):.3f} |")
+        print_times(threads, times)
         diff = max(
             float((a.detach() - b.detach()).abs().max())
             for a, b in zip(params["fused"], params["loop (CPU default)"], strict=True)

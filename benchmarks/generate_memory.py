@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from memory_bench import reset_peak, status_mib
 
 ROWS, NEW_TOKENS, VOCABS = 64, 64, (49152, 151936)  # SmolLM2's and Qwen2.5's vocabulary sizes
 PROMPT_TOKENS = 16
@@ -49,19 +50,6 @@ def build_model_folder(folder: Path, vocab: int) -> Path:
     LlamaForCausalLM(config).save_pretrained(folder)
     build_tiny_tokenizer(["Left Right Up Down"]).save_pretrained(folder)
     return folder
-
-
-def _status_mib(field: str) -> float:
-    """VmRSS / VmHWM (peak RSS) of this process from /proc/self/status (Linux), in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status; this benchmark needs Linux")
-
-
-def _reset_peak() -> None:
-    """Reset VmHWM to the current RSS (Linux >= 4.0), so the next call's peak is its own."""
-    Path("/proc/self/clear_refs").write_text("5")
 
 
 def old_generate(strategy, prompts: list[list[int]], params) -> torch.Tensor:
@@ -109,12 +97,12 @@ def measure(folder: Path, way: str, rows: int, new_tokens: int) -> dict[str, flo
         else (lambda: strategy.generate(prompts, params))
     )
     run()  # warm-up: the same call, so lazy imports and one-time initialisation are not counted
-    _reset_peak()
-    before = _status_mib("VmRSS")
+    reset_peak(required=True)
+    before = status_mib("VmRSS")
     started = time.perf_counter()
     run()
     seconds = time.perf_counter() - started
-    return {"extra_peak_mib": round(_status_mib("VmHWM") - before, 1), "seconds": round(seconds, 2)}
+    return {"extra_peak_mib": round(status_mib("VmHWM") - before, 1), "seconds": round(seconds, 2)}
 
 
 def measure_in_subprocess(folder: Path, way: str, rows: int, new_tokens: int) -> dict[str, float]:

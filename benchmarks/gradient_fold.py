@@ -31,16 +31,27 @@ LAYER = [
 SHAPES = [(49152, 576), *(LAYER * 30), (576,)]
 
 
+def rounds_and_threads(doc: str, rounds: int) -> argparse.Namespace:
+    """The command line of these CPU timings: `--rounds` and `--threads` (a table per thread count)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    return parser.parse_args()
+
+
+def print_times(threads: int, times: dict[str, list[float]]) -> None:
+    """One table row per way timed: its median and best round in seconds."""
+    for name, values in times.items():
+        print(f"| {threads} | {name} | {statistics.median(values):.3f} | {min(values):.3f} |")
+
+
 def upcast_then_add(master: torch.Tensor, grad: torch.Tensor) -> None:
     """The fold before `fold_gradient`: the whole gradient upcast to a float32 temporary, then added."""
     master.add_(grad.float())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    args = parser.parse_args()
+    args = rounds_and_threads(__doc__, rounds=10)
     params = sum(torch.Size(s).numel() for s in SHAPES)
     print(f"{params / 1e6:.1f}M bf16 gradients folded into float32, seconds per micro-batch\n")
     print("| threads | fold | median | best |\n|---|---|---:|---:|")
@@ -56,8 +67,7 @@ def main() -> None:
                     fold(master, grad)
                 times[name].append(time.perf_counter() - start)
                 del grads
-        for name, values in times.items():
-            print(f"| {threads} | {name} | {statistics.median(values):.3f} | {min(values):.3f} |")
+        print_times(threads, times)
 
 
 if __name__ == "__main__":

@@ -80,26 +80,30 @@ def measure(
 
 
 # ----------------------------------------------------------------------------- inside the fresh process
-def _status_mib(key: str) -> float:
+def status_mib(key: str) -> float:
+    """VmRSS / VmHWM (peak RSS) of this process from /proc/self/status (Linux), in MiB."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(key + ":"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"/proc/self/status has no {key}")
+    raise RuntimeError(f"/proc/self/status has no {key}; this benchmark needs Linux")
 
 
-def _reset_peak() -> bool:
-    """Reset the kernel's peak-RSS mark (VmHWM); False where it cannot be."""
+def reset_peak(required: bool = False) -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM, Linux >= 4.0) to the current RSS, so the next peak is its own;
+    False where it cannot be (`required`: raise instead)."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
         return True
     except OSError:
+        if required:
+            raise
         return False
 
 
 def _peak_mib(reset: bool) -> float:
     import resource
 
-    return _status_mib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return status_mib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _model(vocab: int, seed: int):
@@ -231,8 +235,8 @@ def _child(args: dict) -> dict:
     if role in ("train", "train_kl"):  # the actor's gradients (the reference has none)
         grads = sum(p.numel() * p.element_size() for p in model.parameters())
     gc.collect()
-    before = _status_mib("VmRSS")
-    reset = _reset_peak()
+    before = status_mib("VmRSS")
+    reset = reset_peak()
     t = time.perf_counter()
     (_chunked if path == "chunked" else _unchunked)(role, model, ref, b)
     seconds = time.perf_counter() - t

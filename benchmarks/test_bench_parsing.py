@@ -15,29 +15,19 @@ The inputs are `ADVERSARIAL` of packages/roll-envs/tests/test_parsing.py.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
+from package_tests import load_test_module
 from roll_envs.parsing import extract_answer, parse_turn
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 VOCAB = ["Left", "Down", "Right", "Up"]
 
 
-def _adversarial() -> dict[str, Callable[[int], str]]:
-    path = Path(__file__).resolve().parents[1] / "packages/roll-envs/tests/test_parsing.py"
-    spec = importlib.util.spec_from_file_location("roll_parsing_tests", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.ADVERSARIAL
-
-
-ADVERSARIAL = _adversarial()
+ADVERSARIAL: dict[str, Callable[[int], str]] = load_test_module(
+    "packages/roll-envs/tests/test_parsing.py", "roll_parsing_tests"
+).ADVERSARIAL
 _RESULTS: dict[tuple[str, str, int], float] = {}
 
 

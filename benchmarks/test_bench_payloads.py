@@ -17,18 +17,16 @@ each kind through the checks of `packages/roll-rollout/tests/test_payload_fuzz.p
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 import statistics
-import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated, Any
 
 import msgpack
 import pytest
+from package_tests import load_test_module
 from roll_rollout import Trajectory, Turn, decode_trajectory, encode_trajectory
 
 NUM_TRAJ, NUM_TURNS, PROMPT, RESPONSE = 512, 10, 256, 32
@@ -236,23 +234,13 @@ def test_decoders_side_by_side(benchmark, payloads):
     benchmark.pedantic(decoders["typed (decode_trajectory)"], rounds=1, iterations=1)
 
 
-def _fuzz_module() -> Any:
-    path = Path(__file__).resolve().parents[1] / "packages/roll-rollout/tests/test_payload_fuzz.py"
-    spec = importlib.util.spec_from_file_location("roll_payload_fuzz", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_long_fuzz_profile(benchmark):
     """25,000 inputs of each kind (random bytes, truncations, bit flips, mutations), fixed seed."""
     if benchmark.disabled:
         pytest.skip("the long fuzz profile runs with --benchmark-enable")
     from hypothesis import given, settings
 
-    fuzz = _fuzz_module()
+    fuzz = load_test_module("packages/roll-rollout/tests/test_payload_fuzz.py", "roll_payload_fuzz")
     long_profile = settings(fuzz.CI, max_examples=LONG_FUZZ_EXAMPLES)
     counts = {"decoded": 0, "rejected": 0}
 

@@ -15,16 +15,9 @@ import torch
 from roll_strategies import WeightExporter, WeightReceiver, export_named_weights, load_named_weights
 from roll_strategies.sync.weights import tensor_shape, unique_named_tensors
 from transformers import Qwen2Config, Qwen2ForCausalLM
+from weight_sync import MODELS
 
-TINY = Qwen2Config(
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=800,
-    tie_word_embeddings=True,
-)
+TINY = Qwen2Config(**MODELS["tiny"])  # the tiny model of the full table
 
 
 def _pair(dtype: torch.dtype) -> tuple[Qwen2ForCausalLM, WeightReceiver, Qwen2ForCausalLM]:

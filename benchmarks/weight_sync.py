@@ -63,33 +63,10 @@ CASES = [  # (mode, inference dtype, bucket MiB)
 ]
 
 
-class PeakRSS:
-    """Peak resident memory of this process within a `with` block (bytes), without sampling: the kernel's
-    high-water mark (VmHWM) is reset on entry (`echo 5 > /proc/self/clear_refs`) and read on exit."""
-
-    @staticmethod
-    def _status(field: str) -> int:
-        with open("/proc/self/status") as handle:
-            line = next(line for line in handle if line.startswith(field + ":"))
-        return int(line.split()[1]) * 1024
-
-    def rss(self) -> int:
-        """Resident memory now."""
-        return self._status("VmRSS")
-
-    def __enter__(self) -> PeakRSS:
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-        self.peak = 0
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.peak = self._status("VmHWM")
-
-
 def run_case(model: str, mode: str, dtype: str, bucket_mb: int, repeats: int) -> dict[str, object]:
     """One case in this process (called in the subprocess)."""
     import torch
+    from memory_bench import reset_peak, status_mib
     from roll_strategies import WeightExporter, WeightReceiver, export_named_weights, load_named_weights
     from roll_strategies.models._loading import resolve_dtype
     from roll_strategies.sync.weights import tensor_shape, unique_named_tensors
@@ -108,21 +85,21 @@ def run_case(model: str, mode: str, dtype: str, bucket_mb: int, repeats: int) ->
         with torch.no_grad():
             train.model.norm.weight.add_(1e-3)  # new weights each round
         exporter.bump()
-        with PeakRSS() as memory:
-            base = memory.rss()
-            started = time.perf_counter()
-            if mode == "one-shot":
-                exported = export_named_weights(train)
-                nbytes = sum(a.nbytes for a in exported.values())
-                receiver.replace(exported, version)
-                del exported
-            else:
-                plan = exporter.plan(version, dtype=dtype, bucket_bytes=bucket_mb << 20)
-                buckets, nbytes = plan.num_buckets, plan.total_bytes
-                for index in range(plan.num_buckets):
-                    receiver.receive(exporter.bucket(plan, index))
-            seconds.append(time.perf_counter() - started)
-        peaks.append(memory.peak - base)
+        reset_peak(required=True)
+        base = status_mib("VmRSS")
+        started = time.perf_counter()
+        if mode == "one-shot":
+            exported = export_named_weights(train)
+            nbytes = sum(a.nbytes for a in exported.values())
+            receiver.replace(exported, version)
+            del exported
+        else:
+            plan = exporter.plan(version, dtype=dtype, bucket_bytes=bucket_mb << 20)
+            buckets, nbytes = plan.num_buckets, plan.total_bytes
+            for index in range(plan.num_buckets):
+                receiver.receive(exporter.bucket(plan, index))
+        seconds.append(time.perf_counter() - started)
+        peaks.append(status_mib("VmHWM") - base)
     assert receiver.policy_version == repeats
     median = statistics.median(seconds)
     return {
@@ -135,7 +112,7 @@ def run_case(model: str, mode: str, dtype: str, bucket_mb: int, repeats: int) ->
         "mb_moved": round(nbytes / 1e6, 1),
         "seconds": round(median, 3),
         "mb_per_s": round(nbytes / 1e6 / median, 1),
-        "peak_extra_mb": round(max(peaks) / 1e6, 1),
+        "peak_extra_mb": round(max(peaks) * 2**20 / 1e6, 1),
     }
 
 

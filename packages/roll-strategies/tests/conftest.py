@@ -5,6 +5,7 @@ generations agree."""
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +15,9 @@ import pytest
 import torch
 from roll_strategies import GenerationOutput, build_tiny_model
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+# the rank scripts and shared row builders beside the tests (prefix_ranks, dp_ranks) import as modules
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DIRECTIONS = ("Left", "Right", "Up", "Down")
 SYSTEM = "You are solving the FrozenLake puzzle. Answer with <answer>Direction</answer>."

@@ -9,60 +9,23 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import dp_ranks as dp
 import pytest
 import torch
-from roll_strategies import DataParallelSpec, StrategyError, free_port, join_group
+from gloo_ranks import run_ranks
+from roll_strategies import DataParallelSpec, StrategyError, join_group
 
-RANKS = Path(__file__).with_name("dp_ranks.py")
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 WORLD = 2
-
-
-def _ranks_module():
-    spec = importlib.util.spec_from_file_location("dp_ranks", RANKS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-dp = _ranks_module()
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tiny_model_dir, tmp_path_factory) -> list[dict]:
     """Each rank's results per mode (both ranks run in one group, modes one after the other)."""
     modes = [m for m in dp.MODES if HAS_DEEPSPEED or not m.startswith("zero")]
-    out = tmp_path_factory.mktemp("dp")
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(RANKS),
-                str(r),
-                str(WORLD),
-                str(port),
-                str(tiny_model_dir),
-                str(out / f"{r}.pt"),
-                *modes,
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(WORLD)
-    ]
-    logs = [p.communicate(timeout=900)[0] for p in procs]
-    for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):
-        assert proc.returncode == 0, f"rank {rank} failed:\n{log[-4000:]}"
-    return [torch.load(out / f"{r}.pt", weights_only=False) for r in range(WORLD)]
+    return run_ranks(dp.__file__, WORLD, tiny_model_dir, tmp_path_factory.mktemp("dp"), modes)
 
 
 def _max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

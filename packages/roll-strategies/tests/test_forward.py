@@ -13,6 +13,7 @@ import copy
 import pytest
 import roll_strategies.compute.logprobs as logprobs_module
 import torch
+from forward_helpers import DropsInput, columns
 from roll_algos import entropy_from_logits
 from roll_strategies import HFTrainStrategy, OptimizerSettings, lm_outputs, packing_supported, token_log_probs
 from roll_strategies.compute.forward import PACK_CAPACITY_KEY, REFERENCE_KEY, reference_kl
@@ -45,7 +46,7 @@ def test_padded_path_equals_token_log_probs(model, left_pad):
     b = rl_rows(1, left_pad)
     with torch.no_grad():
         ref, ref_ent = token_log_probs(model, b["input_ids"], b["attention_mask"], with_entropy=True)
-        out = lm_outputs(model, b["input_ids"], b["attention_mask"], b["response_mask"], with_entropy=True)
+        out = lm_outputs(model, *columns(b), with_entropy=True)
     m = b["response_mask"]
     torch.testing.assert_close(out.log_probs[m], ref[m], rtol=0, atol=1e-5)
     torch.testing.assert_close(out.entropy[m], ref_ent[m], rtol=0, atol=1e-5)
@@ -56,15 +57,8 @@ def test_padded_path_equals_token_log_probs(model, left_pad):
 def test_packed_path_equals_padded(model, capacity):
     b = rl_rows(2)
     with torch.no_grad():
-        padded = lm_outputs(model, b["input_ids"], b["attention_mask"], b["response_mask"], with_entropy=True)
-        packed = lm_outputs(
-            model,
-            b["input_ids"],
-            b["attention_mask"],
-            b["response_mask"],
-            with_entropy=True,
-            pack_capacity=capacity,
-        )
+        padded = lm_outputs(model, *columns(b), with_entropy=True)
+        packed = lm_outputs(model, *columns(b), with_entropy=True, pack_capacity=capacity)
     torch.testing.assert_close(packed.log_probs, padded.log_probs, rtol=0, atol=1e-5)
     torch.testing.assert_close(packed.entropy, padded.entropy, rtol=0, atol=1e-5)
 
@@ -76,14 +70,7 @@ def test_packed_gradients_equal_padded_gradients(warm_model_dir):
 
     def grads(pack_capacity):
         model = HFTrainStrategy(warm_model_dir, trainable=False).model.requires_grad_(True)
-        out = lm_outputs(
-            model,
-            b["input_ids"],
-            b["attention_mask"],
-            b["response_mask"],
-            with_entropy=True,
-            pack_capacity=pack_capacity,
-        )
+        out = lm_outputs(model, *columns(b), with_entropy=True, pack_capacity=pack_capacity)
         loss = (out.log_probs * weights).sum() - 0.1 * out.entropy.sum()
         loss.backward()
         return {n: p.grad.clone() for n, p in model.named_parameters()}
@@ -132,9 +119,7 @@ def test_full_kl_is_the_exact_sum_over_the_vocabulary(model, capacity, monkeypat
     b = rl_rows(4)
     m = b["response_mask"]
     with torch.no_grad():
-        out = lm_outputs(
-            model, b["input_ids"], b["attention_mask"], m, reference=ref_model, pack_capacity=capacity
-        )
+        out = lm_outputs(model, *columns(b), reference=ref_model, pack_capacity=capacity)
     want = whole_vocabulary_kl(model, ref_model, b)
     torch.testing.assert_close(out.full_kl, want["kl"], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out.full_kl_forward, want["kl_forward"], rtol=1e-4, atol=1e-5)
@@ -231,13 +216,7 @@ def test_model_gradients_equal_the_whole_vocabulary_computation(
         if chunked:
             monkeypatch.setattr(logprobs_module, "LOGITS_CHUNK_ELEMENTS", 4 * model.config.vocab_size)
             out = lm_outputs(
-                model,
-                b["input_ids"],
-                b["attention_mask"],
-                m,
-                with_entropy=with_entropy,
-                reference=ref_model,
-                pack_capacity=capacity,
+                model, *columns(b), with_entropy=with_entropy, reference=ref_model, pack_capacity=capacity
             )
             lp, ent, kl, fwd = out.log_probs, out.entropy, out.full_kl, out.full_kl_forward
         else:  # the old computation: whole logits, log_softmax over the vocabulary
@@ -289,14 +268,7 @@ def test_the_backward_keeps_no_positions_x_vocabulary_tensor(model, monkeypatch)
         return max(sizes)
 
     chunked = largest_vocabulary_wide(
-        lambda: lm_outputs(
-            trained,
-            b["input_ids"],
-            b["attention_mask"],
-            b["response_mask"],
-            with_entropy=True,
-            reference=model,
-        )
+        lambda: lm_outputs(trained, *columns(b), with_entropy=True, reference=model)
     )
     whole = largest_vocabulary_wide(
         lambda: torch.log_softmax(
@@ -307,20 +279,9 @@ def test_the_backward_keeps_no_positions_x_vocabulary_tensor(model, monkeypatch)
     assert chunked == 0, chunked  # the chunks' inputs are hidden states; their logits are recomputed
 
 
-class _NoPositions(torch.nn.Module):
-    """A causal LM that ignores position ids: packed sequences would attend across each other."""
-
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner, self.config = inner, inner.config
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
-        return self.inner(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-
-
 def test_packing_support_is_probed_not_assumed(model):
     assert packing_supported(model)
-    assert not packing_supported(_NoPositions(copy.deepcopy(model)))
+    assert not packing_supported(DropsInput(copy.deepcopy(model), "position_ids"))
 
 
 def test_train_step_packed_equals_padded(warm_model_dir):

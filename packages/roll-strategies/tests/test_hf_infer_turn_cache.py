@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from forward_helpers import SHAPE
 from roll_strategies import GenerationOutput, GenerationParams, HFInferStrategy, StrategyError
 from roll_strategies.infer import prompt_cache
 from roll_strategies.infer.turn_cache import (
@@ -153,17 +154,8 @@ def test_no_turns_are_kept_without_share_prefix_or_budget(tiny_model_dir, toy):
 
 
 def test_windowed_attention_keeps_no_turns():
-    windowed = Qwen2Config(
-        hidden_size=32,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        num_hidden_layers=2,
-        intermediate_size=32,
-        use_sliding_window=True,
-        sliding_window=16,
-        max_window_layers=1,
-    )
-    full = Qwen2Config(hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=32)
+    windowed = Qwen2Config(**SHAPE, use_sliding_window=True, sliding_window=16, max_window_layers=1)
+    full = Qwen2Config(**SHAPE)
     assert not full_attention_cache(DynamicCache(config=windowed))
     assert full_attention_cache(DynamicCache(config=full))
 

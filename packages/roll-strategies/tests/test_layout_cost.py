@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from forward_helpers import SHAPE
 from roll_strategies.compute import layout_cost
 from roll_strategies.compute.forward import lm_outputs
 from roll_strategies.compute.layout import layout
@@ -53,16 +54,7 @@ def test_the_issues_case_runs_dense_and_a_shared_prompt_runs_as_a_tree():
 
 def test_the_pair_weight_is_the_flop_ratio_times_the_measured_cost():
     assert pair_weight(2, 128, 1_000) == pytest.approx(layout_cost.PAIR_FLOP_COST * 4 * 2 * 128 / 2_000)
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=False,
-    )
-    model = Qwen2ForCausalLM(config)
+    model = Qwen2ForCausalLM(Qwen2Config(**SHAPE))
     # per layer: q 32x32+32, k and v 32x16+16 each, o 32x32, MLP 3 x 32x64, two norms of 32; the final norm 32
     body = 2 * (1056 + 2 * 528 + 1024 + 3 * 2048 + 64) + 32
     assert sum(p.numel() for p in model.model.layers.parameters()) + 32 == body
@@ -99,15 +91,7 @@ def test_layout_runs_the_tree_only_where_it_pays():
 
 
 def test_a_model_whose_tree_does_not_pay_gets_the_dense_outputs():
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-    )
+    config = Qwen2Config(**{**SHAPE, "num_hidden_layers": 1}, attn_implementation="sdpa")
     model = Qwen2ForCausalLM(config).eval()
     ids, mask, needed = _rows(2, 60, 4)
     seen: list[tuple[int, ...]] = []

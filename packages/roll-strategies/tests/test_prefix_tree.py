@@ -8,13 +8,13 @@ gradient reaches the shared prefix must fail the same gradient check (the check 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import random
-from pathlib import Path
 
+import prefix_ranks as rows
 import pytest
 import roll_strategies.compute.layout as layout_module
 import torch
+from forward_helpers import SHAPE, DropsInput, columns
 from roll_strategies import StrategyError, batched_log_probs, lm_outputs, value_outputs
 from roll_strategies.compute.forward import reference_kl
 from roll_strategies.compute.layout import layout
@@ -29,26 +29,6 @@ from transformers import (
 )
 
 TOL = 1e-5
-
-
-def _rows_module():
-    spec = importlib.util.spec_from_file_location("prefix_ranks", Path(__file__).with_name("prefix_ranks.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rows = _rows_module()
-
-SHAPE = {
-    "vocab_size": 256,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 64,
-    "initializer_range": 0.1,  # wider than the default so attention patterns (and mask errors) matter
-}
 
 
 def tiny(kind: str, attn: str = "sdpa", seed: int = 0) -> torch.nn.Module:
@@ -122,26 +102,12 @@ def outputs_and_grads(model, b, share, *, reference=None, value=False):
     adv = torch.randn(b["input_ids"].shape, generator=torch.Generator().manual_seed(1))
     m = b["response_mask"].float()
     if value:
-        v = value_outputs(
-            model,
-            b["input_ids"],
-            b["attention_mask"],
-            b["response_mask"],
-            share_prefix=share,
-            pair_weight=0.0,
-        )
+        v = value_outputs(model, *columns(b), share_prefix=share, pair_weight=0.0)
         outs = {"values": v}
         loss = ((v - adv).square() * m).sum() / m.sum()
     else:
         out = lm_outputs(
-            model,
-            b["input_ids"],
-            b["attention_mask"],
-            b["response_mask"],
-            with_entropy=True,
-            reference=reference,
-            share_prefix=share,
-            pair_weight=0.0,
+            model, *columns(b), with_entropy=True, reference=reference, share_prefix=share, pair_weight=0.0
         )
         outs = {k: v for k, v in out._asdict().items() if v is not None}
         loss, _ = rows.weighted_nll(out.log_probs, out.entropy, {**b, "adv": adv, **_kl(out)})
@@ -160,7 +126,7 @@ def max_grad_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> flo
 
 
 def assert_same(model, b, **kwargs):
-    ids, mask, needed = b["input_ids"], b["attention_mask"], b["response_mask"]
+    ids, mask, needed = columns(b)
     assert (
         layout(ids, mask, needed, None, 0, True, model)[0].tree is not None
     )  # the tree runs: no vacuous test
@@ -205,17 +171,8 @@ def test_a_reference_in_another_dtype_gets_its_own_mask():
     model, reference = tiny("qwen2"), tiny("qwen2", seed=1).double().requires_grad_(False)
     b = rows.one_turn_group(4)
     with torch.no_grad():
-        dense = lm_outputs(
-            model, b["input_ids"], b["attention_mask"], b["response_mask"], reference=reference
-        )
-        shared = lm_outputs(
-            model,
-            b["input_ids"],
-            b["attention_mask"],
-            b["response_mask"],
-            reference=reference,
-            share_prefix=True,
-        )
+        dense = lm_outputs(model, *columns(b), reference=reference)
+        shared = lm_outputs(model, *columns(b), reference=reference, share_prefix=True)
     torch.testing.assert_close(shared.full_kl, dense.full_kl, rtol=0, atol=TOL)
 
 
@@ -243,7 +200,7 @@ def test_batched_log_probs_as_prefix_trees_equal_the_dense_ones():
 def test_rows_sharing_nothing_and_packing_requests():
     b = rows.one_turn_group(6)
     rows_, cols_ = b["response_mask"].nonzero(as_tuple=True)
-    args = (b["input_ids"], b["attention_mask"], b["response_mask"])
+    args = columns(b)
     run, *_ = layout(*args, pack_capacity=64, pad_id=0, share_prefix=True)
     assert run.attention_mask.dim() == 4  # the tree wins over packing
     distinct = rows.pad([([10 + r, 20, 30], [False, True, True]) for r in range(4)])
@@ -265,26 +222,15 @@ def test_a_micro_batch_builds_its_trie_once(monkeypatch):
         "roll_strategies.compute.layout_cost.build_prefix_tree", prefix_tree.build_prefix_tree
     )
     b = rows.one_turn_group(6)
-    run, *_ = layout(b["input_ids"], b["attention_mask"], b["response_mask"], None, 0, True)
+    run, *_ = layout(*columns(b), None, 0, True)
     assert run.tree is not None and len(built) == 1
-
-
-class _NoMask(torch.nn.Module):
-    """A causal LM that drops its attention mask: a tree's suffixes would see each other."""
-
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner, self.config = inner, inner.config
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
-        return self.inner(input_ids=input_ids, position_ids=position_ids, use_cache=False)
 
 
 def test_prefix_sharing_is_probed_not_assumed():
     for kind in ("qwen2", "llama"):
         assert prefix_sharing_supported(tiny(kind))
     assert prefix_sharing_supported(tiny("value"), value_model=True)
-    assert not prefix_sharing_supported(_NoMask(tiny("qwen2")))
+    assert not prefix_sharing_supported(DropsInput(tiny("qwen2"), "attention_mask"))
 
 
 def test_an_unsupported_model_is_refused_at_construction(tiny_model_dir, monkeypatch):

@@ -7,15 +7,14 @@ and gradients, two data-parallel gloo ranks, and DeepSpeed ZeRO-2.
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import prefix_ranks as rows
 import pytest
 import roll_strategies.compute.layout as layout_module
 import torch
-from roll_strategies import HFCriticStrategy, HFTrainStrategy, OptimizerSettings, free_port
+from gloo_ranks import run_ranks
+from roll_strategies import HFCriticStrategy, HFTrainStrategy, OptimizerSettings
 from roll_strategies.compute.forward import REFERENCE_KEY, SHARE_PREFIX_KEY
 from roll_strategies.workers.roles import ActorTrainWorker, ReferenceWorker
 from transformers import AutoConfig, AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -24,18 +23,7 @@ TOL = 1e-5
 STEP_TOL = (
     1e-6  # weights after one step (`rows.OPTIMIZER_ARGS`: AdamW with eps 1, so the step is smooth in g)
 )
-RANKS = Path(__file__).with_name("prefix_ranks.py")
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
-
-
-def _rows_module():
-    spec = importlib.util.spec_from_file_location("prefix_ranks", RANKS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rows = _rows_module()
 
 
 @pytest.fixture(scope="module")
@@ -190,32 +178,7 @@ def test_critic_values_and_gradients_equal_dense(tiny_model_dir):
 def two_shared_ranks(tiny_model_dir, tmp_path_factory) -> list[dict]:
     """Two gloo ranks, each training its half of the rows with share_prefix (hf_train, then ZeRO-2)."""
     modes = ["hf_train", *(["zero2"] if HAS_DEEPSPEED else [])]
-    out = tmp_path_factory.mktemp("prefix_dp")
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(RANKS),
-                str(r),
-                "2",
-                str(port),
-                str(tiny_model_dir),
-                str(out / f"{r}.pt"),
-                *modes,
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    logs = [p.communicate(timeout=900)[0] for p in procs]
-    for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):
-        assert proc.returncode == 0, f"rank {rank} failed:\n{log[-4000:]}"
-    return [torch.load(out / f"{r}.pt", weights_only=False) for r in range(2)]
+    return run_ranks(rows.__file__, 2, tiny_model_dir, tmp_path_factory.mktemp("prefix_dp"), modes)
 
 
 @pytest.fixture(scope="module")

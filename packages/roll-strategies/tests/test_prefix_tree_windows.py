@@ -6,11 +6,12 @@ forward; a micro-batch's unrelated groups as rows of their own; the support prob
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+import prefix_ranks as rows
 import pytest
+import test_prefix_tree as trees
 import torch
+from forward_helpers import SHAPE as TINY_SHAPE
+from forward_helpers import columns
 from roll_strategies import StrategyError
 from roll_strategies.compute.attention_windows import EVERY_LAYER, attention_windows, describe_windows
 from roll_strategies.compute.layout import layout
@@ -27,19 +28,8 @@ from transformers import (
     Qwen2ForTokenClassification,
 )
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rows = _load("prefix_ranks")
-trees = _load("test_prefix_tree")
-
 WINDOW = 8
-SHAPE = {**trees.SHAPE, "max_position_embeddings": 256}
+SHAPE = {**TINY_SHAPE, "max_position_embeddings": 256}
 
 
 def windowed(kind: str, window: int | None = WINDOW, attn: str = "sdpa") -> torch.nn.Module:
@@ -124,7 +114,7 @@ def test_windows_are_read_per_layer_type():
 
 def test_a_mixed_model_gets_a_mask_per_layer_type_and_a_uniform_one_a_tensor():
     b = long_group(0)
-    args = (b["input_ids"], b["attention_mask"], b["response_mask"], None, 0, True)
+    args = (*columns(b), None, 0, True)
     mixed, *_ = layout(*args, model=windowed("gemma3"))
     assert set(mixed.attention_mask) == {"sliding_attention", "full_attention"}
     sliding, full = mixed.attention_mask["sliding_attention"], mixed.attention_mask["full_attention"]
@@ -136,7 +126,7 @@ def test_a_mixed_model_gets_a_mask_per_layer_type_and_a_uniform_one_a_tensor():
 def test_unrelated_groups_are_rows_of_their_own():
     """Each root's subtree is one right-padded row with its own mask; `sizes` counts each row's nodes."""
     b = long_group(0)
-    args = (b["input_ids"], b["attention_mask"], b["response_mask"], None, 0, True)
+    args = (*columns(b), None, 0, True)
     run, *_ = layout(*args, model=windowed("qwen2", window=None))
     lengths = b["attention_mask"].sum(1).tolist()
     assert sorted(run.tree.sizes) == [3 + 21, 5 + 20 + 14, 12 + 18 + 25 + 9]

@@ -3,11 +3,12 @@ the methods several roles share, written once and bound by each (as the backends
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+from roll_algos.micro_batch import MicroBatch
 
 from roll_strategies.registry import Role, create_strategy
 from roll_strategies.train.offload import OffloadReport
@@ -21,6 +22,7 @@ __all__ = [
     "offload_unavailable",
     "reload",
     "save_checkpoint",
+    "train_step",
     "weights_fingerprint",
 ]
 
@@ -67,6 +69,14 @@ def compute_log_probs(
     """Log-probs [B, T] aligned with input_ids under the strategy's current weights (the actor's: the old
     policy's; the reference's: the reference's)."""
     return self.strategy.compute_log_probs(batch, micro_batch_size)
+
+
+def train_step(
+    self: RoleWorker, micro_batches: Sequence[MicroBatch], loss_fn: Callable[..., Any], **step_kwargs: Any
+) -> dict[str, float]:
+    """One optimiser step of the strategy over `micro_batches` (`step_kwargs` as its `train_step` takes them:
+    `with_entropy`, `lr_scale`); returns the averaged metrics + grad_norm + lr."""
+    return self.strategy.train_step(micro_batches, loss_fn, **step_kwargs)
 
 
 def weights_fingerprint(self: RoleWorker) -> str:

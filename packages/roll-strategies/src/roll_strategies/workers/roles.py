@@ -26,12 +26,11 @@ from roll_strategies.protocols import (
     LossFn,
     SleepableStrategy,
     StreamingInferStrategy,
-    ValueLossFn,
 )
 from roll_strategies.sync.weight_sync import WeightBucket, WeightSyncPlan
 from roll_strategies.sync.weights import load_named_weights, load_weights_file, save_weights_file
 from roll_strategies.train.hf_train import HFTrainStrategy
-from roll_strategies.train.offload import OffloadReport, offload_tensors, reload_tensors
+from roll_strategies.train.offload import OffloadReport, TrainStateOffload
 from roll_strategies.workers import base
 from roll_strategies.workers.base import RoleWorker
 
@@ -90,13 +89,15 @@ class ActorTrainWorker(RoleWorker):
     ) -> None:
         super().__init__(model_path, **worker_kwargs)
         self.reference_model: torch.nn.Module | None = None
-        self._reference_offloaded = False
+        self._reference_offload: TrainStateOffload | None = None
         if reference_model_path is not None:
             _policy_model(self.strategy)  # a clear error now rather than at the first step
             model, _ = load_model_and_tokenizer(
                 reference_model_path, device=str(self.strategy.device), dtype=reference_dtype
             )
             self.reference_model = model.eval().requires_grad_(False)
+            # frozen: no train state beside the model
+            self._reference_offload = TrainStateOffload(model, self.strategy.device, lambda: {})
             check_prefix_sharing(self.reference_model, self._share_prefix(), reference_model_path)
 
     def _share_prefix(self) -> bool:
@@ -118,18 +119,17 @@ class ActorTrainWorker(RoleWorker):
         micro_batches: Sequence[MicroBatch],
         loss_fn: LossFn,
         *,
-        with_entropy: bool,
-        lr_scale: float = 1.0,
         with_full_kl: bool = False,
+        **step_kwargs: Any,
     ) -> dict[str, float]:
-        """One optimizer step; returns averaged metrics + grad_norm + lr.
+        """One optimizer step (`base.train_step`: `with_entropy` and `lr_scale` go to the strategy).
 
         `with_full_kl`: each micro-batch also gets `full_kl` / `full_kl_forward` [B, T], the exact KL between
         the trained model and the held reference, with grad (the loss of kl_penalty full / full_forward)."""
         if with_full_kl:
             reference = self._reference()
             micro_batches = [{**mb, REFERENCE_KEY: reference} for mb in micro_batches]
-        return self.strategy.train_step(micro_batches, loss_fn, with_entropy=with_entropy, lr_scale=lr_scale)
+        return base.train_step(self, micro_batches, loss_fn, **step_kwargs)
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """All weights at once (float32 numpy) for `ActorInferWorker.update_weights`."""
@@ -194,18 +194,12 @@ class ActorTrainWorker(RoleWorker):
         """The trainer's parameters, gradients, fp32 masters and optimiser state (and the held reference model) to
         CPU memory while a colocated inference engine runs (see the strategy's `offload`)."""
         report = self.strategy.offload()
-        if self.reference_model is not None and not self._reference_offloaded:
-            report = report + offload_tensors(self.reference_model, self.strategy.device)
-            self._reference_offloaded = True
-        return report
+        return report if self._reference_offload is None else report + self._reference_offload.offload()
 
     def reload(self) -> OffloadReport:
         """Undo `offload` before the next phase that computes on this worker."""
         report = self.strategy.reload()
-        if self.reference_model is not None and self._reference_offloaded:
-            report = report + reload_tensors(self.reference_model, self.strategy.device)
-            self._reference_offloaded = False
-        return report
+        return report if self._reference_offload is None else report + self._reference_offload.reload()
 
 
 class ActorInferWorker(RoleWorker):
@@ -350,15 +344,7 @@ class CriticWorker(RoleWorker):
         """Values [B, T] at the response positions, aligned with input_ids."""
         return self.strategy.compute_values(batch, micro_batch_size)
 
-    def train_step(
-        self,
-        micro_batches: Sequence[MicroBatch],
-        loss_fn: ValueLossFn,
-        *,
-        lr_scale: float = 1.0,
-    ) -> dict[str, float]:
-        """One optimiser step of the critic; returns averaged metrics + grad_norm + lr."""
-        return self.strategy.train_step(micro_batches, loss_fn, lr_scale=lr_scale)
+    train_step = base.train_step
 
     def packing_supported(self) -> bool:
         """Whether packed micro-batches give the padded values on this model."""
