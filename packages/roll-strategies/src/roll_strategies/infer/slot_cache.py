@@ -10,7 +10,7 @@ A forward writes its queries' keys and values at the columns `cols` ([rows, widt
 slots `rows` (None: every slot, the decode step), so rows at different positions decode in one fixed-shape
 step: the shapes of a decode step depend on the slot count and cache length only, which CUDA graphs and
 torch.compile need. Attention sees the columns `visibility_mask` allows (an additive 4D mask the models take
-as given).
+as given). `DecodeGraph` captures one cache's decode step as a CUDA graph and replays it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from transformers import Cache, PreTrainedModel
 
 from roll_strategies.infer.turn_cache import LayerKV
 
-__all__ = ["SCRATCH_COLUMNS", "SlotKVCache", "visibility_mask"]
+__all__ = ["SCRATCH_COLUMNS", "DecodeGraph", "SlotKVCache", "visibility_mask"]
 
 SCRATCH_COLUMNS = 8
 """Columns after a cache's `length`: the scratch column, then padding to keep widths multiples of 8."""
@@ -109,3 +109,34 @@ def visibility_mask(limits: torch.Tensor, width: int, scratch: int, dtype: torch
     visible |= (limit < 0) & (columns == scratch)
     mask = torch.zeros(visible.shape, dtype=dtype, device=limits.device)
     return mask.masked_fill_(~visible, torch.finfo(dtype).min).unsqueeze(1)
+
+
+class DecodeGraph:
+    """The decode step of one cache, captured once as a CUDA graph and replayed: one launch per step instead of
+    one per kernel (the HF `generate` loop on a GPU is bound by those launches). Capture writes only the
+    scratch column, so it leaves every slot's keys and values as they were."""
+
+    def __init__(self, forward: Any, cache: SlotKVCache) -> None:
+        slots = cache.cols.shape[0]
+        self.cache, self.shape = cache, (slots, cache.length)
+        device = cache.cols.device
+        self.ids = torch.zeros((slots, 1), dtype=torch.long, device=device)
+        self.cols = torch.full((slots, 1), cache.scratch, dtype=torch.long, device=device)
+        self.limits = torch.full((slots, 1), -1, dtype=torch.long, device=device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm-up off the capture stream, as torch's CUDA-graph docs require
+            for _ in range(2):
+                forward(cache, None, self.ids, self.cols, self.limits)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = forward(cache, None, self.ids, self.cols, self.limits)
+
+    def run(self, ids: torch.Tensor, cols: torch.Tensor, limits: torch.Tensor) -> torch.Tensor:
+        """The step's [slots, vocab] logits for these inputs (the graph's output buffer: copy it out)."""
+        self.ids.copy_(ids)
+        self.cols.copy_(cols)
+        self.limits.copy_(limits)
+        self.graph.replay()
+        return self.out

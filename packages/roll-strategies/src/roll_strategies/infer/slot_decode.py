@@ -39,7 +39,7 @@ from roll_strategies.compute.logprobs import _supports_logits_to_keep
 from roll_strategies.errors import StrategyError
 from roll_strategies.infer.prompt_cache import MIN_SHARED_TOKENS
 from roll_strategies.infer.sampling import key_array, keyed_pick, sampling_warpers, step_uniforms
-from roll_strategies.infer.slot_cache import SlotKVCache, visibility_mask
+from roll_strategies.infer.slot_cache import DecodeGraph, SlotKVCache, visibility_mask
 from roll_strategies.infer.turn_cache import KeptSequence, TurnCache
 from roll_strategies.protocols import check_prompts
 
@@ -50,7 +50,6 @@ __all__ = [
     "DECODE_KEYS",
     "DECODE_MODES",
     "DEFAULT_SLOTS",
-    "DecodeGraph",
     "Decoded",
     "SlotDecoder",
     "decode_settings",
@@ -377,34 +376,3 @@ class _Stepper:
             if any(s in text for s in self.params.stop_strings):
                 return "stop"
         return "length" if len(row.ids) >= self.params.max_new_tokens else None
-
-
-class DecodeGraph:
-    """The decode step of one cache, captured once as a CUDA graph and replayed: one launch per step instead of
-    one per kernel (the HF `generate` loop on a GPU is bound by those launches). Capture writes only the
-    scratch column, so it leaves every slot's keys and values as they were."""
-
-    def __init__(self, forward: Any, cache: SlotKVCache) -> None:
-        slots = cache.cols.shape[0]
-        self.cache, self.shape = cache, (slots, cache.length)
-        device = cache.cols.device
-        self.ids = torch.zeros((slots, 1), dtype=torch.long, device=device)
-        self.cols = torch.full((slots, 1), cache.scratch, dtype=torch.long, device=device)
-        self.limits = torch.full((slots, 1), -1, dtype=torch.long, device=device)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):  # warm-up off the capture stream, as torch's CUDA-graph docs require
-            for _ in range(2):
-                forward(cache, None, self.ids, self.cols, self.limits)
-        torch.cuda.current_stream(device).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = forward(cache, None, self.ids, self.cols, self.limits)
-
-    def run(self, ids: torch.Tensor, cols: torch.Tensor, limits: torch.Tensor) -> torch.Tensor:
-        """The step's [slots, vocab] logits for these inputs (the graph's output buffer: copy it out)."""
-        self.ids.copy_(ids)
-        self.cols.copy_(cols)
-        self.limits.copy_(limits)
-        self.graph.replay()
-        return self.out
