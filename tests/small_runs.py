@@ -77,28 +77,43 @@ def compact(events: list[str]) -> list[str]:
     return [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]
 
 
-EXACT_TWO_RANKS_UNDER_RAY = [
+def replaced(overrides: list[str], *extra: str) -> list[str]:
+    """`overrides` then `extra`, an entry of `extra` taking the place of the entry of `overrides` with its key
+    (Hydra refuses a key given twice)."""
+    keys = {e.split("=", 1)[0] for e in extra}
+    return [*(o for o in overrides if o.split("=", 1)[0] not in keys), *extra]
+
+
+EXACT = [
     "train_env_manager.num_env_groups=4",  # 3 of the 4 groups play each step: the round-robin cursor moves
     "train_env_manager.group_size=2",
     "train_env_manager.max_env_num_per_worker=8",
     "rollout_batch_size=6",
     "val_env_manager.num_env_groups=2",
     "custom_envs.FrozenLake.max_actions_per_traj=4",
-    "actor_train.training_args.per_device_train_batch_size=4",
+    "actor_train.training_args.per_device_train_batch_size=8",
     "actor_train.training_args.gradient_accumulation_steps=2",
     "actor_train.training_args.learning_rate=1e-3",
-    "actor_train.world_size=2",  # two ranks: each gets half of every 8-row mini-batch
     "actor_infer.infer_batch_size=1",
-    "cluster.backend=ray",
+    "cluster.backend=local",
     "async_generation_ratio=0",
-    "eval_steps=2",
-    "save_steps=2",
-    "max_steps=4",
+    "eval_steps=3",
     "track_with=[]",
     "print_baselines=false",
 ]
-"""The exact mode of docs/checkpoints.md (synchronous rollout, no redundant env slots, infer_batch_size=1) with
-2 data-parallel train ranks under Ray: 4 steps, checkpoints and validations at steps 2 and 4."""
+"""The exact mode of docs/checkpoints.md (synchronous rollout, no redundant env slots, infer_batch_size=1) on one
+train rank in this machine's processes (`cluster.backend=local`), validating at step 3."""
+
+EXACT_TWO_RANKS_UNDER_RAY = replaced(
+    EXACT,
+    "actor_train.training_args.per_device_train_batch_size=4",
+    "actor_train.world_size=2",  # two ranks: each gets half of every 8-row mini-batch
+    "cluster.backend=ray",
+    "eval_steps=2",
+    "save_steps=2",
+    "max_steps=4",
+)
+"""EXACT with 2 data-parallel train ranks under Ray: 4 steps, checkpoints and validations at steps 2 and 4."""
 
 
 @dataclass(frozen=True)

@@ -24,25 +24,7 @@ from roll_pipeline import AgenticPipeline, CheckpointManager
 from roll_pipeline.config.compose import compose
 from roll_pipeline.state.checkpoint import MANIFEST_FILE, checkpoint_problem, checkpoint_step
 from safetensors.torch import load_file
-from small_runs import ResumedRuns
-
-EXACT = [
-    "train_env_manager.num_env_groups=4",  # 3 of the 4 groups play each step: the round-robin cursor moves
-    "train_env_manager.group_size=2",
-    "train_env_manager.max_env_num_per_worker=8",
-    "rollout_batch_size=6",
-    "val_env_manager.num_env_groups=2",
-    "custom_envs.FrozenLake.max_actions_per_traj=4",
-    "actor_train.training_args.per_device_train_batch_size=8",
-    "actor_train.training_args.gradient_accumulation_steps=2",
-    "actor_train.training_args.learning_rate=1e-3",
-    "actor_infer.infer_batch_size=1",
-    "cluster.backend=local",
-    "async_generation_ratio=0",
-    "eval_steps=3",
-    "track_with=[]",
-    "print_baselines=false",
-]
+from small_runs import EXACT, ResumedRuns, replaced
 
 TIMED = ("time/", "weight_sync/seconds", "rollout/env_worker_threads_max", "memory/")
 """Metrics that measure time, thread scheduling or the processes' memory, not the run's result (and every
@@ -52,13 +34,7 @@ HANG_GUARD_S = 900.0  # only against a hung child; no assertion on speed
 
 
 def _overrides(out: Path, exp: str, *extra: str) -> list[str]:
-    replaced = {e.split("=", 1)[0] for e in extra}  # Hydra refuses a key given twice
-    return [
-        *(e for e in EXACT if e.split("=", 1)[0] not in replaced),
-        f"output_dir={out}",
-        f"exp_name={exp}",
-        *extra,
-    ]
+    return replaced(EXACT, f"output_dir={out}", f"exp_name={exp}", *extra)
 
 
 def _run_in_process(out: Path, exp: str, *extra: str):
