@@ -1,7 +1,8 @@
-"""Hydra overrides that shrink a real pipeline run to seconds, shared by the end-to-end tests."""
+"""Hydra overrides that shrink a real pipeline run to seconds, and helpers the end-to-end tests share."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,16 @@ SMALL_FROZEN_LAKE = [
     "print_baselines=false",
 ]
 """The default FrozenLake config at 2 groups of 4 per step, 8 validation maps, 4 turns per episode."""
+
+TWO_GROUPS_ONE_WORKER = [
+    "train_env_manager.num_env_groups=2",
+    "train_env_manager.group_size=4",
+    "train_env_manager.max_env_num_per_worker=8",
+    "val_env_manager.num_env_groups=8",
+    "val_env_manager.max_env_num_per_worker=8",
+    "actor_train.training_args.per_device_train_batch_size=16",
+]
+"""2 groups of 4 episodes per step on one env worker, 8 validation episodes on another, micro-batches of 16 rows."""
 
 FEW_WORKERS = ["train_env_manager.max_env_num_per_worker=4", "val_env_manager.max_env_num_per_worker=8"]
 """Two training env workers and one validation worker for SMALL_FROZEN_LAKE."""
@@ -54,6 +65,30 @@ def record_policy_server(monkeypatch: Any, events: list[str]) -> None:
     monkeypatch.setattr(PolicyServer, "generate_many", recorded_generate_many)
     monkeypatch.setattr(PolicyServer, "receive_weight_bucket", recorded_receive)
     monkeypatch.setattr(PolicyServer, "confirm_weights", recorded_confirm)
+
+
+def imported_roots(source: str) -> set[str]:
+    """The top-level names of the modules that Python `source` imports by absolute name (`a` for `import a.b`
+    and `from a.b import c`), imports inside functions included."""
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def run_to_end(config: Any) -> Any:
+    """Run the pipeline of a composed `config` to its end in this process, closed whatever happens; its
+    `RunSummary`."""
+    from roll_pipeline import AgenticPipeline
+
+    pipeline = AgenticPipeline(config, progress=False)
+    try:
+        return pipeline.run()
+    finally:
+        pipeline.close()
 
 
 def run_two_steps_in_process(tmp_path: Any) -> Any:
