@@ -8,7 +8,6 @@ environment's metadata, so `PIL` maps to `pillow` and `yaml` to `PyYAML`.
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import re
 import sys
@@ -16,6 +15,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from small_runs import imported_roots
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = sorted(p for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists())
@@ -27,15 +27,8 @@ def imported_top_level_modules(src: Path) -> dict[str, set[str]]:
     """Top-level module name -> the files importing it (absolute imports only)."""
     found: dict[str, set[str]] = {}
     for path in src.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                found.setdefault(name.split(".")[0], set()).add(path.name)
+        for root in imported_roots(path.read_text(encoding="utf-8")):
+            found.setdefault(root, set()).add(path.name)
     return found
 
 

@@ -3,18 +3,14 @@ with the sft loss, end to end on the tiny model; `roll config` refuses an env th
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from roll_pipeline.config.compose import ConfigError
+from roll_pipeline.observe.plotting import read_metrics
 from roll_pipeline.preflight import check_demonstrations, compose
-
-from tests.small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, steps
+from small_runs import FEW_WORKERS, SMALL_FROZEN_LAKE, run_to_end, steps
 
 
 def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
-    from roll_pipeline import AgenticPipeline
-
     overrides = [
         *steps(4),
         *SMALL_FROZEN_LAKE,
@@ -31,12 +27,8 @@ def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
         f"output_dir={tmp_path}",
         "exp_name=demo",
     ]
-    pipeline = AgenticPipeline(compose(None, None, overrides, preflight=True), progress=False)
-    try:
-        pipeline.run()
-    finally:
-        pipeline.close()
-    rows = [json.loads(line) for line in (tmp_path / "demo" / "metrics.jsonl").read_text().splitlines()]
+    run_to_end(compose(None, None, overrides, preflight=True))
+    rows = read_metrics(tmp_path / "demo")
     rows = {r["step"]: r for r in rows if r["step"] > 0}
     assert [rows[s]["train/demonstration_step"] for s in (1, 2, 3, 4)] == [1.0, 1.0, 1.0, 0.0]
     # cloning at demonstration_learning_rate, RL at the actor's learning_rate

@@ -7,18 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
-from roll_pipeline import AgenticPipeline
 from roll_pipeline.cli.commands import main
 from roll_pipeline.config.compose import compose
+from roll_pipeline.observe.plotting import read_metrics
 from roll_pipeline.runtime.policy_server import PolicyServer
 from roll_pipeline.serving.evaluate import checkpoint_model_dir, run_eval
 from roll_pipeline.serving.openai_server import OpenAICompatibleServer
 from roll_rollout.policies.openai_policy import OpenAIPolicy, OpenAISettings
+from small_runs import run_to_end, steps
 
 RUN = [
-    "max_steps=2",
-    "save_steps=2",
-    "eval_steps=2",
+    *steps(2),
     "cluster.backend=local",
     "train_env_manager.num_env_groups=2",
     "train_env_manager.group_size=4",
@@ -36,12 +35,8 @@ RUN = [
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float], list[str]]:
     out = tmp_path_factory.mktemp("runs")
     overrides = [*RUN, f"output_dir={out}", "exp_name=evalme"]
-    pipeline = AgenticPipeline(compose(None, None, overrides), progress=False)
-    try:
-        pipeline.run()
-    finally:
-        pipeline.close()
-    rows = [json.loads(line) for line in (out / "evalme" / "metrics.jsonl").read_text().splitlines()]
+    run_to_end(compose(None, None, overrides))
+    rows = read_metrics(out / "evalme")
     assert rows[0]["step"] == 0 and "val/env/FrozenLake/success" in rows[0]
     assert rows[-1]["val/env/FrozenLake/success"] > 0  # a figure worth reproducing
     return out / "evalme", rows[-1], overrides

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import roll_envs
 from roll_envs import FrozenLakeEnv
-from roll_pipeline import AgenticPipeline
 from roll_pipeline.config.compose import compose
+from roll_pipeline.observe.plotting import read_metrics
 from roll_pipeline.pipeline import PipelineError
-from small_runs import SMALL_FROZEN_LAKE
+from small_runs import SMALL_FROZEN_LAKE, run_to_end
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +34,8 @@ class HalfBrokenLake(FrozenLakeEnv):
 
 def run(tmp_path, *overrides):
     cfg = compose(None, None, [*SMALL, f"output_dir={tmp_path}", "exp_name=e2e", *overrides])
-    pipeline = AgenticPipeline(cfg, progress=False)
-    try:
-        summary = pipeline.run()
-    finally:
-        pipeline.close()
-    rows = [json.loads(line) for line in (tmp_path / "e2e" / "metrics.jsonl").read_text().splitlines()]
+    summary = run_to_end(cfg)
+    rows = read_metrics(tmp_path / "e2e")
     assert rows[0]["step"] == 0 and "val/score/mean" in rows[0]  # the validation before training
     return summary, rows[1:]
 

@@ -9,7 +9,6 @@ A second process is killed while it writes a checkpoint: the previous checkpoint
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,30 +19,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from roll_pipeline import AgenticPipeline, CheckpointManager
+from roll_pipeline import CheckpointManager
 from roll_pipeline.config.compose import compose
+from roll_pipeline.observe.plotting import read_metrics
 from roll_pipeline.state.checkpoint import MANIFEST_FILE, checkpoint_problem, checkpoint_step
 from roll_pipeline.trainer.start_reference import REFERENCE_FILE
 from safetensors.torch import load_file
-from small_runs import ResumedRuns
-
-EXACT = [
-    "train_env_manager.num_env_groups=4",  # 3 of the 4 groups play each step: the round-robin cursor moves
-    "train_env_manager.group_size=2",
-    "train_env_manager.max_env_num_per_worker=8",
-    "rollout_batch_size=6",
-    "val_env_manager.num_env_groups=2",
-    "custom_envs.FrozenLake.max_actions_per_traj=4",
-    "actor_train.training_args.per_device_train_batch_size=8",
-    "actor_train.training_args.gradient_accumulation_steps=2",
-    "actor_train.training_args.learning_rate=1e-3",
-    "actor_infer.infer_batch_size=1",
-    "cluster.backend=local",
-    "async_generation_ratio=0",
-    "eval_steps=3",
-    "track_with=[]",
-    "print_baselines=false",
-]
+from small_runs import EXACT, ResumedRuns, replaced, run_to_end
 
 TIMED = ("time/", "weight_sync/seconds", "rollout/env_worker_threads_max", "memory/")
 """Metrics that measure time, thread scheduling or the processes' memory, not the run's result (and every
@@ -53,21 +35,11 @@ HANG_GUARD_S = 900.0  # only against a hung child; no assertion on speed
 
 
 def _overrides(out: Path, exp: str, *extra: str) -> list[str]:
-    replaced = {e.split("=", 1)[0] for e in extra}  # Hydra refuses a key given twice
-    return [
-        *(e for e in EXACT if e.split("=", 1)[0] not in replaced),
-        f"output_dir={out}",
-        f"exp_name={exp}",
-        *extra,
-    ]
+    return replaced(EXACT, f"output_dir={out}", f"exp_name={exp}", *extra)
 
 
 def _run_in_process(out: Path, exp: str, *extra: str):
-    pipeline = AgenticPipeline(compose(None, None, _overrides(out, exp, *extra)), progress=False)
-    try:
-        return pipeline.run()
-    finally:
-        pipeline.close()
+    return run_to_end(compose(None, None, _overrides(out, exp, *extra)))
 
 
 def _start_roll_train(out: Path, exp: str, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
@@ -105,10 +77,6 @@ def _wait_for(
         time.sleep(0.02)
 
 
-def _rows(run_dir: Path) -> list[dict[str, float]]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 def _untimed(row: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in row.items() if not k.startswith(TIMED) and not k.endswith("_per_s")}
 
@@ -133,7 +101,7 @@ def test_a_run_killed_after_step_3_resumes_into_the_uninterrupted_run_exactly(tm
     assert resumed.name == "checkpoint-6"
     assert "resuming from" in log.read_text() and "checkpoint-3 (step 3)" in log.read_text()
 
-    expected, got = _rows(tmp_path / "whole"), _rows(tmp_path / "killed")
+    expected, got = read_metrics(tmp_path / "whole"), read_metrics(tmp_path / "killed")
     assert [r["step"] for r in got] == [0, 1, 2, 3, 4, 5, 6]  # rows a killed step 4 logged were dropped
     for want, have in zip(expected, got, strict=True):
         assert _untimed(have) == _untimed(want), f"step {want['step']} differs"
@@ -149,7 +117,7 @@ def test_each_checkpoint_is_written_after_its_steps_metrics_row(tmp_path, monkey
     save = CheckpointManager.save
 
     async def recording_save(self, step, state, save_models):
-        rows_at_save[step] = [r["step"] for r in _rows(tmp_path / "run")]
+        rows_at_save[step] = [r["step"] for r in read_metrics(tmp_path / "run")]
         return await save(self, step, state, save_models)
 
     monkeypatch.setattr(CheckpointManager, "save", recording_save)
@@ -208,7 +176,7 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_and_auto_resume_tak
     )
     assert resumed.steps == step and resumed.val_history[0][0] == step - 1
     assert not partial.exists() and checkpoint_problem(checkpoints / f"checkpoint-{step}") is None
-    steps = [r["step"] for r in _rows(tmp_path / "run")]
+    steps = [r["step"] for r in read_metrics(tmp_path / "run")]
     assert steps == sorted(set(steps)) and steps[-1] == step
 
 
@@ -219,8 +187,8 @@ def test_under_ray_a_resumed_run_equals_the_uninterrupted_run(resumed_under_ray:
     with test_data_parallel_pipeline.py (`resumed_under_ray`), read here for each resumed step."""
     runs = resumed_under_ray
     assert runs.resumed.val_history[0][0] == 2
-    want = {row["step"]: _untimed(row) for row in _rows(runs.whole_dir)}
-    have = {row["step"]: _untimed(row) for row in _rows(runs.resumed_dir)}
+    want = {row["step"]: _untimed(row) for row in read_metrics(runs.whole_dir)}
+    have = {row["step"]: _untimed(row) for row in read_metrics(runs.resumed_dir)}
     assert sorted(have) == [3, 4]
     for step, row in have.items():
         assert row == want[step], f"step {step} differs"
@@ -243,10 +211,10 @@ def test_a_run_resumed_in_its_demonstration_steps_equals_the_uninterrupted_run(t
     resumed = _run_in_process(
         tmp_path, "parts", *demo, "max_steps=4", "save_steps=2", "resume_from_checkpoint=auto"
     )
-    rows = _rows(tmp_path / "parts")
+    rows = read_metrics(tmp_path / "parts")
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     assert [r.get("train/demonstration_step") for r in rows[1:]] == [1.0, 1.0, 1.0, 0.0]
-    for want, have in zip(_rows(tmp_path / "whole"), rows, strict=True):
+    for want, have in zip(read_metrics(tmp_path / "whole"), rows, strict=True):
         assert _untimed(have) == _untimed(want), f"step {want['step']} differs"
     final, reference = _weights(resumed.last_checkpoint), _weights(whole.last_checkpoint)
     assert all(torch.equal(final[k], reference[k]) for k in reference)

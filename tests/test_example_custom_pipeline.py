@@ -9,21 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from small_runs import TWO_GROUPS_ONE_WORKER, steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "custom_pipeline" / "train_shaped_frozen_lake.py"
-SMALL = [
-    "max_steps=2",
-    "save_steps=2",
-    "eval_steps=2",
-    "print_baselines=false",
-    "train_env_manager.num_env_groups=2",
-    "train_env_manager.group_size=4",
-    "train_env_manager.max_env_num_per_worker=8",
-    "val_env_manager.num_env_groups=8",
-    "val_env_manager.max_env_num_per_worker=8",
-    "actor_train.training_args.per_device_train_batch_size=16",
-]
+SMALL = [*steps(2), "print_baselines=false", *TWO_GROUPS_ONE_WORKER]
 
 
 @pytest.mark.slow

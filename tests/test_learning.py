@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import yaml
 from roll_envs import FourChoiceEnv
-from roll_pipeline import AgenticPipeline
 from roll_pipeline.config.compose import compose
 from roll_pipeline.models.recipes import BUILTIN_MODELS
 from roll_pipeline.models.warmup import (
@@ -24,6 +23,7 @@ from roll_pipeline.models.warmup import (
     perception_warmup_examples,
     vocabulary_corpus,
 )
+from small_runs import run_to_end
 
 EXAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples" / "tiny-cpu-agentic"
 EXAMPLE = "agent_four_choice"
@@ -143,11 +143,7 @@ def train(tmp_path: Path, seed: int) -> tuple[float, float]:
             "print_baselines=false",
         ],
     )
-    pipeline = AgenticPipeline(cfg, progress=False)
-    try:
-        summary = pipeline.run()
-    finally:
-        pipeline.close()
+    summary = run_to_end(cfg)
     assert summary.steps == STEPS and [step for step, _ in summary.val_history] == [0, STEPS]
     return summary.val_success(0), summary.val_success(-1)
 

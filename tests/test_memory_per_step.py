@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import warnings
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -69,11 +70,8 @@ def test_a_local_run_retains_no_tensor_or_trajectory_from_step_to_step(tmp_path:
             f"save_steps={STEPS}",
         ],
     )
-    pipeline = CountingPipeline(cfg, progress=False)
-    try:
+    with closing(CountingPipeline(cfg, progress=False)) as pipeline:
         pipeline.run()
-    finally:
-        pipeline.close()
     assert len(pipeline.live) == STEPS
     tensors = [(count, nbytes) for count, nbytes, _ in pipeline.live]
     assert tensors[1][0] > 0 and tensors[1][1] > 0

@@ -9,13 +9,14 @@ hours on 2 cores).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 from roll_pipeline.migrate.translate import migrate_file, to_yaml
+from roll_pipeline.observe.plotting import read_metrics
 from roll_pipeline.preflight import compose
+from small_runs import run_to_end
 
 ROLL_CONFIGS = Path(__file__).resolve().parents[1] / "packages" / "roll-pipeline" / "tests" / "roll_configs"
 
@@ -51,24 +52,15 @@ TWO_SMALL_STEPS = [
     [("agent_val_frozen_lake", "builtin:tiny-frozen-lake"), ("agentic_val_sokoban", "builtin:tiny-sokoban")],
 )
 def test_a_migrated_roll_config_runs_two_steps_on_the_cpu(name, model, tmp_path):
-    from roll_pipeline import AgenticPipeline
-
     config, report = migrate_file(ROLL_CONFIGS / "qwen2.5-0.5B-agentic" / f"{name}.yaml")
     assert report.unsupported == []
     assert config["actor_train"]["strategy_args"]["strategy_name"] == "deepspeed_train"
     (tmp_path / f"{name}.yaml").write_text(to_yaml(config, name), encoding="utf-8")
     overrides = [f"pretrain={model}", *ON_THE_CPU, *TWO_SMALL_STEPS, f"output_dir={tmp_path / 'runs'}"]
     cfg = compose(str(tmp_path), name, overrides, preflight=True)
-    pipeline = AgenticPipeline(cfg, progress=False)
-    try:
-        summary = pipeline.run()
-    finally:
-        pipeline.close()
+    summary = run_to_end(cfg)
     assert summary.steps == 2
-    rows = [
-        json.loads(line)
-        for line in (tmp_path / "runs" / cfg.exp_name / "metrics.jsonl").read_text().splitlines()
-    ]
+    rows = read_metrics(tmp_path / "runs" / cfg.exp_name)
     trained = [r for r in rows if r["step"] > 0]
     assert [r["step"] for r in trained] == [1, 2]
     assert all(math.isfinite(r["actor/pg_loss"]) for r in trained)

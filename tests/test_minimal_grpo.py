@@ -7,7 +7,6 @@ busy cores.
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from types import ModuleType
 import pytest
 import torch
 from roll_envs import four_choice_baselines
+from small_runs import imported_roots
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "minimal_grpo.py"
 ALLOWED_IMPORTS = {"roll_envs", "roll_algos", "torch", "transformers", "numpy"}
@@ -41,12 +41,7 @@ def load_script() -> ModuleType:
 def test_the_script_is_one_short_file_importing_only_roll_envs_roll_algos_and_its_libraries():
     source = SCRIPT.read_text()
     assert len(source.splitlines()) <= 300
-    roots = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            roots.add(node.module.split(".")[0])
+    roots = imported_roots(source)
     assert roots - set(sys.stdlib_module_names) - ALLOWED_IMPORTS == set()
     assert {"roll_envs", "roll_algos"} <= roots
 

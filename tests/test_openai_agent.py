@@ -5,16 +5,14 @@ never re-tokenised; the four train 2 steps side by side with the tiny model in p
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from small_runs import steps
+from small_runs import imported_roots, run_to_end, steps
 
 pytest.importorskip("openai")
 
@@ -43,13 +41,7 @@ READ_TASK = '<tool_call>{"name": "read_task", "arguments": {}}</tool_call>'
 def test_each_example_agent_is_short_and_imports_nothing_of_roll(file: str, imports: set[str]) -> None:
     source = (EXAMPLE / file).read_text()
     assert len(source.splitlines()) <= 80
-    imported = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
-    assert imported - set(sys.stdlib_module_names) == imports
+    assert imported_roots(source) - set(sys.stdlib_module_names) == imports
 
 
 def test_a_completion_that_re_tokenises_differently_trains_on_its_sampled_ids() -> None:
@@ -303,7 +295,7 @@ def test_four_agents_train_two_steps_with_the_tiny_model(tmp_path: Path, monkeyp
     re-tokenising bug in the proxy shows here), not against the turns the proxy built."""
     for _, module in FRAMEWORK_AGENTS.values():
         pytest.importorskip(module)
-    from roll_pipeline import AgenticPipeline
+    from roll_pipeline.observe.plotting import read_metrics
     from roll_pipeline.preflight import compose
     from roll_pipeline.runtime import policy_server
     from roll_pipeline.trainer import experience
@@ -340,13 +332,9 @@ def test_four_agents_train_two_steps_with_the_tiny_model(tmp_path: Path, monkeyp
         ),
     ]
     config = compose(str(EXAMPLE), "agent_frameworks", overrides, preflight=True)
-    pipeline = AgenticPipeline(config, progress=False)
-    try:
-        summary = pipeline.run()
-    finally:
-        pipeline.close()
+    summary = run_to_end(config)
     assert summary.steps == 2
-    rows = [json.loads(x) for x in (summary.run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(summary.run_dir)
     assert [r["step"] for r in rows if r["step"] > 0 and "critic/score/mean" in r] == [1, 2]
     assert all(r.get("val/failed_episodes", 0) == 0 == r.get("rollout/failed_episodes", 0) for r in rows)
     assert tags == {"Agent", *FRAMEWORK_AGENTS}

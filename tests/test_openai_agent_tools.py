@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from small_runs import steps
+from small_runs import run_to_end, steps
 
 pytest.importorskip("openai")
 
@@ -129,7 +129,7 @@ def test_an_agent_that_steps_the_env_gets_400_after_done_and_must_return_none(tm
 
 def test_the_frozen_lake_agent_trains_two_steps_cloned_then_rl_with_the_tiny_model(tmp_path: Path) -> None:
     """The example config as it is, shrunk: one cloning step, one GRPO step, held-out validation."""
-    from roll_pipeline import AgenticPipeline
+    from roll_pipeline.observe.plotting import read_metrics
     from roll_pipeline.preflight import compose
 
     overrides = [
@@ -143,12 +143,8 @@ def test_the_frozen_lake_agent_trains_two_steps_cloned_then_rl_with_the_tiny_mod
         f"custom_envs.Lake.env_config.agent={AGENT}",
     ]
     config = compose(str(EXAMPLE), "agent_frozen_lake", overrides, preflight=True)
-    pipeline = AgenticPipeline(config, progress=False)
-    try:
-        summary = pipeline.run()
-    finally:
-        pipeline.close()
-    rows = [json.loads(x) for x in (summary.run_dir / "metrics.jsonl").read_text().splitlines()]
+    summary = run_to_end(config)
+    rows = read_metrics(summary.run_dir)
     trained = {r["step"]: r for r in rows if "critic/score/mean" in r}
     assert sorted(trained) == [1, 2]
     assert trained[1]["critic/score/mean"] == 1.0  # every cloned episode reaches the goal

@@ -6,12 +6,12 @@ against 0.24 at step 1)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from roll_pipeline import AgenticPipeline
 from roll_pipeline.config.compose import compose
+from roll_pipeline.observe.plotting import read_metrics
+from small_runs import run_to_end
 
 EXAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples" / "tiny-cpu-agentic"
 COMPARED = ("actor/grad_norm", "actor/entropy", "actor/pg_loss", "critic/score/mean")
@@ -32,14 +32,8 @@ def two_steps(tmp_path: Path, share: bool) -> list[dict[str, float]]:
         "track_with=[]",
         "print_baselines=false",
     ]
-    pipeline = AgenticPipeline(compose(str(EXAMPLE_DIR), "agent_four_choice", overrides), progress=False)
-    try:
-        pipeline.run()
-    finally:
-        pipeline.close()
-    lines = (out / "four_choice_tiny" / "metrics.jsonl").read_text().splitlines()
-    rows = [json.loads(line) for line in lines]
-    return [r for r in rows if r["step"] in (1, 2)]
+    run_to_end(compose(str(EXAMPLE_DIR), "agent_four_choice", overrides))
+    return [r for r in read_metrics(out / "four_choice_tiny") if r["step"] in (1, 2)]
 
 
 @pytest.mark.slow  # two runs of 2 steps of the tiny model, about 6 s each

@@ -4,39 +4,22 @@ do not fit the env are refused by `roll config` before anything starts."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from roll_pipeline import AgenticPipeline
 from roll_pipeline.config.compose import ConfigError
+from roll_pipeline.observe.plotting import read_metrics
 from roll_pipeline.preflight import compose
+from small_runs import TWO_GROUPS_ONE_WORKER, run_to_end, steps
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-cpu-agentic"
-SMALL = [
-    "max_steps=2",
-    "save_steps=2",
-    "eval_steps=2",
-    "cluster.backend=local",
-    "train_env_manager.num_env_groups=2",
-    "train_env_manager.group_size=4",
-    "train_env_manager.max_env_num_per_worker=8",
-    "val_env_manager.num_env_groups=8",
-    "val_env_manager.max_env_num_per_worker=8",
-    "actor_train.training_args.per_device_train_batch_size=16",
-]
+SMALL = [*steps(2), "cluster.backend=local", *TWO_GROUPS_ONE_WORKER]
 
 
 def test_self_play_trains_and_validates_against_a_fixed_player(tmp_path):
     config = compose(str(EXAMPLE), "agent_tictactoe_selfplay", [*SMALL, f"output_dir={tmp_path}"])
-    pipeline = AgenticPipeline(config, progress=False)
-    try:
-        pipeline.run()
-    finally:
-        pipeline.close()
-    rows = [
-        json.loads(line) for line in (tmp_path / config.exp_name / "metrics.jsonl").read_text().splitlines()
-    ]
+    run_to_end(config)
+    rows = read_metrics(tmp_path / config.exp_name)
     trained = [r for r in rows if "env/TicTacToe/success" in r]
     assert [r["step"] for r in trained] == [1, 2]
     for row in trained:  # a seat's trajectory holds its own moves: about half a game's

@@ -1,14 +1,10 @@
 """Baselines on given seeds (a run's validation seeds): every built-in scores exactly those episodes, the result
-names them, a hook without `seeds` is told how to take them, and `distinct_observations` counts the prompts."""
+names them, and `distinct_observations` counts the prompts (a third-party hook's seeds: test_env_baselines_hook.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar
-
-import pytest
 import roll_envs
-from roll_envs import ActionOutcome, BaseEnv, EnvBaselines, env_baselines
+from roll_envs import env_baselines
 from roll_envs.baseline_types import HELD_OUT_SEED_START
 from roll_envs.baselines import distinct_observations
 from roll_envs.envs.four_choice import ANSWERS, right_answer
@@ -49,68 +45,3 @@ def test_distinct_observations_counts_the_prompts_the_episodes_show():
         distinct_observations(roll_envs.make("four_choice", colour="red", render_mode=None), VALIDATION) == 1
     )
     assert distinct_observations(roll_envs.make("frozen_lake", render_mode=None), VALIDATION) == 64
-
-
-class Coin(BaseEnv):
-    """Guess a fair coin; the hooks below count always-Heads."""
-
-    owns_random_state = True
-
-    @property
-    def instruction(self) -> str:
-        return "Guess the coin: Heads or Tails."
-
-    @property
-    def valid_actions(self) -> list[str]:
-        return ["Heads", "Tails"]
-
-    def new_episode(self, rng, options) -> None:
-        self.coin = "Heads" if rng.random() < 0.5 else "Tails"
-
-    def apply_action(self, action: str) -> ActionOutcome:
-        return ActionOutcome(float(action == self.coin), True, True)
-
-    def text_observation(self) -> str:
-        return "The coin is in the air."
-
-    def is_success(self) -> bool:
-        return False
-
-    def _heads(self, seeds: Sequence[int], turns: int) -> EnvBaselines:
-        heads = 0
-        for seed in seeds:
-            self.reset(seed=seed)
-            heads += self.coin == "Heads"
-        return EnvBaselines("Coin", "flips", turns, {"always_heads": heads / len(seeds)}, "", {})
-
-
-class CoinWithSeeds(Coin):
-    seen: ClassVar[list[tuple[int, ...]]] = []
-
-    def baselines(self, turns: int, episodes: int = 1000, seeds: Sequence[int] | None = None) -> EnvBaselines:
-        played = tuple(range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes) if seeds is None else seeds)
-        type(self).seen.append(played)
-        return self._heads(played, turns)
-
-
-class CoinWithoutSeeds(Coin):
-    def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines:
-        return self._heads(range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes), turns)
-
-
-def test_a_third_party_hook_gets_the_seeds():
-    CoinWithSeeds.seen.clear()
-    found = env_baselines(CoinWithSeeds(), 1, seeds=[5, 6, 7])
-    assert CoinWithSeeds.seen == [(5, 6, 7)] and found.seeds == (5, 6, 7)
-    assert distinct_observations(CoinWithSeeds(), [5, 6, 7]) == 1
-
-
-def test_a_hook_that_takes_no_seeds_says_how_to_take_them():
-    env = CoinWithoutSeeds()
-    assert env_baselines(env, 1, episodes=10).seeds == tuple(
-        range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + 10)
-    )
-    with pytest.raises(
-        TypeError, match=r"CoinWithoutSeeds\.baselines.*takes no seeds.*seeds: Sequence\[int\]"
-    ):
-        env_baselines(env, 1, seeds=[1, 2])

@@ -1,8 +1,10 @@
 """Baselines through the env hook: `env_baselines` / `has_baselines` ask the env itself, so a third-party
-env provides its own; an env without the hook has none; the built-ins answer as before."""
+env provides its own, scored on the seeds given when its hook takes them; an env without the hook has none;
+the built-ins answer as before."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 import roll_envs
 import roll_envs.baselines as generic
 from roll_envs import ActionOutcome, BaseEnv, EnvBaselines, env_baselines, registry
-from roll_envs.baselines import HELD_OUT_SEED_START, has_baselines
+from roll_envs.baselines import HELD_OUT_SEED_START, distinct_observations, has_baselines
 from roll_envs.envs.frozen_lake import baselines as frozen_lake_module
 
 
@@ -39,19 +41,35 @@ class CoinEnv(BaseEnv):
         return self.won
 
 
+def always_heads(env: CoinEnv, turns: int, seeds: Sequence[int]) -> EnvBaselines:
+    """The coin's baselines: how often always guessing Heads wins on the episodes of `seeds`."""
+    wins = 0
+    for seed in seeds:
+        env.reset(seed=seed)
+        wins += env.coin == "Heads"
+    note = "A policy at one half does not read the coin (it cannot)."
+    return EnvBaselines("Coin", "flips", turns, {"always_heads": wins / len(seeds)}, note, {})
+
+
 class CoinEnvWithBaselines(CoinEnv):
-    """The same game with the hook: always guessing Heads, counted on the held-out seeds."""
+    """The same game with the hook, which takes no seeds: always Heads, counted on the held-out seeds."""
 
     calls: ClassVar[list[tuple[int, int]]] = []
 
     def baselines(self, turns: int, episodes: int = 1000) -> EnvBaselines:
         type(self).calls.append((turns, episodes))
-        wins = 0
-        for seed in range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes):
-            self.reset(seed=seed)
-            wins += self.coin == "Heads"
-        note = "A policy at one half does not read the coin (it cannot)."
-        return EnvBaselines("Coin", "flips", turns, {"always_heads": wins / episodes}, note, {})
+        return always_heads(self, turns, range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes))
+
+
+class CoinEnvWithSeeds(CoinEnv):
+    """The same game with the hook that takes the seeds to score (the held-out seeds when none are given)."""
+
+    seen: ClassVar[list[tuple[int, ...]]] = []
+
+    def baselines(self, turns: int, episodes: int = 1000, seeds: Sequence[int] | None = None) -> EnvBaselines:
+        played = tuple(range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + episodes) if seeds is None else seeds)
+        type(self).seen.append(played)
+        return always_heads(self, turns, played)
 
 
 def test_a_custom_env_provides_its_baselines_through_the_hook():
@@ -68,6 +86,24 @@ def test_a_custom_env_provides_its_baselines_through_the_hook():
     )
     assert set(found.success) == {"always_heads"} and 0.4 < found.success["always_heads"] < 0.6
     assert found == generic.env_baselines(env, 1, 400)  # the same entry point under both names
+
+
+def test_a_third_party_hook_gets_the_seeds():
+    CoinEnvWithSeeds.seen.clear()
+    found = env_baselines(CoinEnvWithSeeds(), 1, seeds=[5, 6, 7])
+    assert CoinEnvWithSeeds.seen == [(5, 6, 7)] and found.seeds == (5, 6, 7)
+    assert distinct_observations(CoinEnvWithSeeds(), [5, 6, 7]) == 1
+
+
+def test_a_hook_that_takes_no_seeds_says_how_to_take_them():
+    env = CoinEnvWithBaselines()
+    assert env_baselines(env, 1, episodes=10).seeds == tuple(
+        range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + 10)
+    )
+    with pytest.raises(
+        TypeError, match=r"CoinEnvWithBaselines\.baselines.*takes no seeds.*seeds: Sequence\[int\]"
+    ):
+        env_baselines(env, 1, seeds=[1, 2])
 
 
 def test_a_registered_custom_env_with_the_hook_is_found_by_id():

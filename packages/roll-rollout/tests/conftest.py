@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -61,6 +62,15 @@ def make_hf_tokenizer():
 def make_word_tokenizer():
     """`make_word_tokenizer(words)`: a tokenizer built as `chat_tokenizer` is, over other words."""
     return word_level_tokenizer
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """The event a test's hanging env calls wait on (`FaultyEnv(release=...)`), set when the test ends, passed or
+    failed, so that no env thread stays blocked past it."""
+    event = threading.Event()
+    yield event
+    event.set()
 
 
 @pytest.fixture

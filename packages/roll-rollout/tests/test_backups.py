@@ -66,10 +66,11 @@ LIMITS = EnvCallLimits(max_env_step_concurrent=8, env_step_timeout_s=TIMEOUT_S, 
 
 
 @pytest.mark.parametrize("concurrent", [8, 1])
-def test_a_hung_step_is_backed_up_on_a_finished_slot_of_its_group(scheduler_factory, answer_ids, concurrent):
+def test_a_hung_step_is_backed_up_on_a_finished_slot_of_its_group(
+    scheduler_factory, answer_ids, concurrent, release
+):
     """Racing backups: with one env call allowed at a time (`concurrent=1`) the backup runs only because the
     slow call handed its permit on."""
-    release = threading.Event()
     scheduler = scheduler_factory(
         EnvLayout(2, 2, ("A",), (2,), max_env_num_per_worker=4),
         ScriptedPolicy(answer_ids),
@@ -77,20 +78,16 @@ def test_a_hung_step_is_backed_up_on_a_finished_slot_of_its_group(scheduler_fact
         limits=dataclasses.replace(LIMITS, max_env_step_concurrent=concurrent),
         settings=RACE,
     )
-    try:
-        (batch,) = run_batches(scheduler, (4, None))
-    finally:
-        release.set()
+    (batch,) = run_batches(scheduler, (4, None))
     assert len(batch) == 4 and all(t.error is None for t in batch.trajectories)
     assert batch.metrics["rollout/backup_episodes"] >= 1 and batch.metrics["rollout/env_timeouts"] == 0
     assert 0 not in {t.env_id for t in batch.trajectories}  # slot 0 never finished: its backup did
     assert sum(scheduler.ledger.total.values()) == scheduler.dispatched
 
 
-def test_a_validation_seed_is_backed_up_on_an_idle_layout_group(scheduler_factory, answer_ids):
+def test_a_validation_seed_is_backed_up_on_an_idle_layout_group(scheduler_factory, answer_ids, release):
     """One slot per group (as validation runs): the backup borrows an idle layout group, and every seed is
     played once in the batch."""
-    release = threading.Event()
     scheduler = scheduler_factory(
         EnvLayout(4, 1, ("A",), (4,), max_env_num_per_worker=4),
         ScriptedPolicy(answer_ids),
@@ -99,10 +96,7 @@ def test_a_validation_seed_is_backed_up_on_an_idle_layout_group(scheduler_factor
         settings=RACE,
     )
     seeds = [11, 12]
-    try:
-        first, second = run_batches(scheduler, (2, seeds), (2, seeds))
-    finally:
-        release.set()
+    first, second = run_batches(scheduler, (2, seeds), (2, seeds))
     for batch in (first, second):
         assert sorted(t.seed for t in batch.trajectories) == seeds
         assert all(t.error is None for t in batch.trajectories)
@@ -114,21 +108,17 @@ def test_a_validation_seed_is_backed_up_on_an_idle_layout_group(scheduler_factor
 
 
 def test_in_training_a_hung_episode_is_replaced_by_its_running_backup_at_the_timeout(
-    scheduler_factory, answer_ids
+    scheduler_factory, answer_ids, release
 ):
     """Training: the hung episode holds its group until its call times out, then its backup (which finished
     meanwhile on a finished slot of the group) takes its place, with no replay from the start."""
-    release = threading.Event()
     scheduler = scheduler_factory(
         EnvLayout(2, 2, ("A",), (2,), max_env_num_per_worker=4),
         ScriptedPolicy(answer_ids),
         env_factory=first_env_hangs(release),
         limits=dataclasses.replace(LIMITS, env_step_timeout_s=1.0),
     )
-    try:
-        (batch,) = run_batches(scheduler, (4, None))
-    finally:
-        release.set()
+    (batch,) = run_batches(scheduler, (4, None))
     assert len(batch) == 4 and all(t.error is None for t in batch.trajectories)
     backups = batch.metrics["rollout/backup_episodes"]
     assert backups >= 1 and batch.metrics["rollout/env_timeouts"] == 1
@@ -139,10 +129,9 @@ def test_in_training_a_hung_episode_is_replaced_by_its_running_backup_at_the_tim
     assert sum(scheduler.ledger.total.values()) == scheduler.dispatched
 
 
-def test_a_backup_samples_as_its_group_began(scheduler_factory, answer_ids):
+def test_a_backup_samples_as_its_group_began(scheduler_factory, answer_ids, release):
     """A `set_sampling` while a group episode runs applies to the group episodes started after it: the backup
     of its hung episode samples as the group's first episodes did."""
-    release = threading.Event()
     temperatures: list[float] = []
     scheduler = scheduler_factory(
         EnvLayout(2, 2, ("A",), (2,), max_env_num_per_worker=4),
@@ -160,10 +149,7 @@ def test_a_backup_samples_as_its_group_began(scheduler_factory, answer_ids):
         finally:
             await scheduler.stop()
 
-    try:
-        batch = asyncio.run(scenario())
-    finally:
-        release.set()
+    batch = asyncio.run(scenario())
     assert batch.metrics["rollout/backup_episodes"] >= 1
     assert set(temperatures) == {1.0}
 
@@ -253,8 +239,7 @@ def test_a_place_trains_its_first_attempt_that_did_not_fail():
     assert attempts.trained() is None and attempts.all_failed  # every attempt failed: the place replays
 
 
-def test_no_backups_when_turned_off(scheduler_factory, answer_ids):
-    release = threading.Event()
+def test_no_backups_when_turned_off(scheduler_factory, answer_ids, release):
     limits = EnvCallLimits(max_env_step_concurrent=8, env_step_timeout_s=0.5, backup_after_s=0.0)
     scheduler = scheduler_factory(
         EnvLayout(2, 2, ("A",), (2,), max_env_num_per_worker=4),
@@ -263,10 +248,7 @@ def test_no_backups_when_turned_off(scheduler_factory, answer_ids):
         limits=limits,
         settings=SchedulerSettings(max_failures_per_group=4),
     )
-    try:
-        (batch,) = run_batches(scheduler, (4, None))
-    finally:
-        release.set()
+    (batch,) = run_batches(scheduler, (4, None))
     assert len(batch) == 4
     assert batch.metrics["rollout/backup_episodes"] == 0 and batch.metrics["rollout/env_timeouts"] == 1
 

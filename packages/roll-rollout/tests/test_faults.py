@@ -19,10 +19,9 @@ def rss_mb() -> float:
 
 
 @pytest.mark.timeout(300)
-def test_5pct_raising_and_1pct_hanging_steps_512_trajectories(scheduler_factory, answer_ids):
+def test_5pct_raising_and_1pct_hanging_steps_512_trajectories(scheduler_factory, answer_ids, release):
     injected: Counter[str] = Counter()
     lock = threading.Lock()
-    release = threading.Event()
 
     def record(kind):
         with lock:
@@ -55,10 +54,7 @@ def test_5pct_raising_and_1pct_hanging_steps_512_trajectories(scheduler_factory,
         await scheduler.stop()
         return batches, memory, peak_threads
 
-    try:
-        batches, memory, peak_threads = asyncio.run(scenario())
-    finally:
-        release.set()
+    batches, memory, peak_threads = asyncio.run(scenario())
     trajs = [t for b in batches for t in b.trajectories]
     failed = [t for b in batches for t in b.failed]
     assert len(trajs) == 512 and len({t.episode_id for t in trajs}) == 512
@@ -77,8 +73,7 @@ def test_5pct_raising_and_1pct_hanging_steps_512_trajectories(scheduler_factory,
 
 
 @pytest.mark.timeout(120)
-def test_hung_calls_get_the_worker_recycled_and_the_batch_still_comes(scheduler_factory, answer_ids):
-    release = threading.Event()
+def test_hung_calls_get_the_worker_recycled_and_the_batch_still_comes(scheduler_factory, answer_ids, release):
     hangs = Counter()
     made = iter(range(100_000))
 
@@ -109,10 +104,7 @@ def test_hung_calls_get_the_worker_recycled_and_the_batch_still_comes(scheduler_
         await scheduler.stop()
         return batch
 
-    try:
-        batch = asyncio.run(scenario())
-    finally:
-        release.set()
+    batch = asyncio.run(scenario())
     assert len(batch) == 4 and all(t.error is None for t in batch.trajectories)
     assert batch.metrics["rollout/env_worker_recycles"] >= 1
     assert hangs["hang"] >= 2  # the recycle answered hung calls, not something else

@@ -52,16 +52,13 @@ def template_renders_tools(tokenizer: ChatTokenizer) -> bool:
     return "tools" in str(getattr(tokenizer, "chat_template", None) or "")
 
 
-def chat_prompt_ids(
-    tokenizer: ChatTokenizer, messages: Any, tools: Any = None, *, native_tools: bool | None = None
-) -> list[int]:
+def chat_prompt_ids(tokenizer: ChatTokenizer, messages: Any, tools: Any = None) -> list[int]:
     """The prompt ids of a chat request's `messages` (and `tools`), with the generation prompt."""
     _check_messages(messages)
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         raise ChatRequestError("tools must be a list of {type: function, function: {...}} objects")
     tools = tools or None
-    native = template_renders_tools(tokenizer) if native_tools is None else native_tools
-    if native:
+    if template_renders_tools(tokenizer):
         kwargs: dict[str, Any] = {"tools": tools} if tools else {}
         rendered = [_native_message(m) for m in messages]
     else:

@@ -71,7 +71,6 @@ class RolloutScheduler:
         if self.settings.filter_keep_fraction < 1 and group_filter is None:
             raise SchedulerError("filter_keep_fraction < 1 needs a group_filter")
         self.sampling_by_tag = dict(sampling_by_tag)
-        self.group_filter = group_filter
         self.policy_version = 0
         self.ledger = Ledger()
         self.dispatched = 0
