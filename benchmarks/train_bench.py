@@ -29,7 +29,8 @@ from roll_pipeline.assembly.settings import actor_loss
 from roll_pipeline.config.compose import tiny_config
 from roll_pipeline.models.cache import resolve_pretrain
 from roll_pipeline.models.recipes import TINY_FROZEN_LAKE_INSTRUCTION
-from roll_pipeline.trainer.micro_batches import TrainLayout, build_micro_batches
+from roll_pipeline.trainer.micro_batches import build_micro_batches
+from roll_pipeline.trainer.micro_plan import TrainLayout
 from roll_pipeline.trainer.samples import Samples, build_samples
 from roll_rollout import PromptBuilder, Trajectory, Turn
 

@@ -9,17 +9,16 @@ import json
 import sys
 
 from pydantic import BaseModel
-from roll_pipeline.config.schema import (
-    AgenticConfig,
+from roll_pipeline.config.envs import CustomEnvConfig, EnvManagerConfig
+from roll_pipeline.config.roles import (
     ClusterConfig,
-    CustomEnvConfig,
-    EnvManagerConfig,
     GeneratingArgs,
     ModelArgs,
     StrategyArgs,
     TrainingArgs,
     WorkerConfig,
 )
+from roll_pipeline.config.schema import AgenticConfig
 
 MODELS: list[type[BaseModel]] = [
     AgenticConfig,
