@@ -79,7 +79,7 @@ def test_a_reference_at_the_rl_start_is_the_cloned_policy(tmp_path, kl_reference
         pipeline.run()
     finally:
         pipeline.close()
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(tmp_path / "run")
     rl_step = next(r for r in rows if r["step"] == 2)
     assert rl_step["train/demonstration_step"] == 0.0
     if kl_reference == "rl_start":

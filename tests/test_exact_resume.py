@@ -245,10 +245,10 @@ def test_a_reference_at_the_rl_start_resumes_from_before_and_after_it_into_the_u
     reference = load_file(str(checkpoints / "checkpoint-2" / REFERENCE_FILE))
     clone = _weights(checkpoints / "checkpoint-1")  # the actor as the first RL step started
     assert reference.keys() == clone.keys() and all(torch.equal(reference[k], clone[k]) for k in clone)
-    rows = _rows(tmp_path / "parts")
+    rows = read_metrics(tmp_path / "parts")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[1]["critic/kl"] == 0.0 and rows[2]["critic/kl"] > 0.0  # the policy is its reference at step 2
-    for want, have in zip(_rows(tmp_path / "whole"), rows, strict=True):
+    for want, have in zip(read_metrics(tmp_path / "whole"), rows, strict=True):
         assert _untimed(have) == _untimed(want), f"step {want['step']} differs"
     final, uninterrupted = _weights(parts.last_checkpoint), _weights(whole.last_checkpoint)
     assert all(torch.equal(final[k], uninterrupted[k]) for k in uninterrupted)
