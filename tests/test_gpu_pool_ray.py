@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 import pytest
-from roll_pipeline.config.schema import WorkerConfig
+from roll_pipeline.config.roles import WorkerConfig
 from roll_pipeline.runtime.cluster import ClusterError, RayCluster
 from roll_pipeline.runtime.placement import plan_roles
 from roll_pipeline.runtime.workers import RoleSpawner, SpawnSettings

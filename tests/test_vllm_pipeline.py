@@ -35,11 +35,11 @@ MEAN_LOGPROB_TOLERANCE = 1e-4
 
 @pytest.fixture
 def smollm2() -> None:
-    from roll_pipeline import preflight
+    from roll_pipeline.models import model_checks
     from roll_strategies.models.gguf import find_smollm2_gguf
 
     source = find_smollm2_gguf()
-    if source is None or preflight._converted_gguf(source) is None:
+    if source is None or model_checks._converted_gguf(source) is None:
         pytest.skip("SmolLM2 not converted (uv run python tools/convert_gguf.py --fetch-smollm2)")
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from roll_pipeline.config.schema import WorkerConfig
+from roll_pipeline.config.roles import WorkerConfig
 from roll_pipeline.runtime import rollout as rollout_module
 from roll_pipeline.runtime.cluster import CpuCapacity
 from roll_pipeline.runtime.placement import ENV_WORKER_CPUS, Placement, plan_cpus

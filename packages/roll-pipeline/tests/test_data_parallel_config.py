@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 from roll_pipeline.config.compose import tiny_config
-from roll_pipeline.config.schema import WorkerConfig
+from roll_pipeline.config.roles import WorkerConfig
 from roll_pipeline.runtime.cluster import CpuCapacity
 from roll_pipeline.runtime.placement import plan_cpus, plan_placement
 

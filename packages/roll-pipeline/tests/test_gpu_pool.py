@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 from roll_pipeline.config.compose import tiny_config
-from roll_pipeline.config.schema import WorkerConfig
+from roll_pipeline.config.roles import WorkerConfig
 from roll_pipeline.runtime.gpu_pool import GpuPool, GpuSlots, plan_gpu_pool
 from roll_pipeline.runtime.placement import plan_roles
 from roll_pipeline.runtime.workers import SpawnSettings

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 from roll_pipeline.cli import commands as cli
 from roll_pipeline.config.compose import tiny_config
-from roll_pipeline.config.schema import WorkerConfig
+from roll_pipeline.config.roles import WorkerConfig
 from roll_pipeline.config.strategies import strategy_problems
 from roll_pipeline.runtime.placement import Placement, model_folder, plan_placement
 

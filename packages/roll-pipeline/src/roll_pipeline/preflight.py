@@ -33,10 +33,8 @@ from roll_rollout import RolloutError
 from roll_rollout.hosting.env_kinds import env_kind
 
 from roll_pipeline.config.compose import compose_data, raw_section, validate
-from roll_pipeline.config.schema import AgenticConfig, CustomEnvConfig
-from roll_pipeline.models.model_checks import (
-    _converted_gguf as _converted_gguf,  # read here by tests/test_vllm_pipeline.py
-)
+from roll_pipeline.config.envs import CustomEnvConfig
+from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.models.model_checks import check_pretrain, check_share_prefix, check_stop_strings
 
 __all__ = [

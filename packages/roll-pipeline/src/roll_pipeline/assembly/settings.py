@@ -22,8 +22,9 @@ from typing import Any, Literal, TypeVar
 
 from roll_algos import ActorLoss, AdvantageConfig, CriticLoss
 
+from roll_pipeline.config.envs import EnvManagerConfig
 from roll_pipeline.config.roles import ClusterConfig
-from roll_pipeline.config.schema import AgenticConfig, EnvManagerConfig
+from roll_pipeline.config.schema import AgenticConfig
 from roll_pipeline.runtime.placement import plan_placement, roles_model
 from roll_pipeline.runtime.rollout import RolloutSettings, layout_of
 from roll_pipeline.runtime.workers import SpawnSettings

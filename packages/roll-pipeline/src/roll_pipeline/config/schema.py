@@ -24,13 +24,7 @@ from roll_pipeline.config.envs import CustomEnvConfig, EnvManagerConfig, default
 from roll_pipeline.config.roles import ClusterConfig, StrategyArgs, WorkerConfig
 from roll_pipeline.config.run import RunFields
 
-__all__ = [
-    "AgenticConfig",
-    "CustomEnvConfig",
-    "EnvManagerConfig",
-    "WorkerConfig",
-    "default_values",
-]
+__all__ = ["AgenticConfig", "default_values"]
 
 
 # pydantic orders inherited fields by the reversed MRO: RunFields' keys first, then AlgorithmFields', then these.

@@ -301,7 +301,9 @@ def _by_fields(mapping: dict[str, Any], fields: list[str]) -> dict[str, Any]:
 
 def _ordered(config: dict[str, Any]) -> dict[str, Any]:
     """`config` with its keys in the schema's field order (top level, worker sections, env tags)."""
-    from roll_pipeline.config.schema import AgenticConfig, CustomEnvConfig, WorkerConfig
+    from roll_pipeline.config.envs import CustomEnvConfig
+    from roll_pipeline.config.roles import WorkerConfig
+    from roll_pipeline.config.schema import AgenticConfig
 
     out = _by_fields(config, list(AgenticConfig.model_fields))
     for role in ROLES:

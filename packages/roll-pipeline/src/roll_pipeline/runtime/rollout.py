@@ -26,8 +26,8 @@ from roll_rollout import (
     envs_per_worker,
 )
 
+from roll_pipeline.config.envs import CustomEnvConfig, EnvManagerConfig
 from roll_pipeline.config.roles import GeneratingArgs
-from roll_pipeline.config.schema import CustomEnvConfig, EnvManagerConfig
 from roll_pipeline.runtime.cluster import Cluster
 from roll_pipeline.runtime.placement import ENV_WORKER_CPUS
 
