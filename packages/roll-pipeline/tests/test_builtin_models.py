@@ -8,13 +8,9 @@ import hashlib
 import json
 
 import pytest
+from roll_envs.envs.frozen_lake import frozen_lake_neighbours
 from roll_pipeline.models.recipes import BUILTIN_MODELS, HISTORY_WINDOW, TINY_FROZEN_LAKE_INSTRUCTION
-from roll_pipeline.models.warmup import (
-    NEIGHBOUR_QUESTION,
-    format_warmup_examples,
-    frozen_lake_neighbours,
-    perception_warmup_examples,
-)
+from roll_pipeline.models.warmup import NEIGHBOUR_QUESTION, format_warmup_examples, perception_warmup_examples
 
 SOKOBAN_SYMBOLS = set("#_O√XPS\n")
 

@@ -21,8 +21,6 @@ from roll_strategies.infer.sleep import DEFAULT_SLEEP_LEVEL, SLEEP_LEVELS
 from roll_pipeline.config.roles import WorkerConfig
 
 __all__ = [
-    "DEFAULT_SLEEP_LEVEL",
-    "SLEEP_LEVELS",
     "InferSleep",
     "colocated_with_infer",
     "infer_sleep",

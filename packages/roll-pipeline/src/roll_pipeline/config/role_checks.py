@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from roll_pipeline.config.colocation import SLEEP_LEVELS, infer_sleep, sleep_level_of
+from roll_strategies.infer.sleep import SLEEP_LEVELS
+
+from roll_pipeline.config.colocation import infer_sleep, sleep_level_of
 from roll_pipeline.config.roles import GeneratingArgs, TrainingArgs
 from roll_pipeline.config.tiny_recipe import TINY_RECIPE, field_default
 

@@ -20,7 +20,6 @@ __all__ = [
     "WarmupExamples",
     "format_warmup_examples",
     "four_choice_perception_examples",
-    "frozen_lake_neighbours",
     "frozen_lake_perception_examples",
     "perception_warmup_examples",
     "vocabulary_corpus",
