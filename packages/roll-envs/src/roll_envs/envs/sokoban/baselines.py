@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium.utils import seeding
 
-from roll_envs.baseline_types import HELD_OUT_SEED_START, scored_seeds  # noqa: F401 (read from here too)
+from roll_envs.baseline_types import scored_seeds
 from roll_envs.config import build_config
 from roll_envs.envs.frozen_lake.baselines import best_fixed_sequence, sequence_success
 from roll_envs.envs.sokoban.generator import Room
