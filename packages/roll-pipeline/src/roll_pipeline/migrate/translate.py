@@ -152,8 +152,8 @@ class Migration:
             self.unsupported(keys, self.file.errors.get(keys, "the value does not resolve"))
         return value
 
-    def apply(self, keys: Keys, rule: Rule, captures: list[str], rule_keys: Keys | None = None) -> None:
-        """Apply `rule` (matched on `rule_keys`, default `keys`) to the ROLL key `keys`."""
+    def apply(self, keys: Keys, rule: Rule, captures: list[str]) -> None:
+        """Apply `rule` (matched on `keys`, or on the path `walk` read them under) to the ROLL key `keys`."""
         from roll_pipeline.migrate.handlers import HANDLERS
 
         if rule.kind == "handler":
@@ -197,7 +197,7 @@ class Migration:
             rule_keys = (*rule_prefix, key) if rule_prefix is not None else path
             found = match_rule(rule_keys)
             if found is not None:
-                self.apply(path, found[0], found[1], rule_keys)
+                self.apply(path, *found)
             elif not keys and key not in ROLL_FIELDS:
                 self.claim_all(path)
                 self.drop(path, IGNORED_REASON)
