@@ -18,7 +18,7 @@ import os
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
-from roll_pipeline.runtime.cluster_base import Cluster, CpuCapacity, WorkerAsk
+from roll_pipeline.runtime.cluster_base import Cluster, CpuCapacity, WorkerSpec
 from roll_pipeline.runtime.gpu_pool import GpuSlots, PoolError, RayGpuPool, rank_group
 from roll_pipeline.runtime.local_cluster import LocalCluster
 
@@ -65,30 +65,22 @@ class RayCluster(Cluster):
                 kwargs["runtime_env"] = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
             ray.init(address=address, **kwargs)
 
-    def _spawn(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], ask: WorkerAsk) -> Any:
+    def _spawn(self, spec: WorkerSpec) -> Any:
         """Start an actor of `cls` (named for logs), asking for the given resources.
 
         Actors without GPUs are spread over the cluster's nodes (Ray would otherwise pack every
         zero-resource actor on the driver's node); GPU actors go where their GPUs are: with `gpus`, in the
         bundles of the run's GPU pool (`gpu_pool`)."""
-        options: dict[str, Any] = {"num_cpus": ask.num_cpus, "num_gpus": ask.num_gpus}
-        if ask.gpus is not None:
-            options.update(self._pool_options(ask.gpus, ask.gpus.gpus, ask))
-        elif not ask.num_gpus:
+        options: dict[str, Any] = {"num_cpus": spec.num_cpus, "num_gpus": spec.num_gpus}
+        if spec.gpus is not None:
+            options.update(self._pool_options(spec.gpus, spec.gpus.gpus, spec))
+        elif not spec.num_gpus:
             options["scheduling_strategy"] = "SPREAD"
-        actor_cls = self._ray.remote(cls).options(**options)
-        actor = actor_cls.remote(*args, **kwargs)
+        actor = self._ray.remote(spec.cls).options(**options).remote(*spec.args, **spec.kwargs)
         self._actors.append(actor)
         return actor
 
-    def _spawn_ranks(
-        self,
-        cls: type,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        rank_kwargs: Sequence[Mapping[str, Any]],
-        ask: WorkerAsk,
-    ) -> list[Any]:
+    def _spawn_ranks(self, spec: WorkerSpec, rank_kwargs: Sequence[Mapping[str, Any]]) -> list[Any]:
         """The ranks' actors, built in two phases: a task where rank 0 runs reports its node's IP and a free port
         there, then every rank is started with that rendezvous and they meet while being built. With `gpus`, rank
         r runs in the GPU pool's bundle of GPU `gpus.gpus[r]`; without, the ranks get a placement group of their
@@ -96,25 +88,27 @@ class RayCluster(Cluster):
         from roll_strategies import DataParallelSpec
 
         size = len(rank_kwargs)
-        if ask.gpus is not None:
-            each = [self._pool_options(ask.gpus, (gpu,), ask) for gpu in ask.gpus.gpus]
-            placed = [{"num_cpus": ask.num_cpus, **options} for options in each]
+        if spec.gpus is not None:
+            each = [self._pool_options(spec.gpus, (gpu,), spec) for gpu in spec.gpus.gpus]
+            placed = [{"num_cpus": spec.num_cpus, **options} for options in each]
         else:
             try:
-                group, placed = rank_group(self._ray, size, ask.num_cpus, ask.num_gpus, PLACEMENT_TIMEOUT_S)
+                group, placed = rank_group(self._ray, size, spec.num_cpus, spec.num_gpus, PLACEMENT_TIMEOUT_S)
             except PoolError as exc:
-                raise ClusterError(f"{ask.name}: {exc}") from exc
+                raise ClusterError(f"{spec.name}: {exc}") from exc
             self._groups.append(group)
         probe = self._ray.remote(num_cpus=0)(node_address).options(
             scheduling_strategy=placed[0]["scheduling_strategy"]
         )
         master_addr, master_port = self._ray.get(probe.remote())
-        actor_cls = self._ray.remote(cls)
+        actor_cls = self._ray.remote(spec.cls)
         ranks = []
         for rank, extra in enumerate(rank_kwargs):
-            spec = DataParallelSpec(rank, size, master_addr, master_port)
+            group_rank = DataParallelSpec(rank, size, master_addr, master_port)
             ranks.append(
-                actor_cls.options(**placed[rank]).remote(*args, **kwargs, **extra, data_parallel=spec)
+                actor_cls.options(**placed[rank]).remote(
+                    *spec.args, **spec.kwargs, **extra, data_parallel=group_rank
+                )
             )
         self._actors.extend(ranks)
         # actor creation is asynchronous: wait until every rank has joined the group, or raise the first failure
@@ -124,19 +118,19 @@ class RayCluster(Cluster):
             self._ray.get(done)
         return ranks
 
-    def _pool_options(self, slots: GpuSlots, gpus: tuple[int, ...], ask: WorkerAsk) -> dict[str, Any]:
+    def _pool_options(self, slots: GpuSlots, gpus: tuple[int, ...], spec: WorkerSpec) -> dict[str, Any]:
         """Ray options of a worker on `gpus` of the run's GPU pool, reserving the pool on first use."""
         try:
             if self._pool is None:
                 self._pool = RayGpuPool(self._ray, slots.pool, self.placement_timeout_s, self._can_grow)
             elif self._pool.pool != slots.pool:
                 raise PoolError(
-                    f"{ask.name} asks for GPU pool {slots.pool}, but this run reserved {self._pool.pool}: plan every"
+                    f"{spec.name} asks for GPU pool {slots.pool}, but this run reserved {self._pool.pool}: plan every"
                     " role together (runtime.placement.plan_roles) so they share one pool"
                 )
-            return self._pool.options(gpus, ask.num_gpus, ask.name)
+            return self._pool.options(gpus, spec.num_gpus, spec.name)
         except PoolError as exc:
-            raise ClusterError(f"{ask.name}: {exc}") from exc
+            raise ClusterError(f"{spec.name}: {exc}") from exc
 
     def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """An ObjectRef is awaitable."""
