@@ -24,20 +24,6 @@ class CpuCapacity:
     """An existing cluster (it may autoscale or be shared): a plan that does not fit is a warning, not an error."""
 
 
-@dataclass(frozen=True)
-class WorkerSpec:
-    """A worker to start: `cls(*args, **kwargs)`, named `name` (for logs and errors), asking Ray for `num_cpus`
-    and `num_gpus`; with `gpus`, on those GPUs of the run's GPU pool."""
-
-    cls: type
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    name: str
-    num_cpus: float
-    num_gpus: float
-    gpus: GpuSlots | None
-
-
 class Cluster(Protocol):
     """The operations the pipeline needs from a worker placement backend."""
 
@@ -97,3 +83,17 @@ class Cluster(Protocol):
 
     def cpu_capacity(self) -> CpuCapacity | None:
         """What Ray can hand out; None in-process, where CPU requests mean nothing."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """A worker to start: `cls(*args, **kwargs)`, named `name` (for logs and errors), asking Ray for `num_cpus`
+    and `num_gpus`; with `gpus`, on those GPUs of the run's GPU pool."""
+
+    cls: type
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    name: str
+    num_cpus: float
+    num_gpus: float
+    gpus: GpuSlots | None
