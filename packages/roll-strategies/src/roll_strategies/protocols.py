@@ -125,12 +125,10 @@ class LogProbStrategy(Protocol):
 
 
 @runtime_checkable
-class TrainStrategy(Protocol):
+class TrainStrategy(LogProbStrategy, Protocol):
     """Computes log-probs and trains a policy; serves its weights (one-shot or bucketed); checkpoints."""
 
     step: int
-
-    def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor: ...
 
     def train_step(
         self,
@@ -155,7 +153,7 @@ class TrainStrategy(Protocol):
 
 
 @runtime_checkable
-class InferStrategy(Protocol):
+class InferStrategy(LogProbStrategy, Protocol):
     """Samples continuations of token-id prompts and receives versioned weights from a train strategy."""
 
     policy_version: int
@@ -167,8 +165,6 @@ class InferStrategy(Protocol):
         params: GenerationParams,
         sample_keys: Sequence[int | None] | None = None,
     ) -> list[GenerationOutput]: ...
-
-    def compute_log_probs(self, batch: Mapping[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor: ...
 
     def update_weights(
         self, named_tensors: Mapping[str, np.ndarray | torch.Tensor], version: int

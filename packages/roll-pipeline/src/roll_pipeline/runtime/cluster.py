@@ -16,9 +16,9 @@ import contextlib
 import importlib.util
 import os
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from roll_pipeline.runtime.cluster_base import Cluster, CpuCapacity, WorkerSpec
 from roll_pipeline.runtime.gpu_pool import GpuSlots, PoolError, RayGpuPool, rank_group
 from roll_pipeline.runtime.local_cluster import LocalCluster
 
@@ -40,80 +40,7 @@ def ray_installed() -> bool:
     return importlib.util.find_spec("ray") is not None
 
 
-@dataclass(frozen=True)
-class CpuCapacity:
-    """The CPUs Ray can hand out to the run's actors."""
-
-    available: float
-    """CPUs free on the alive nodes together."""
-    largest_node: float
-    """CPUs of the largest alive node: no single actor can ask for more."""
-    can_grow: bool
-    """An existing cluster (it may autoscale or be shared): a plan that does not fit is a warning, not an error."""
-
-
-class Cluster(Protocol):
-    """The operations the pipeline needs from a worker placement backend."""
-
-    def spawn(
-        self,
-        cls: type,
-        *args: Any,
-        name: str,
-        num_cpus: float = 0,
-        num_gpus: float = 0,
-        gpus: GpuSlots | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Create a worker of `cls`; return a handle. With `gpus` (under Ray) it runs on those GPUs of the run's
-        GPU pool."""
-        ...
-
-    def spawn_ranks(
-        self,
-        cls: type,
-        *args: Any,
-        name: str,
-        rank_kwargs: Sequence[Mapping[str, Any]],
-        num_cpus: float = 0,
-        num_gpus: float = 0,
-        gpus: GpuSlots | None = None,
-        **kwargs: Any,
-    ) -> list[Any]:
-        """Create the data-parallel ranks of one role: rank r is `cls(*args, **kwargs, **rank_kwargs[r],
-        data_parallel=DataParallelSpec(r, N, <rank 0's address>, <a free port there>))`, each asking for
-        `num_cpus` / `num_gpus` (on GPU `gpus.gpus[r]` of the run's GPU pool, with `gpus`); return their handles
-        in rank order once all are built (they meet while being built)."""
-        ...
-
-    def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
-        """Call `method` on the worker; await the result. An argument may be another call's
-        un-awaited result: it is resolved where the worker runs (no round trip through the driver)."""
-        ...
-
-    def remote_method(self, handle: Any, method: str) -> Any:
-        """A picklable callable `f(*args) -> awaitable` that other workers can call."""
-        ...
-
-    def kill(self, handle: Any) -> None:
-        """Stop one worker now (a Ray actor's process is killed, freeing its threads)."""
-        ...
-
-    def shutdown(self) -> None:
-        """Stop every worker."""
-        ...
-
-    def on_each_node(self, cls: type, method: str, *args: Any) -> dict[str, Any]:
-        """Build `cls()` once on every node that can host a worker, call `method(*args)` there and return each
-        result by a label naming the node (node id, host name, address); the objects are gone afterwards."""
-        ...
-
-    def cpu_capacity(self) -> CpuCapacity | None:
-        """What Ray can hand out; None in-process, where CPU requests mean nothing."""
-        ...
-
-
-class RayCluster:
+class RayCluster(Cluster):
     """Workers are Ray actors; `address=None` starts a local Ray instance without the dashboard."""
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
@@ -138,42 +65,22 @@ class RayCluster:
                 kwargs["runtime_env"] = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
             ray.init(address=address, **kwargs)
 
-    def spawn(
-        self,
-        cls: type,
-        *args: Any,
-        name: str,
-        num_cpus: float = 0,
-        num_gpus: float = 0,
-        gpus: GpuSlots | None = None,
-        **kwargs: Any,
-    ) -> Any:
+    def _spawn(self, spec: WorkerSpec) -> Any:
         """Start an actor of `cls` (named for logs), asking for the given resources.
 
         Actors without GPUs are spread over the cluster's nodes (Ray would otherwise pack every
         zero-resource actor on the driver's node); GPU actors go where their GPUs are: with `gpus`, in the
         bundles of the run's GPU pool (`gpu_pool`)."""
-        options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
-        if gpus is not None:
-            options.update(self._pool_options(gpus, gpus.gpus, num_gpus, name))
-        elif not num_gpus:
+        options: dict[str, Any] = {"num_cpus": spec.num_cpus, "num_gpus": spec.num_gpus}
+        if spec.gpus is not None:
+            options.update(self._pool_options(spec.gpus, spec.gpus.gpus, spec))
+        elif not spec.num_gpus:
             options["scheduling_strategy"] = "SPREAD"
-        actor_cls = self._ray.remote(cls).options(**options)
-        actor = actor_cls.remote(*args, **kwargs)
+        actor = self._ray.remote(spec.cls).options(**options).remote(*spec.args, **spec.kwargs)
         self._actors.append(actor)
         return actor
 
-    def spawn_ranks(
-        self,
-        cls: type,
-        *args: Any,
-        name: str,
-        rank_kwargs: Sequence[Mapping[str, Any]],
-        num_cpus: float = 0,
-        num_gpus: float = 0,
-        gpus: GpuSlots | None = None,
-        **kwargs: Any,
-    ) -> list[Any]:
+    def _spawn_ranks(self, spec: WorkerSpec, rank_kwargs: Sequence[Mapping[str, Any]]) -> list[Any]:
         """The ranks' actors, built in two phases: a task where rank 0 runs reports its node's IP and a free port
         there, then every rank is started with that rendezvous and they meet while being built. With `gpus`, rank
         r runs in the GPU pool's bundle of GPU `gpus.gpus[r]`; without, the ranks get a placement group of their
@@ -181,25 +88,27 @@ class RayCluster:
         from roll_strategies import DataParallelSpec
 
         size = len(rank_kwargs)
-        if gpus is not None:
-            each = [self._pool_options(gpus, (gpu,), num_gpus, name) for gpu in gpus.gpus]
-            placed = [{"num_cpus": num_cpus, **options} for options in each]
+        if spec.gpus is not None:
+            each = [self._pool_options(spec.gpus, (gpu,), spec) for gpu in spec.gpus.gpus]
+            placed = [{"num_cpus": spec.num_cpus, **options} for options in each]
         else:
             try:
-                group, placed = rank_group(self._ray, size, num_cpus, num_gpus, PLACEMENT_TIMEOUT_S)
+                group, placed = rank_group(self._ray, size, spec.num_cpus, spec.num_gpus, PLACEMENT_TIMEOUT_S)
             except PoolError as exc:
-                raise ClusterError(f"{name}: {exc}") from exc
+                raise ClusterError(f"{spec.name}: {exc}") from exc
             self._groups.append(group)
         probe = self._ray.remote(num_cpus=0)(node_address).options(
             scheduling_strategy=placed[0]["scheduling_strategy"]
         )
         master_addr, master_port = self._ray.get(probe.remote())
-        actor_cls = self._ray.remote(cls)
+        actor_cls = self._ray.remote(spec.cls)
         ranks = []
         for rank, extra in enumerate(rank_kwargs):
-            spec = DataParallelSpec(rank, size, master_addr, master_port)
+            group_rank = DataParallelSpec(rank, size, master_addr, master_port)
             ranks.append(
-                actor_cls.options(**placed[rank]).remote(*args, **kwargs, **extra, data_parallel=spec)
+                actor_cls.options(**placed[rank]).remote(
+                    *spec.args, **spec.kwargs, **extra, data_parallel=group_rank
+                )
             )
         self._actors.extend(ranks)
         # actor creation is asynchronous: wait until every rank has joined the group, or raise the first failure
@@ -209,21 +118,19 @@ class RayCluster:
             self._ray.get(done)
         return ranks
 
-    def _pool_options(
-        self, slots: GpuSlots, gpus: tuple[int, ...], num_gpus: float, name: str
-    ) -> dict[str, Any]:
+    def _pool_options(self, slots: GpuSlots, gpus: tuple[int, ...], spec: WorkerSpec) -> dict[str, Any]:
         """Ray options of a worker on `gpus` of the run's GPU pool, reserving the pool on first use."""
         try:
             if self._pool is None:
                 self._pool = RayGpuPool(self._ray, slots.pool, self.placement_timeout_s, self._can_grow)
             elif self._pool.pool != slots.pool:
                 raise PoolError(
-                    f"{name} asks for GPU pool {slots.pool}, but this run reserved {self._pool.pool}: plan every"
+                    f"{spec.name} asks for GPU pool {slots.pool}, but this run reserved {self._pool.pool}: plan every"
                     " role together (runtime.placement.plan_roles) so they share one pool"
                 )
-            return self._pool.options(gpus, num_gpus, name)
+            return self._pool.options(gpus, spec.num_gpus, spec.name)
         except PoolError as exc:
-            raise ClusterError(f"{name}: {exc}") from exc
+            raise ClusterError(f"{spec.name}: {exc}") from exc
 
     def call(self, handle: Any, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
         """An ObjectRef is awaitable."""

@@ -9,53 +9,34 @@ import socket
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
-from roll_pipeline.runtime.gpu_pool import GpuSlots
+from roll_pipeline.runtime.cluster_base import Cluster, WorkerSpec
 from roll_pipeline.runtime.rank_processes import RankProcess, spawn_rank_processes
 
 __all__ = ["LocalCluster"]
 
 
-class LocalCluster:
+class LocalCluster(Cluster):
     """Workers are objects in this process; sync methods run in a thread so the event loop stays free."""
 
     def __init__(self) -> None:
         self._workers: list[Any] = []
 
-    def spawn(
-        self,
-        cls: type,
-        *args: Any,
-        name: str,
-        num_cpus: float = 0,
-        num_gpus: float = 0,
-        gpus: GpuSlots | None = None,
-        **kwargs: Any,
-    ) -> Any:
+    def _spawn(self, spec: WorkerSpec) -> Any:
         """Instantiate `cls` here (in-process there is no GPU pool: the plan names each worker's device)."""
-        worker = cls(*args, **kwargs)
+        worker = spec.cls(*spec.args, **spec.kwargs)
         self._workers.append(worker)
         return worker
 
-    def spawn_ranks(
-        self,
-        cls: type,
-        *args: Any,
-        name: str,
-        rank_kwargs: Sequence[Mapping[str, Any]],
-        num_cpus: float = 0,
-        num_gpus: float = 0,
-        gpus: GpuSlots | None = None,
-        **kwargs: Any,
-    ) -> list[Any]:
+    def _spawn_ranks(self, spec: WorkerSpec, rank_kwargs: Sequence[Mapping[str, Any]]) -> list[Any]:
         """One child process per rank (`rank_processes`), meeting on a free port of this machine."""
         from roll_strategies import DataParallelSpec, free_port
 
         size, port = len(rank_kwargs), free_port()
         each = [
-            {**kwargs, **extra, "data_parallel": DataParallelSpec(r, size, "127.0.0.1", port)}
+            {**spec.kwargs, **extra, "data_parallel": DataParallelSpec(r, size, "127.0.0.1", port)}
             for r, extra in enumerate(rank_kwargs)
         ]
-        ranks = spawn_rank_processes(cls, args, each, name)
+        ranks = spawn_rank_processes(spec.cls, spec.args, each, spec.name)
         self._workers.extend(ranks)
         return ranks
 

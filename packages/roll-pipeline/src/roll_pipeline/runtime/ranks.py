@@ -127,11 +127,6 @@ class RankGroup:
             return await self.call_main(
                 "weight_sync_plan", version, dtype=dtype, bucket_bytes=bucket_bytes, **gpu
             )
-        if not gpu:
-            self._plans = await self.call_all(
-                "weight_sync_plan", version, dtype=dtype, bucket_bytes=bucket_bytes
-            )
-            return self._plans[0]
         calls = [
             self.cluster.call(
                 rank, "weight_sync_plan", version, dtype=dtype, bucket_bytes=bucket_bytes, **extra
