@@ -85,3 +85,22 @@ def test_roll_config_prints_the_warnings_and_goes_on(capsys):
     captured = capsys.readouterr()
     assert "roll config: warning: actor_infer samples in bfloat16" in captured.err
     assert "recompute_old_log_probs: false" in captured.out  # the config is still printed
+
+
+def test_a_move_penalised_above_an_answer_that_is_no_move_is_warned():
+    hole = "+custom_envs.FrozenLake.env_config.hole_penalty=1.0"
+    (warning,) = config_warnings(compose(None, None, [hole]))
+    assert (
+        "custom_envs.FrozenLake (frozen_lake) trains with hole_penalty=1.0 but format_penalty=0.0" in warning
+    )
+    assert "set format_penalty: 1.0 (or more) in custom_envs.FrozenLake.env_config" in warning
+    assert (
+        config_warnings(compose(None, None, [hole, "+custom_envs.FrozenLake.env_config.format_penalty=1.0"]))
+        == []
+    )
+    # validation rewards train nothing: a penalty on a validation-only tag is not warned
+    val_only = [
+        "+custom_envs.Holes={env_type: frozen_lake, env_config: {hole_penalty: 1.0}}",
+        "val_env_manager.tags=[Holes]",
+    ]
+    assert config_warnings(compose(None, None, val_only)) == []

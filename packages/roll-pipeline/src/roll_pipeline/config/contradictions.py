@@ -6,13 +6,17 @@ warning with its fix and go on (a setting that would do nothing at all is a prob
   trainer's (the field's own description says to recompute for bf16);
 - stop strings that do not follow the answer format of a played tag's env (`roll_envs.AnswerFormat`): an
   answer that closes with text no stop string matches runs on to eos or the token cap, and a stop string
-  that closes a format no played tag answers in waits for text that never comes.
+  that closes a format no played tag answers in waits for text that never comes;
+- a training tag whose env penalises a move (`hole_penalty`, `refused_move_penalty`: any `*_penalty` of its
+  config) more than an answer that is no move (`format_penalty`): such an answer is then the safe one, and a
+  policy can learn to stop answering (SmolLM2 on FrozenLake with `hole_penalty: 1.0` and `format_penalty: 0`:
+  valid answers 1.00 -> 0.00 in three RL steps, greedy success 0.766 -> 0.000).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from roll_pipeline.config.schema import AgenticConfig
@@ -46,28 +50,61 @@ def _precision_warnings(cfg: AgenticConfig) -> list[str]:
     ]
 
 
-def answer_formats(cfg: AgenticConfig) -> dict[str, str]:
-    """The answer format (`roll_envs.AnswerFormat` value) of each tag the run plays, train and validation,
-    read from its env's config as the run builds it; a tag whose env type is not a registered env with a
-    config (an agent tag, a plugin that fails to load) is left out: preflight reports those."""
+def _env_configs(cfg: AgenticConfig, tags: Iterable[str]) -> dict[str, Any]:
+    """The env config of each of `tags` as the run builds it; a tag whose env type is not a registered env with
+    a config (an agent tag, a plugin that fails to load) is left out: preflight reports those."""
     import roll_envs
     from roll_envs.config import build_config
 
-    formats = {}
-    tags = dict.fromkeys([*cfg.train_env_manager.tags, *cfg.val_env_manager.tags])
-    for tag in tags:
+    configs = {}
+    for tag in dict.fromkeys(tags):
         entry = cfg.custom_envs[tag]
         try:
             spec = roll_envs.spec(entry.env_type)
             model = spec.config_model()
             if model is None:
                 continue
-            env_config = build_config(model, {**spec.defaults, **entry.env_config}, {}, env_name=spec.id)
+            configs[tag] = build_config(model, {**spec.defaults, **entry.env_config}, {}, env_name=spec.id)
         except roll_envs.RollEnvsError:
             continue
+    return configs
+
+
+def answer_formats(cfg: AgenticConfig) -> dict[str, str]:
+    """The answer format (`roll_envs.AnswerFormat` value) of each tag the run plays, train and validation
+    (`_env_configs`)."""
+    formats = {}
+    for tag, env_config in _env_configs(
+        cfg, [*cfg.train_env_manager.tags, *cfg.val_env_manager.tags]
+    ).items():
         fmt = getattr(env_config, "answer_format", "tags")
         formats[tag] = str(getattr(fmt, "value", fmt))
     return formats
+
+
+def _free_no_op_warnings(cfg: AgenticConfig) -> list[str]:
+    warnings = []
+    for tag, env_config in _env_configs(cfg, cfg.train_env_manager.tags).items():
+        fields = env_config.model_dump()
+        penalties = {
+            name: value
+            for name, value in fields.items()
+            if name.endswith("_penalty") and name != "format_penalty" and isinstance(value, int | float)
+        }
+        if "format_penalty" not in fields or not penalties:
+            continue
+        worst, format_penalty = max(penalties.values()), fields["format_penalty"]
+        if worst > format_penalty:
+            named = ", ".join(
+                f"{name}={value}" for name, value in penalties.items() if value > format_penalty
+            )
+            warnings.append(
+                f"custom_envs.{tag} ({cfg.custom_envs[tag].env_type}) trains with {named} but"
+                f" format_penalty={format_penalty}: an answer that is no move costs less than a penalised move,"
+                f" so the policy can learn to stop answering; set format_penalty: {worst} (or more) in"
+                f" custom_envs.{tag}.env_config"
+            )
+    return warnings
 
 
 def _matches(end: str, stops: Iterable[str]) -> bool:
@@ -105,4 +142,4 @@ def _stop_string_warnings(cfg: AgenticConfig) -> list[str]:
 def config_warnings(cfg: AgenticConfig) -> list[str]:
     """Every pair of settings of a valid config that work against each other, each with its fix (empty when
     none do)."""
-    return _precision_warnings(cfg) + _stop_string_warnings(cfg)
+    return _precision_warnings(cfg) + _stop_string_warnings(cfg) + _free_no_op_warnings(cfg)
