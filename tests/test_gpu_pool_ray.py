@@ -62,8 +62,8 @@ def _spawn(ray: Any, mappings: dict[str, list[int]], **cluster: Any) -> dict[str
             name: spawner.spawn_ranks(Probe, name).ranks if name in TRAINED else [spawner.spawn(Probe, name)]
             for name in roles
         }
-        return {
-            name: [ray.get(w.report.remote(), timeout=120) for w in workers]
+        return {  # 300 s: a worker process starts in seconds, but minutes on 2 cores shared with a training run
+            name: [ray.get(w.report.remote(), timeout=300) for w in workers]
             for name, workers in groups.items()
         }
     finally:
