@@ -49,7 +49,8 @@ class FrozenLakeConfig(EnvConfig):
         0.0,
         ge=0.0,
         description="subtracted from the reward of the move that falls into a hole (Gymnasium's: 0, the"
-        " same as wandering until the turn limit); a penalty makes every move into a hole a lesson",
+        " same as wandering until the turn limit); a penalty makes every move into a hole a lesson, and standing"
+        " still (a move into the edge, an answer that is no move) safer than trying: SmolLM2 learnt both",
     )
     describe: bool = Field(
         False,
