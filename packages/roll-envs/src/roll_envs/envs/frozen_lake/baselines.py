@@ -47,7 +47,7 @@ _OPPOSITE = {"Left": "Right", "Right": "Left", "Up": "Down", "Down": "Up"}
 
 
 def transition_table(
-    seeds: Sequence[int], size: int = 4, p: float = 0.8
+    seeds: Sequence[int], size: int = 4, p: float = 0.8, needs_sidestep: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each seed's map: next-state table (N, S, 4) with holes and goal absorbing, start (N,), goal (N,)."""
     n_states = size * size
@@ -55,7 +55,7 @@ def transition_table(
     starts = np.zeros(len(seeds), dtype=np.int16)
     goals = np.zeros(len(seeds), dtype=np.int16)
     for i, seed in enumerate(seeds):
-        desc = generate_map(np.random.default_rng(seed), size, p)
+        desc = generate_map(np.random.default_rng(seed), size, p, needs_sidestep)
         flat = "".join(desc)
         starts[i], goals[i] = flat.index("S"), flat.index("G")
         for s, letter in enumerate(flat):
@@ -187,8 +187,9 @@ def frozen_lake_baselines(
     size: int = 4,
     p: float = 0.8,
     seeds: Sequence[int] | None = None,
+    needs_sidestep: bool = False,
 ) -> dict[str, float]:
-    """Success rates of the `random` and `best_fixed_sequence` baselines on the maps of `seeds` (None: the
+    """Success rates of the `random` and `best_fixed_sequence` baselines on the maps of `seeds` (as `generate_map` draws them at `size`, `p` and `needs_sidestep`) (None: the
     `episodes` seeds from `HELD_OUT_SEED_START`), the sequence searched on those same maps.
 
     `max_steps` defaults to `FrozenLakeConfig().max_steps`; pass the episode's real turn limit
@@ -201,8 +202,8 @@ def frozen_lake_baselines(
     """
     steps = FrozenLakeConfig().max_steps if max_steps is None else max_steps
     played = scored_seeds(episodes, seeds)
-    held = transition_table(played, size, p)
-    default = (size, p) == (4, 0.8) and played == scored_seeds(HELD_OUT_MAPS)
+    held = transition_table(played, size, p, needs_sidestep)
+    default = (size, p, needs_sidestep) == (4, 0.8, False) and played == scored_seeds(HELD_OUT_MAPS)
     if default and steps in PRECOMPUTED_SEQUENCES:
         sequence = tuple(PRECOMPUTED_SEQUENCES[steps].split())
     else:

@@ -74,7 +74,7 @@ class FrozenLakeEnv(BaseEnv):
         if "map" in options:
             self.desc = _checked_map(options["map"])
         else:
-            self.desc = generate_map(rng, self.config.size, self.config.p)
+            self.desc = generate_map(rng, self.config.size, self.config.p, self.config.needs_sidestep)
         flat = "".join(self.desc)
         self.position = flat.index("S")
 
@@ -127,7 +127,9 @@ class FrozenLakeEnv(BaseEnv):
         if self.config.is_slippery:  # the dynamic programming assumes deterministic moves
             return None
         played = scored_seeds(episodes, seeds)
-        rates = frozen_lake_baselines(len(played), turns, self.config.size, self.config.p, played)
+        rates = frozen_lake_baselines(
+            len(played), turns, self.config.size, self.config.p, played, self.config.needs_sidestep
+        )
         note = "Below the fixed sequence (the best on these maps) the agent does not read the board."
         if self.config.describe:
             player = FrozenLakeEnv(self.config, render_mode=None)

@@ -57,10 +57,20 @@ class FrozenLakeConfig(EnvConfig):
         description="add a line in words under the board: your row and column, the goal's, and what each"
         " move leads to (ice, hole, goal, edge); a rendering of the board for models that cannot read a grid",
     )
+    needs_sidestep: bool = Field(
+        False,
+        description="draw only maps on which walking towards the goal's row first, then its column, falls into a"
+        " hole (`row_first_walk_falls`), so that the way to the goal steps sideways at a hole: 30 of the 128"
+        " default held-out 4x4 maps at p 0.8. A training set of the boards such a walk loses (the walk a"
+        " cloned SmolLM2 plays); validate on the default maps",
+    )
 
 
-def generate_map(rng: np.random.Generator, size: int = 4, p: float = 0.8) -> list[str]:
-    """A random board as rows of `S` start, `F` frozen, `H` hole, `G` goal, with a path from S to G."""
+def generate_map(
+    rng: np.random.Generator, size: int = 4, p: float = 0.8, needs_sidestep: bool = False
+) -> list[str]:
+    """A random board as rows of `S` start, `F` frozen, `H` hole, `G` goal, with a path from S to G; with
+    `needs_sidestep`, also one on which `row_first_walk_falls` (boards are drawn until one is)."""
     for _ in range(_MAX_MAP_ATTEMPTS):
         frozen = rng.random((size, size)) < p
         start = int(rng.integers(size * size))
@@ -69,12 +79,34 @@ def generate_map(rng: np.random.Generator, size: int = 4, p: float = 0.8) -> lis
         board = [["F" if cell else "H" for cell in row] for row in frozen.tolist()]
         board[start // size][start % size] = "S"
         board[goal // size][goal % size] = "G"
-        if has_path(board, start, goal):
+        if has_path(board, start, goal) and (not needs_sidestep or row_first_walk_falls(board, start, goal)):
             return ["".join(row) for row in board]
+    sidestep = " and needs_sidestep (set it false)" if needs_sidestep else ""
     raise EnvConfigError(
-        f"frozen_lake: no valid {size}x{size} map in {_MAX_MAP_ATTEMPTS} draws with p={p}; "
+        f"frozen_lake: no valid {size}x{size} map in {_MAX_MAP_ATTEMPTS} draws with p={p}{sidestep}; "
         "raise p (the probability that a cell is frozen)."
     )
+
+
+def row_first_walk_falls(board: Sequence[Sequence[str]], start: int, goal: int) -> bool:
+    """Whether the walk from `start` towards the goal's row first, then towards its column, one cell a move,
+    enters a hole before the goal.
+
+    >>> row_first_walk_falls(["SF", "HG"], 0, 3)
+    True
+    >>> row_first_walk_falls(["SH", "FG"], 0, 3)
+    False
+    """
+    ncol = len(board[0])
+    (row, col), (goal_row, goal_col) = divmod(start, ncol), divmod(goal, ncol)
+    while (row, col) != (goal_row, goal_col):
+        if row != goal_row:
+            row += 1 if goal_row > row else -1
+        else:
+            col += 1 if goal_col > col else -1
+        if board[row][col] == "H":
+            return True
+    return False
 
 
 def has_path(board: Sequence[Sequence[str]], start: int, goal: int) -> bool:
