@@ -189,8 +189,9 @@ def frozen_lake_baselines(
     seeds: Sequence[int] | None = None,
     needs_sidestep: bool = False,
 ) -> dict[str, float]:
-    """Success rates of the `random` and `best_fixed_sequence` baselines on the maps of `seeds` (as `generate_map` draws them at `size`, `p` and `needs_sidestep`) (None: the
-    `episodes` seeds from `HELD_OUT_SEED_START`), the sequence searched on those same maps.
+    """Success rates of the `random` and `best_fixed_sequence` baselines on the maps of `seeds` (None: the
+    `episodes` seeds from `HELD_OUT_SEED_START`) as `generate_map` draws them at `size`, `p` and
+    `needs_sidestep`, the sequence searched on those same maps.
 
     `max_steps` defaults to `FrozenLakeConfig().max_steps`; pass the episode's real turn limit
     (the smaller of the env's `max_steps` and the pipeline's turn cap) to compare like with like.
