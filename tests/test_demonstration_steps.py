@@ -18,6 +18,8 @@ def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
         "custom_envs.FrozenLake.max_actions_per_traj=10",  # shortest paths on 4x4 maps run up to 9 moves
         "cluster.backend=local",
         "demonstration_steps=3",
+        # the cloning steps play 8 groups of 1 (8 distinct maps a step), RL the training envs' 2 groups of 4
+        "+demonstration_env_manager={num_env_groups: 8, group_size: 1, max_env_num_per_worker: 8}",
         "logging_steps=1",
         "actor_train.training_args.learning_rate=1e-3",
         "demonstration_learning_rate=3e-3",
@@ -31,6 +33,7 @@ def test_demonstration_steps_clone_the_expert_then_rl_takes_over(tmp_path):
     rows = read_metrics(tmp_path / "demo")
     rows = {r["step"]: r for r in rows if r["step"] > 0}
     assert [rows[s]["train/demonstration_step"] for s in (1, 2, 3, 4)] == [1.0, 1.0, 1.0, 0.0]
+    assert [rows[s]["rollout/distinct_episodes"] for s in (1, 2, 3, 4)] == [8.0, 8.0, 8.0, 2.0]
     # cloning at demonstration_learning_rate, RL at the actor's learning_rate
     assert [rows[s]["actor/lr"] for s in (1, 2, 3, 4)] == pytest.approx([3e-3, 3e-3, 3e-3, 1e-3], rel=1e-9)
     # the expert's shortest paths reach every goal, and sft clips nothing
@@ -101,6 +104,18 @@ def test_roll_config_refuses_an_env_without_demonstrations():
     )
     assert len(problems) == 1 and "custom_envs.Pick (four_choice) gives no demonstration" in problems[0]
     assert "demonstration_steps: 0" in problems[0]
+    # the envs the demonstration steps play are checked, not the training envs
+    problems = check_demonstrations(
+        {
+            "pretrain": "builtin:tiny-frozen-lake",
+            "demonstration_steps": 2,
+            "custom_envs": {"Pick": {"env_type": "four_choice"}, "FrozenLake": {"env_type": "frozen_lake"}},
+            "train_env_manager": {"tags": ["FrozenLake"]},
+            "demonstration_env_manager": {"tags": ["Pick"]},
+            "val_env_manager": {"tags": ["FrozenLake"]},
+        }
+    )
+    assert len(problems) == 1 and "custom_envs.Pick (four_choice) gives no demonstration" in problems[0]
     with pytest.raises(ConfigError, match="does not start with response_prefix 'Move:'"):
         compose(
             None,

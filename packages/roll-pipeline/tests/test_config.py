@@ -180,6 +180,26 @@ def test_settings_that_would_do_nothing_are_errors(overrides, message):
         validate(overrides)
 
 
+def test_demonstration_env_manager_is_checked_and_defaults_to_the_training_envs():
+    model = {"pretrain": "builtin:tiny-frozen-lake"}
+    one_each = {"num_env_groups": 128, "group_size": 1, "tags": ["FrozenLake"]}
+    assert (
+        validate({**model, "demonstration_steps": 2}).demonstration_envs.group_size == 8
+    )  # train_env_manager's
+    cfg = validate({**model, "demonstration_steps": 2, "demonstration_env_manager": one_each})
+    assert cfg.demonstration_envs.num_env_groups == 128 and cfg.train_env_manager.num_env_groups == 16
+    with pytest.raises(ConfigError, match="demonstration_steps is 0: nothing plays it"):
+        validate({**model, "demonstration_env_manager": one_each})
+    with pytest.raises(ConfigError, match=r"multiple of demonstration_env_manager\.group_size=3"):
+        validate(
+            {**model, "demonstration_steps": 2, "demonstration_env_manager": {**one_each, "group_size": 3}}
+        )
+    with pytest.raises(ConfigError, match=r"demonstration_env_manager.tags \['Lake'\] have no entry"):
+        validate(
+            {**model, "demonstration_steps": 2, "demonstration_env_manager": {**one_each, "tags": ["Lake"]}}
+        )
+
+
 def test_a_reference_at_the_rl_start_is_accepted_with_every_kl_estimator_and_without_cloning():
     """Without demonstration steps the RL start is the start weights: accepted, as with either kind of
     reference (the frozen copy in the trainer, a reference worker)."""

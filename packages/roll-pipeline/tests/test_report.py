@@ -208,3 +208,16 @@ def test_roll_baselines_of_four_choice_says_how_few_observations(capsys):
         f"{'random':>28}: 0.250\n{'best_fixed_answer':>28}: 0.267\n"
         f"{'distinct_observations':>28}: 4 (in 1000 episodes)\n"
     )
+
+
+def test_the_header_names_the_cloning_steps_and_their_own_layout(capsys):
+    cloning = ["demonstration_steps=3", "print_baselines=false"]
+    print_run_header(compose(None, None, cloning))
+    assert "400 steps (the first 3 cloning the envs' demonstrations) of 128 trajectories (16 groups x 8)" in (
+        capsys.readouterr().out
+    )
+    own = "+demonstration_env_manager={num_env_groups: 128, group_size: 1}"
+    print_run_header(compose(None, None, [*cloning, own]))
+    assert "(the first 3 cloning the envs' demonstrations, 128 groups x 1) of 128 trajectories" in (
+        capsys.readouterr().out
+    )

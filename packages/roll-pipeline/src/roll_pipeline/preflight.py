@@ -15,8 +15,9 @@ worker, model or Ray instance starts, so a bad value fails in a second instead o
 - with `share_prefix` (the default) the model's architecture honours a prefix tree's attention mask: a small
   random instance built from the model folder's config.json is probed as the strategies probe the loaded model;
 - `cluster.backend=ray` (the default) has Ray installed (the `roll-pipeline[ray]` extra);
-- with `demonstration_steps`, each training tag's env demonstrates (`BaseEnv.demonstration` answers after a
-  reset, and the answer starts with the tag's `response_prefix`).
+- with `demonstration_steps`, the env of each tag they play (`demonstration_env_manager`, else the training
+  envs) demonstrates (`BaseEnv.demonstration` answers after a reset, and the answer starts with the tag's
+  `response_prefix`).
 
 The checks read the raw composed config (a mapping), so they run even when the schema rejects other
 values, and `compose(..., preflight=True)` reports every problem, of the schema or of these checks, in one
@@ -170,7 +171,8 @@ def preflight_problems(data: Mapping[str, Any]) -> list[str]:
 
 
 def check_demonstrations(data: Mapping[str, Any]) -> list[str]:
-    """With `demonstration_steps` > 0: one problem per training tag whose env gives no demonstration after a
+    """With `demonstration_steps` > 0: one problem per tag the demonstration steps play
+    (`AgenticConfig.demonstration_envs`) whose env gives no demonstration after a
     reset (seed 0), or one that does not start with the tag's `response_prefix`; an `openai_agent` tag's task
     env demonstrates, as calls of its `demonstration_tool`, which it must name."""
     import roll_envs
@@ -184,7 +186,7 @@ def check_demonstrations(data: Mapping[str, Any]) -> list[str]:
     except ValidationError:
         return []  # the schema reports it
     problems = []
-    for tag in dict.fromkeys(cfg.train_env_manager.tags):
+    for tag in dict.fromkeys(cfg.demonstration_envs.tags):
         spec, where = (
             cfg.custom_envs[tag],
             f"demonstration_steps={steps}: custom_envs.{tag} ({cfg.custom_envs[tag].env_type})",

@@ -147,7 +147,9 @@ class RunParts:
             cloning = replace(s.experience, recompute_old_log_probs=False, measure_signal=False)
             self.demonstration = Demonstration(
                 s.demonstration_steps,
-                rollout(s.train_envs, validation=False, seed=s.seed + 2, name="demo", demonstration=True),
+                rollout(
+                    s.demonstration_envs, validation=False, seed=s.seed + 2, name="demo", demonstration=True
+                ),
                 ExperienceMaker(cloning, self.actor_train, None, self.critic, self.kl, pad_id),
                 s.demonstration_loss,
                 s.demonstration_schedule,

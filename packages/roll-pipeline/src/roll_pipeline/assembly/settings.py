@@ -148,6 +148,7 @@ def spawn_settings(cfg: AgenticConfig) -> SpawnSettings:
     """The worker roles (`AgenticConfig.spawned_roles`), their thread share, the env workers of both
     rollouts, and the run's `share_prefix`."""
     roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer, "reference": cfg.reference}
+    demo = cfg.demonstration_env_manager  # its own env workers, when set, beside the other two
     if cfg.uses_critic:
         roles["critic"] = cfg.critic
     return SpawnSettings(
@@ -156,7 +157,9 @@ def spawn_settings(cfg: AgenticConfig) -> SpawnSettings:
         backend=cfg.cluster.backend,
         # while the actor trains, an asynchronous rollout keeps the inference role busy: split the cores
         thread_share=0.5 if cfg.async_generation_ratio > 0 else 1.0,
-        env_workers=sum(layout_of(m).num_workers for m in (cfg.train_env_manager, cfg.val_env_manager)),
+        env_workers=sum(
+            layout_of(m).num_workers for m in (cfg.train_env_manager, cfg.val_env_manager, demo) if m
+        ),
         share_prefix=cfg.share_prefix,
         reference_in_trainer=cfg.reference_in_trainer,
     )
@@ -223,6 +226,7 @@ class RunSettings:
     rollout: RolloutSettings
     train_envs: EnvManagerConfig
     val_envs: EnvManagerConfig
+    demonstration_envs: EnvManagerConfig  # demonstration_env_manager, else train_envs
     experience: ExperienceSettings
     # `KLControl`'s reward and loss coefficients, target and horizon
     kl_coefs: tuple[float, float, float | None, int]
@@ -280,6 +284,7 @@ def run_settings(config: AgenticConfig, log: Callable[[str], None] = print) -> R
         rollout=rollout_settings(c),
         train_envs=c.train_env_manager,
         val_envs=c.val_env_manager,
+        demonstration_envs=c.demonstration_envs,
         experience=experience_settings(c),
         kl_coefs=(c.init_kl_coef, c.kl_loss_coef if c.use_kl_loss else 0.0, c.target_kl, c.kl_horizon),
         actor_loss=actor,

@@ -49,9 +49,9 @@ class AgenticConfig(AlgorithmFields, RunFields):
         0,
         ge=0,
         description="the first this many steps are behaviour cloning: each plays train_rollout_batch_size"
-        " episodes of the training tags whose every answer is the env's demonstration (BaseEnv.demonstration),"
-        " and trains the actor on them with the sft loss (the negative log-likelihood of the answers; no KL, no"
-        " entropy, no critic); they count in max_steps and in the time. 0: none. Every training env must"
+        " episodes of demonstration_env_manager (null: the training envs) whose every answer is the env's"
+        " demonstration (BaseEnv.demonstration), and trains the actor on them with the sft loss (the negative log-likelihood of the answers; no KL, no"
+        " entropy, no critic); they count in max_steps and in the time. 0: none. Every env they play must"
         " demonstrate (roll config checks it)",
     )
     demonstration_learning_rate: float = Field(
@@ -90,6 +90,13 @@ class AgenticConfig(AlgorithmFields, RunFields):
         " cannot take the tree; false: every row is its own sequence everywhere",
     )
     train_env_manager: EnvManagerConfig = Field(default_factory=EnvManagerConfig, description="training envs")
+    demonstration_env_manager: EnvManagerConfig | None = Field(
+        None,
+        description="the envs the demonstration_steps play; null: train_env_manager's. A demonstrated group's"
+        " copies play the same answers on the same seed, so group_size: 1 with as many groups as the batch"
+        " holds clones on that many distinct episodes a step instead of batch / group_size"
+        " (rollout/distinct_episodes counts them); its tags need demonstrations as the training tags do",
+    )
     val_env_manager: EnvManagerConfig = Field(
         default_factory=default_val_envs, description="validation envs (greedy)"
     )
@@ -137,8 +144,9 @@ class AgenticConfig(AlgorithmFields, RunFields):
 
     @model_validator(mode="after")
     def _consistent(self) -> AgenticConfig:
-        for name in ("train_env_manager", "val_env_manager"):
-            unknown = [t for t in getattr(self, name).tags if t not in self.custom_envs]
+        for name in ("train_env_manager", "val_env_manager", "demonstration_env_manager"):
+            manager = getattr(self, name)
+            unknown = [t for t in manager.tags if t not in self.custom_envs] if manager else []
             if unknown:
                 raise ValueError(
                     f"{name}.tags {unknown} have no entry in custom_envs (defined: {sorted(self.custom_envs)}); "
@@ -150,6 +158,15 @@ class AgenticConfig(AlgorithmFields, RunFields):
             raise ValueError(
                 f"rollout_batch_size={batch} must be a multiple of train_env_manager.group_size={group} (whole"
                 " groups); a batch larger than num_env_groups*group_size is fine: groups play several seeds a step"
+            )
+        demo = self.demonstration_env_manager
+        if demo is not None and (self.demonstration_steps == 0 or batch % demo.group_size):
+            raise ValueError(
+                "demonstration_env_manager is set but demonstration_steps is 0: nothing plays it; set"
+                " demonstration_steps or remove demonstration_env_manager"
+                if self.demonstration_steps == 0
+                else f"rollout_batch_size={batch} must be a multiple of demonstration_env_manager.group_size="
+                f"{demo.group_size} (a demonstration step plays the training batch size in whole groups)"
             )
         problems = config_problems(self) + val_subset_problems(self)
         if self.pretrain is None:
@@ -179,6 +196,11 @@ class AgenticConfig(AlgorithmFields, RunFields):
             "reference": self.uses_reference and not self.reference_in_trainer,
         }
         return ["actor_train", "actor_infer", *(name for name, spawn in spawned.items() if spawn)]
+
+    @property
+    def demonstration_envs(self) -> EnvManagerConfig:
+        """The envs the demonstration steps play: `demonstration_env_manager`, else the training envs."""
+        return self.demonstration_env_manager or self.train_env_manager
 
     @property
     def train_rollout_batch_size(self) -> int:

@@ -84,6 +84,8 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     }
     out["critic/score/flat_groups"] = flat_group_fraction(trajs)
     out["rollout/num_turns"] = float(len(turns))
+    # a group's copies share their episode: how many different episodes the step trains on
+    out["rollout/distinct_episodes"] = float(len({(t.tag, t.seed) for t in trajs}))
     out["tokens/response_length/mean"] = mean([len(t.response_ids) for t in turns])
     out["tokens/prompt_length/mean"] = mean([len(t.prompt_ids) for t in turns])
     out["tokens/response_truncated_ratio"] = mean([t.finish_reason == "length" for t in turns])

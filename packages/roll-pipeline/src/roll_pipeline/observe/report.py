@@ -184,9 +184,13 @@ def print_run_header(config: AgenticConfig) -> None:
     kind = ", ".join(
         [f"{est.level}-level"] + ["group-based"] * est.group_based + ["critic"] * est.needs_critic
     )
+    demo, cloning = config.demonstration_envs, ""
+    if config.demonstration_steps:
+        layout = f", {demo.num_env_groups} groups x {demo.group_size}" if demo is not train else ""
+        cloning = f" (the first {config.demonstration_steps} cloning the envs' demonstrations{layout})"
     print(f"[roll] experiment {config.exp_name!r} -> {config.output_dir}/{config.exp_name}")
     print(
-        f"[roll] model {config.pretrain}; {config.max_steps} steps of {config.train_rollout_batch_size} "
+        f"[roll] model {config.pretrain}; {config.max_steps} steps{cloning} of {config.train_rollout_batch_size} "
         f"trajectories ({train.num_env_groups} groups x {train.group_size}); estimator {config.adv_estimator}"
         f" ({kind}); backend {config.cluster.backend}"
     )
