@@ -12,6 +12,7 @@ from roll_envs.envs.frozen_lake import (
     frozen_lake_neighbours,
     move,
 )
+from roll_envs.envs.frozen_lake.baselines import description_rule
 
 
 def answer(move_name: str) -> str:
@@ -127,3 +128,35 @@ def test_equal_states_have_equal_state_keys():
 @pytest.mark.parametrize("overrides", [{}, {"is_slippery": True}, {"answer_format": "tool_call", "size": 6}])
 def test_check_env_passes_with_describe(overrides):
     assert roll_envs.check_env(FrozenLakeEnv(describe=True, **overrides), seeds=(0, 1, 2, 3)) == []
+
+
+def test_offset_cells_names_each_goalward_cell_beside_its_direction():
+    env = FrozenLakeEnv(describe=True, offset_cells=True)
+    obs, _ = env.reset(options={"map": ["FFF", "FSH", "FFG"]})
+    assert obs.rsplit("\n", 1)[1] == (
+        "You are at row 2, column 2. The goal is at row 3, column 3: Down 1 (ice), Right 1 (hole). "
+        "Left: ice, Down: ice, Right: hole, Up: ice."
+    )
+    obs, *_ = env.step(answer("Down"))
+    assert ": Right 1 (goal). Left: ice, Down: edge, Right: goal, Up: ice." in obs
+
+
+def test_offset_cells_keep_the_rule_its_moves():
+    """The line keeps the list of moves, so the rule reads the same thing and the env's baselines are unchanged."""
+    plain, bound = FrozenLakeEnv(describe=True), FrozenLakeEnv(describe=True, offset_cells=True)
+    for seed in range(200):
+        said, _ = plain.reset(seed=seed)
+        told, _ = bound.reset(seed=seed)
+        for _ in range(10):
+            assert description_rule(told) == description_rule(said)
+            move_name = description_rule(said)
+            said, _, terminated, truncated, _ = plain.step(answer(move_name))
+            told = bound.step(answer(move_name))[0]
+            if terminated or truncated:
+                break
+    assert plain.baselines(turns=10, seeds=range(64)) == bound.baselines(turns=10, seeds=range(64))
+
+
+def test_offset_cells_without_describe_is_refused():
+    with pytest.raises(roll_envs.EnvConfigError, match="describe: true"):
+        FrozenLakeEnv(offset_cells=True)

@@ -98,7 +98,7 @@ class FrozenLakeEnv(BaseEnv):
         board = self._board()
         if not self.config.describe:
             return board
-        return f"{board}\n{frozen_lake_description(board)}"
+        return f"{board}\n{frozen_lake_description(board, self.config.offset_cells)}"
 
     def demonstration(self) -> str | None:
         """The first move of a shortest path from you to the goal that enters no hole (`shortest_path_moves`:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from roll_envs.config import EnvConfig
 from roll_envs.errors import EnvConfigError
@@ -57,6 +57,13 @@ class FrozenLakeConfig(EnvConfig):
         description="add a line in words under the board: your row and column, the goal's, and what each"
         " move leads to (ice, hole, goal, edge); a rendering of the board for models that cannot read a grid",
     )
+    offset_cells: bool = Field(
+        False,
+        description="with describe: each direction of the goal's offset also names the cell its move leads to"
+        " (`Down 1 (ice), Left 1 (hole)`), beside the direction as well as in the list of moves after it;"
+        " cloned SmolLM2-135M still walked into the hole of its first offset direction with it"
+        " (examples/smollm2-cpu-agentic/README.md)",
+    )
     needs_sidestep: bool = Field(
         False,
         description="draw only maps on which walking towards the goal's row first, then its column, falls into a"
@@ -64,6 +71,15 @@ class FrozenLakeConfig(EnvConfig):
         " validation maps of the SmolLM2 recipes, 245 of 1,000 held-out ones (4x4, p 0.8). A training set of the boards such a walk loses (the walk a"
         " cloned SmolLM2 plays); validate on the default maps",
     )
+
+    @model_validator(mode="after")
+    def _offset_cells_needs_describe(self) -> FrozenLakeConfig:
+        if self.offset_cells and not self.describe:
+            raise ValueError(
+                "offset_cells names cells in the line in words, which only describe=True adds."
+                " Fix: set describe: true, or drop offset_cells"
+            )
+        return self
 
 
 def generate_map(
@@ -195,13 +211,16 @@ def frozen_lake_neighbours(board: str) -> str | None:
     return " ".join(f"{name} {symbol}" for name, symbol in _neighbours(rows, here))
 
 
-def frozen_lake_description(board: str) -> str | None:
+def frozen_lake_description(board: str, offset_cells: bool = False) -> str | None:
     """The board in words: where you are (rows and columns from 1, top-left), where the goal is and how
-    many moves of each direction away (`goal_offset`), and what each move of `ACTIONS` leads to; once the
-    episode ended, where it ended. None without a player symbol.
+    many moves of each direction away (`goal_offset`; with `offset_cells`, each direction with the cell its
+    move leads to), and what each move of `ACTIONS` leads to; once the episode ended, where it ended. None
+    without a player symbol.
 
     >>> frozen_lake_description("_O\\nPG")
     'You are at row 2, column 1. The goal is at row 2, column 2: Right 1. Left: edge, Down: edge, Right: goal, Up: ice.'
+    >>> frozen_lake_description("P_\\nOG", offset_cells=True)
+    'You are at row 1, column 1. The goal is at row 2, column 2: Down 1 (hole), Right 1 (ice). Left: edge, Down: hole, Right: ice, Up: edge.'
     >>> frozen_lake_description("_X\\n_G")
     'You fell into a hole at row 1, column 2. The goal is at row 2, column 2.'
     >>> frozen_lake_description("__\\n_√")
@@ -211,11 +230,12 @@ def frozen_lake_description(board: str) -> str | None:
     goal = _find(rows, "G")
     goal_text = "" if goal is None else f" The goal is at {_place(goal)}."
     if (here := _find(rows, "P")) is not None:
+        cells = {name: _CELL_WORDS.get(symbol, symbol) for name, symbol in _neighbours(rows, here)}
         if goal is not None:
-            goal_text = f" The goal is at {_place(goal)}: {goal_offset(here, goal)}."
-        moves = ", ".join(
-            f"{name}: {_CELL_WORDS.get(symbol, symbol)}" for name, symbol in _neighbours(rows, here)
-        )
+            goal_text = (
+                f" The goal is at {_place(goal)}: {goal_offset(here, goal, cells if offset_cells else None)}."
+            )
+        moves = ", ".join(f"{name}: {cell}" for name, cell in cells.items())
         return f"You are at {_place(here)}.{goal_text} {moves}."
     if (here := _find(rows, "X")) is not None:
         return f"You fell into a hole at {_place(here)}.{goal_text}"
@@ -224,19 +244,22 @@ def frozen_lake_description(board: str) -> str | None:
     return None
 
 
-def goal_offset(here: tuple[int, int], goal: tuple[int, int]) -> str:
+def goal_offset(here: tuple[int, int], goal: tuple[int, int], cells: Mapping[str, str] | None = None) -> str:
     """The goal's offset from `here` (row, column) as moves, the vertical one first, named as `ACTIONS`
-    names them, so that a model can match the direction to the move that takes it: `Down 3, Left 1`.
+    names them, so that a model can match the direction to the move that takes it: `Down 3, Left 1`; with
+    `cells` (a move's name -> what it leads to), each followed by its cell: `Down 3 (ice), Left 1 (hole)`.
 
     >>> goal_offset((0, 2), (3, 1))
     'Down 3, Left 1'
     >>> goal_offset((2, 0), (0, 0))
     'Up 2'
+    >>> goal_offset((2, 0), (0, 0), {"Up": "goal"})
+    'Up 2 (goal)'
     """
     rows, cols = goal[0] - here[0], goal[1] - here[1]
-    parts = [f"{'Down' if rows > 0 else 'Up'} {abs(rows)}"] if rows else []
-    parts += [f"{'Right' if cols > 0 else 'Left'} {abs(cols)}"] if cols else []
-    return ", ".join(parts)
+    parts = [("Down" if rows > 0 else "Up", abs(rows))] if rows else []
+    parts += [("Right" if cols > 0 else "Left", abs(cols))] if cols else []
+    return ", ".join(f"{name} {n}" + (f" ({cells[name]})" if cells else "") for name, n in parts)
 
 
 def _board_rows(board: str) -> list[str]:
