@@ -148,7 +148,6 @@ def spawn_settings(cfg: AgenticConfig) -> SpawnSettings:
     """The worker roles (`AgenticConfig.spawned_roles`), their thread share, the env workers of both
     rollouts, and the run's `share_prefix`."""
     roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer, "reference": cfg.reference}
-    demo = cfg.demonstration_env_manager  # its own env workers, when set, beside the other two
     if cfg.uses_critic:
         roles["critic"] = cfg.critic
     return SpawnSettings(
@@ -157,8 +156,11 @@ def spawn_settings(cfg: AgenticConfig) -> SpawnSettings:
         backend=cfg.cluster.backend,
         # while the actor trains, an asynchronous rollout keeps the inference role busy: split the cores
         thread_share=0.5 if cfg.async_generation_ratio > 0 else 1.0,
+        # demonstration_env_manager, when set, has env workers of its own beside the other two
         env_workers=sum(
-            layout_of(m).num_workers for m in (cfg.train_env_manager, cfg.val_env_manager, demo) if m
+            layout_of(m).num_workers
+            for m in (cfg.train_env_manager, cfg.val_env_manager, cfg.demonstration_env_manager)
+            if m
         ),
         share_prefix=cfg.share_prefix,
         reference_in_trainer=cfg.reference_in_trainer,

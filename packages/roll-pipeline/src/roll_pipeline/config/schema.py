@@ -50,8 +50,9 @@ class AgenticConfig(AlgorithmFields, RunFields):
         ge=0,
         description="the first this many steps are behaviour cloning: each plays train_rollout_batch_size"
         " episodes of demonstration_env_manager (null: the training envs) whose every answer is the env's"
-        " demonstration (BaseEnv.demonstration), and trains the actor on them with the sft loss (the negative log-likelihood of the answers; no KL, no"
-        " entropy, no critic); they count in max_steps and in the time. 0: none. Every env they play must"
+        " demonstration (BaseEnv.demonstration), and trains the actor on them with the sft loss (the negative"
+        " log-likelihood of the answers; no KL, no entropy, no critic); they count in max_steps and in the"
+        " time. 0: none. Every env they play must"
         " demonstrate (roll config checks it)",
     )
     demonstration_learning_rate: float = Field(
@@ -160,12 +161,14 @@ class AgenticConfig(AlgorithmFields, RunFields):
                 " groups); a batch larger than num_env_groups*group_size is fine: groups play several seeds a step"
             )
         demo = self.demonstration_env_manager
-        if demo is not None and (self.demonstration_steps == 0 or batch % demo.group_size):
+        if demo is not None and self.demonstration_steps == 0:
             raise ValueError(
                 "demonstration_env_manager is set but demonstration_steps is 0: nothing plays it; set"
                 " demonstration_steps or remove demonstration_env_manager"
-                if self.demonstration_steps == 0
-                else f"rollout_batch_size={batch} must be a multiple of demonstration_env_manager.group_size="
+            )
+        if demo is not None and batch % demo.group_size:
+            raise ValueError(
+                f"rollout_batch_size={batch} must be a multiple of demonstration_env_manager.group_size="
                 f"{demo.group_size} (a demonstration step plays the training batch size in whole groups)"
             )
         problems = config_problems(self) + val_subset_problems(self)

@@ -184,9 +184,10 @@ def print_run_header(config: AgenticConfig) -> None:
     kind = ", ".join(
         [f"{est.level}-level"] + ["group-based"] * est.group_based + ["critic"] * est.needs_critic
     )
-    demo, cloning = config.demonstration_envs, ""
+    cloning = ""
     if config.demonstration_steps:
-        layout = f", {demo.num_env_groups} groups x {demo.group_size}" if demo is not train else ""
+        demo = config.demonstration_env_manager  # None: they play the training envs' layout, named below
+        layout = f", {demo.num_env_groups} groups x {demo.group_size}" if demo else ""
         cloning = f" (the first {config.demonstration_steps} cloning the envs' demonstrations{layout})"
     print(f"[roll] experiment {config.exp_name!r} -> {config.output_dir}/{config.exp_name}")
     print(
