@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 import torch
@@ -49,6 +50,32 @@ def test_loading_in_bfloat16_on_a_slow_cpu_warns(monkeypatch, caplog, tiny_model
 
 def test_the_rate_is_measured():
     assert cpu_matmul_rate(torch.float32, size=64) > 0
+
+
+def test_time_off_the_core_does_not_enter_the_rate(monkeypatch):
+    # what a second process on the cores does to the probe: its thread waits, descheduled, mid-measurement
+    # (wall-clock on every thread measured float32 at 2.8 GFLOP/s and bfloat16 at 4.2 beside a second run
+    # starting, 80 and 175 in one thread, so dtype auto chose by chance)
+    measure = cpu_matmul_rate.__wrapped__
+    on_the_core = measure(torch.float32, size=256)
+    matmul = torch.matmul
+
+    def descheduled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.002)
+        return matmul(a, b)
+
+    monkeypatch.setattr(torch, "matmul", descheduled)
+    assert measure(torch.float32, size=256) > 0.5 * on_the_core
+
+
+def test_the_measurement_leaves_the_thread_count_as_it_was():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the probe itself runs in one
+    try:
+        cpu_matmul_rate.__wrapped__(torch.float32, size=32)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_auto_picks_float32_where_the_cpu_emulates_bfloat16(monkeypatch):
