@@ -121,19 +121,13 @@ def _window(text: object, max_chars: int | None) -> tuple[str, int] | None:
 
 
 def _tagged(text: str, pos: int) -> str | None:
-    opening = None
-    for match in _ANSWER_TAG.finditer(text, pos):
-        if not match.group(1):
-            opening = match
-            break
+    opening = next((m for m in _ANSWER_TAG.finditer(text, pos) if not m.group(1)), None)
     if opening is None:
         return None
-    for match in _ANSWER_TAG.finditer(text, opening.end()):
-        if match.group(1):
-            if match.start() - opening.end() > MAX_ANSWER_CHARS:
-                return None
-            return text[opening.end() : match.start()]
-    return None
+    closing = next((m for m in _ANSWER_TAG.finditer(text, opening.end()) if m.group(1)), None)
+    if closing is None or closing.start() - opening.end() > MAX_ANSWER_CHARS:
+        return None
+    return text[opening.end() : closing.start()]
 
 
 def _boxed(text: str, pos: int) -> str | None:

@@ -47,10 +47,7 @@ class TicTacToeConfig(EnvConfig):
 
 def winner(board: tuple[str, ...]) -> str | None:
     """The player with three marks in a line on `board` (9 cells: 'X', 'O' or ''), else None."""
-    for a, b, c in LINES:
-        if board[a] and board[a] == board[b] == board[c]:
-            return board[a]
-    return None
+    return next((board[a] for a, b, c in LINES if board[a] and board[a] == board[b] == board[c]), None)
 
 
 @functools.cache

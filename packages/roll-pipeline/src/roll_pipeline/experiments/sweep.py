@@ -138,10 +138,7 @@ def validation_curve(rows: Sequence[dict[str, Any]]) -> tuple[list[CurvePoint], 
 
 def first_crossing(curve: Sequence[CurvePoint], level: float) -> Crossing | None:
     """The first point of `curve` at or above `level`."""
-    for point in curve:
-        if point.success >= level:
-            return Crossing(point.step, point.minutes)
-    return None
+    return next((Crossing(p.step, p.minutes) for p in curve if p.success >= level), None)
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:

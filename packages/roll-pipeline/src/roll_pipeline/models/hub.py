@@ -239,8 +239,5 @@ def add_to_hub_cache(
 def _sha256(path: Path) -> str:
     import hashlib
 
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()

@@ -109,15 +109,12 @@ def plot_learning_curve(
         {k for r in rows for k in r if k.startswith(("env/", "val/env/")) and k.endswith("/success")}
     )
     tags = sorted({k.split("/")[-2] for k in keys})
-    color = {
-        tag: f"C{i % 10}" for i, tag in enumerate(tags)
-    }  # a tag's train, val and baseline lines share it
+    # a tag's train, val and baseline lines share its colour
+    color = {tag: f"C{i % 10}" for i, tag in enumerate(tags)}
     for key in keys:
-        pts = [(r["step"], r[key]) for r in rows if key in r]
         val = key.startswith("val/")
         ax.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
+            *_points(rows, key),
             "o-" if val else "-",
             label=key,
             alpha=0.9 if val else 0.5,
@@ -127,9 +124,8 @@ def plot_learning_curve(
     ax.set(xlabel="step", ylabel="success rate", ylim=(0, 1), title=f"{' / '.join(tags)} success".lstrip())
     add_legend(ax, loc="upper left")
     for key in ("actor/entropy", "actor/kl_loss", "critic/kl"):
-        pts = [(r["step"], r[key]) for r in rows if key in r]
-        if pts:
-            ax2.plot([p[0] for p in pts], [p[1] for p in pts], label=key)
+        if any(key in r for r in rows):
+            ax2.plot(*_points(rows, key), label=key)
     if target_kl is not None:
         ax2.axhline(target_kl, linestyle="--", color="gray", linewidth=1, label=f"target_kl {target_kl}")
     ax2.set(xlabel="step", title="entropy / KL to the reference")

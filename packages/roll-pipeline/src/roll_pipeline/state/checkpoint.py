@@ -42,7 +42,6 @@ STATE_FILE = "pipeline_state.json"
 """The pipeline's own state (step, rollout schedulers, KL controller, global RNGs, tracker run id)."""
 
 _NAME = re.compile(r"^checkpoint-(\d+)$")
-_CHUNK = 1 << 20
 _verified: dict[Path, tuple[tuple[str, int, int], ...]] = {}  # folder -> file stats when last verified
 
 
@@ -51,11 +50,8 @@ class CheckpointError(Exception):
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _files(folder: Path) -> list[Path]:

@@ -85,20 +85,8 @@ class EnvCallLimits:
 
 
 def encode_jobs(jobs: Sequence[EpisodeJob]) -> bytes:
-    """msgpack payload of a list of episode jobs."""
-    return msgpack.packb(
-        [
-            {
-                "env_id": j.env_id,
-                "group_id": j.group_id,
-                "episode_id": j.episode_id,
-                "seed": j.seed,
-                "sampling": asdict(j.sampling),
-                "key": j.key,
-            }
-            for j in jobs
-        ]
-    )
+    """msgpack payload of a list of episode jobs (each a map of its fields, `sampling` a map too)."""
+    return msgpack.packb([asdict(j) for j in jobs])
 
 
 def decode_jobs(payload: bytes) -> list[EpisodeJob]:

@@ -21,17 +21,13 @@ from typing import Any
 import torch
 from transformers import Cache, PreTrainedModel
 
+from roll_strategies.compute.attention_windows import _text_config
 from roll_strategies.infer.turn_cache import LayerKV
 
 __all__ = ["SCRATCH_COLUMNS", "DecodeGraph", "SlotKVCache", "visibility_mask"]
 
 SCRATCH_COLUMNS = 8
 """Columns after a cache's `length`: the scratch column, then padding to keep widths multiples of 8."""
-
-
-def _text_config(model: PreTrainedModel) -> Any:
-    config = model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 class SlotKVCache(Cache):
