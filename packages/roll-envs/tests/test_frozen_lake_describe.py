@@ -160,3 +160,27 @@ def test_offset_cells_keep_the_rule_its_moves():
 def test_offset_cells_without_describe_is_refused():
     with pytest.raises(roll_envs.EnvConfigError, match="describe: true"):
         FrozenLakeEnv(offset_cells=True)
+
+
+def test_the_rule_demonstrator_answers_the_rules_move_where_the_shortest_path_differs():
+    # Down 1, Right 2 on open ice: breadth-first ties go Down (ACTIONS order), the rule along the larger offset
+    rows = ["SFF", "FFG"]
+    shortest, ruled = (
+        FrozenLakeEnv(describe=True),
+        FrozenLakeEnv(describe=True, demonstrator="description_rule"),
+    )
+    shortest.reset(options={"map": rows})
+    ruled.reset(options={"map": rows})
+    assert shortest.demonstration() == answer("Down")
+    assert ruled.demonstration() == answer("Right")
+    played = []
+    while (demonstrated := ruled.demonstration()) is not None:
+        played.append(demonstrated)
+        ruled.step(demonstrated)
+    assert played == [answer("Right"), answer("Down"), answer("Right")] and ruled.is_success()
+    assert ruled.demonstration() is None  # the episode ended
+
+
+def test_the_rule_demonstrator_without_describe_is_refused():
+    with pytest.raises(roll_envs.EnvConfigError, match="describe: true"):
+        FrozenLakeEnv(demonstrator="description_rule")

@@ -101,6 +101,7 @@ def test_nan_advantages_skip_the_actor_steps_and_the_run_stops_at_the_limit(mode
 
     good = update(0, advantages)
     assert good["actor/nonfinite_steps"] == 0 and math.isfinite(good["actor/loss"])
+    assert good["actor/optimizer_steps"] == 2  # one a mini-batch
     fingerprint = worker.weights_fingerprint()
     bad = update(1, advantages * math.nan)  # both mini-batches: 2 skipped steps in a row, 1 below the limit
     assert bad["actor/nonfinite_steps"] == 2 and bad["actor/nonfinite_in_a_row"] == 2

@@ -161,4 +161,6 @@ async def train_epochs(
             stats.add(mb_stats)
             stats.seconds += mb_stats.seconds
     seconds = time.perf_counter() - t0
-    return {**merge_metrics(collected, prefix), **stats.metrics(prefix)}, seconds
+    # how many optimiser steps the rows made: a batch smaller than one mini-batch makes one a pass
+    steps = {f"{prefix}/optimizer_steps": float(len(collected))}
+    return {**merge_metrics(collected, prefix), **stats.metrics(prefix), **steps}, seconds

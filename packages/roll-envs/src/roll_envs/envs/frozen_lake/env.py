@@ -104,13 +104,17 @@ class FrozenLakeEnv(BaseEnv):
         """The first move of a shortest path from you to the goal that enters no hole (`shortest_path_moves`:
         breadth-first, ties in `ACTIONS` order), as an answer; None once the episode ended (in a hole, on the
         goal, or after `max_steps` turns) or when no path exists. On slippery ice it is still the shortest
-        path's move (the move the plan wants; the ice may send you sideways), not the likeliest to arrive."""
+        path's move (the move the plan wants; the ice may send you sideways), not the likeliest to arrive.
+        With `demonstrator: description_rule`, the move `description_rule` reads off the line instead (None
+        only once the episode ended)."""
         if (
             not self.desc
             or self._letter(self.position) in "GH"
             or self.elapsed_steps >= self.config.max_steps
         ):
             return None
+        if self.config.demonstrator == "description_rule":
+            return self.format_answer(description_rule(self.text_observation()))
         moves = shortest_path_moves(self.desc, self.position)
         return self.format_answer(moves[0]) if moves else None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -64,6 +65,12 @@ class FrozenLakeConfig(EnvConfig):
         " cloned SmolLM2-135M still walked into the hole of its first offset direction with it"
         " (examples/smollm2-cpu-agentic/README.md)",
     )
+    demonstrator: Literal["shortest_path", "description_rule"] = Field(
+        "shortest_path",
+        description="what `demonstration()` answers: the first move of a shortest path (it reads the whole board),"
+        " or with describe the move of `description_rule` (it reads only the line, so a model that reads only the"
+        " line can copy every move of it; the shortest path's move is the rule's on 84% of the turns of 2,000 maps)",
+    )
     needs_sidestep: bool = Field(
         False,
         description="draw only maps on which walking towards the goal's row first, then its column, falls into a"
@@ -73,11 +80,16 @@ class FrozenLakeConfig(EnvConfig):
     )
 
     @model_validator(mode="after")
-    def _offset_cells_needs_describe(self) -> FrozenLakeConfig:
+    def _line_options_need_describe(self) -> FrozenLakeConfig:
         if self.offset_cells and not self.describe:
             raise ValueError(
                 "offset_cells names cells in the line in words, which only describe=True adds."
                 " Fix: set describe: true, or drop offset_cells"
+            )
+        if self.demonstrator == "description_rule" and not self.describe:
+            raise ValueError(
+                "demonstrator description_rule reads the line in words, which only describe=True adds."
+                " Fix: set describe: true, or demonstrator: shortest_path"
             )
         return self
 
