@@ -34,7 +34,7 @@ BAD_VALUES = {
         ["+custom_envs.FrozenLake.env_config.no_such_knob=1"],
         [
             "unknown field 'no_such_knob'",
-            "Allowed fields: answer_format, describe, format_penalty, hole_penalty, is_slippery",
+            "Allowed fields: answer_format, demonstrator, describe, format_penalty, hole_penalty, is_slippery",
         ],
     ),
     "typo in an env_config key": (
